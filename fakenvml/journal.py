@@ -1,0 +1,131 @@
+"""The fault journal: an append-only file of fixed 64-byte records (src/state_format.h).
+
+Every injected fault is one record with a sequence number and two clocks. The C library
+replays it for fault state (lost, ECC counters) and delivers it to event sets; waiting
+processes are woken by inotify on this file, so delivery has no polling interval.
+
+Writers serialise on flock(2) and append a whole record with one write(2); a record's
+CRC lets readers tell a complete record from garbage.
+"""
+
+from __future__ import annotations
+
+import enum
+import fcntl
+import os
+import struct
+import time
+import zlib
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from fakenvml.errors import FakeNvmlError
+
+JOURNAL_FILE = "journal.bin"
+MAGIC = b"FNVMLJR1"
+VERSION = 1
+HEADER = struct.Struct("<8sIIQ40x")
+RECORD = struct.Struct("<QQQIIQII12xI")
+NO_INSTANCE = 0xFFFFFFFF  # nvmlEventData_t gpuInstanceId/computeInstanceId outside MIG
+
+
+class Kind(enum.IntEnum):
+    XID = 1
+    ECC_SBE = 2
+    ECC_DBE = 3
+    LOST = 4
+    FALLEN_OFF_BUS = 5
+    RECOVER = 6
+
+
+@dataclass(frozen=True)
+class Record:
+    seq: int
+    realtime_ns: int
+    monotonic_ns: int
+    kind: Kind
+    gpu: int
+    data: int = 0  # Xid code, or ECC error count
+    gpu_instance: int = NO_INSTANCE
+    compute_instance: int = NO_INSTANCE
+
+    def pack(self) -> bytes:
+        head = RECORD.pack(
+            self.seq,
+            self.realtime_ns,
+            self.monotonic_ns,
+            self.kind,
+            self.gpu,
+            self.data,
+            self.gpu_instance,
+            self.compute_instance,
+            0,
+        )[: RECORD.size - 4]
+        return head + struct.pack("<I", zlib.crc32(head))
+
+
+def create(boot_id: int) -> bytes:
+    """Header bytes of an empty journal for the state with `boot_id`."""
+    return HEADER.pack(MAGIC, VERSION, RECORD.size, boot_id)
+
+
+def _check_header(raw: bytes, path: Path) -> int:
+    if len(raw) < HEADER.size:
+        raise FakeNvmlError(f"{path} is truncated; re-run `fakenvml init`")
+    magic, version, rsize, boot_id = HEADER.unpack_from(raw)
+    if magic != MAGIC or version != VERSION or rsize != RECORD.size:
+        raise FakeNvmlError(f"{path} is not a fakenvml journal; re-run `fakenvml init`")
+    return boot_id
+
+
+def append(
+    state_dir: Path,
+    boot_id: int,
+    kind: Kind,
+    gpu: int,
+    data: int = 0,
+    gpu_instance: int = NO_INSTANCE,
+    compute_instance: int = NO_INSTANCE,
+) -> Record:
+    """Append one record under an exclusive lock; its seq is one past the last record."""
+    path = Path(state_dir) / JOURNAL_FILE
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CLOEXEC)
+    except OSError as e:
+        raise FakeNvmlError(f"cannot open {path}: {e.strerror}") from None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        size = os.fstat(fd).st_size
+        if _check_header(os.pread(fd, HEADER.size, 0), path) != boot_id:
+            raise FakeNvmlError(f"{path} belongs to another init of this node; re-run init")
+        seq = (size - HEADER.size) // RECORD.size + 1
+        if (size - HEADER.size) % RECORD.size:
+            raise FakeNvmlError(f"{path} ends in a partial record; re-run `fakenvml init`")
+        rec = Record(
+            seq,
+            time.time_ns(),
+            time.monotonic_ns(),
+            kind,
+            gpu,
+            data,
+            gpu_instance,
+            compute_instance,
+        )
+        os.write(fd, rec.pack())
+        return rec
+    finally:
+        os.close(fd)
+
+
+def read(state_dir: Path, start: int = 0) -> Iterator[Record]:
+    """Records with index >= start (0-based), stopping at the first incomplete one."""
+    path = Path(state_dir) / JOURNAL_FILE
+    with open(path, "rb") as f:
+        _check_header(f.read(HEADER.size), path)
+        f.seek(HEADER.size + start * RECORD.size)
+        while len(raw := f.read(RECORD.size)) == RECORD.size:
+            if zlib.crc32(raw[:-4]) != struct.unpack("<I", raw[-4:])[0]:
+                return
+            seq, rt, mono, kind, gpu, data, gi, ci, _crc = RECORD.unpack(raw)
+            yield Record(seq, rt, mono, Kind(kind), gpu, data, gi, ci)

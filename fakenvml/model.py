@@ -1,0 +1,104 @@
+"""The node model: what the control plane writes and the C library serves.
+
+Plain dataclasses with no policy; profiles and inventories (YAML) build them, statefile
+packs them. Field units follow NVML: bytes, milliwatts, millijoules, Celsius, MHz, percent.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+MAX_LINKS = 36  # NVML_NVLINK_MAX_LINKS in nvml.h 13.x; NVIDIA's plugin probes 0..35
+MAX_DEVICES = 4096
+
+# nvmlIntNvLinkDeviceType_t
+LINK_REMOTE_GPU = 0
+LINK_REMOTE_SWITCH = 2
+
+
+@dataclass
+class Link:
+    """One NVLink of a GPU: where it goes (a peer GPU or an NVSwitch)."""
+
+    remote_kind: int = LINK_REMOTE_GPU
+    remote_index: int = 0  # peer GPU index when remote_kind is a GPU
+    remote_bus_id: str = ""  # "00000000:3B:00.0" of the peer or switch
+    remote_device_id: int = 0  # PCI device id (device << 16 | vendor) of the peer or switch
+    active: bool = True
+
+
+@dataclass
+class Gpu:
+    index: int
+    uuid: str
+    name: str
+    serial: str
+    pci_domain: int
+    pci_bus: int
+    pci_device: int
+    pci_device_id: int  # (device << 16) | 0x10DE, as nvmlPciInfo_t.pciDeviceId
+    pci_subsystem_id: int
+    memory_total: int  # bytes
+    cc_major: int
+    cc_minor: int
+    arch: int  # NVML_DEVICE_ARCH_*
+    minor: int = -1  # /dev/nvidiaN; defaults to index
+    pci_function: int = 0
+    brand: int = 14  # NVML_BRAND_NVIDIA
+    part_number: str = ""
+    vbios: str = ""
+    inforom: str = ""
+    memory_reserved: int = 0
+    memory_used: int = 0
+    bar1_total: int = 0
+    power_usage_mw: int = 0
+    power_limit_mw: int = 0
+    power_min_mw: int = 0
+    power_max_mw: int = 0
+    power_default_mw: int = 0
+    energy_mj: int = 0
+    temp_gpu: int = 35
+    temp_slowdown: int = 87
+    temp_shutdown: int = 92
+    temp_gpu_max: int = 85
+    temp_mem_max: int = 95
+    fan_count: int = 0  # SXM boards have no fans: fan getters answer NOT_SUPPORTED
+    fan_speed: int = 0
+    clocks: tuple[int, int, int, int] = (0, 0, 0, 0)  # current graphics, sm, mem, video
+    max_clocks: tuple[int, int, int, int] = (0, 0, 0, 0)
+    util_gpu: int = 0
+    util_mem: int = 0
+    pstate: int = 0
+    ecc_enabled: bool = True
+    persistence: bool = True
+    compute_mode: int = 0  # NVML_COMPUTEMODE_DEFAULT
+    numa_node: int = 0
+    cpu_first: int = 0
+    cpu_count: int = 0
+    pcie_switch: int = 0  # GPUs behind the same switch are NVML_TOPOLOGY_SINGLE apart
+    pcie_upper_switch: int = 0  # ... the same upper switch: NVML_TOPOLOGY_MULTIPLE
+    host_bridge: int = 0  # ... the same host bridge: NVML_TOPOLOGY_HOSTBRIDGE
+    pcie_gen: int = 4
+    pcie_width: int = 16
+    board_id: int = 0
+    multi_gpu_board: bool = False
+    nvlink_version: int = 0
+    num_cores: int = 0
+    memory_bus_width: int = 0
+    links: list[Link] = field(default_factory=list)
+
+    @property
+    def bus_id(self) -> str:
+        """NVML's busId form: 8-digit domain, upper-case hex."""
+        return (
+            f"{self.pci_domain:08X}:{self.pci_bus:02X}:{self.pci_device:02X}.{self.pci_function:X}"
+        )
+
+
+@dataclass
+class Node:
+    name: str
+    gpus: list[Gpu]
+    driver_version: str = "580.95.05"
+    nvml_version: str = "13.580.95.05"
+    cuda_driver_version: int = 13000  # CUDA 13.0, as nvmlSystemGetCudaDriverVersion

@@ -1,0 +1,115 @@
+"""A node's state directory: the Python API behind `fakenvml init|inject|recover|events`.
+
+    d = NodeDir("/var/lib/gpulab/seed/worker")
+    d.init(node)                 # write state.bin + an empty journal.bin
+    rec = d.inject_xid("0", 79)  # GPU by index, UUID or PCI bus id
+    d.recover(rec.gpu)
+
+Every method validates first and writes last, so bad input changes nothing.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+from collections.abc import Iterator
+from pathlib import Path
+
+from fakenvml import journal, statefile
+from fakenvml.errors import FakeNvmlError
+from fakenvml.journal import Kind, Record
+from fakenvml.model import Gpu, Node
+
+DEFAULT_STATE_DIR = "/var/lib/fakenvml"
+STATE_DIR_ENV = "FAKENVML_STATE_DIR"  # the C library reads the same variable
+
+
+def default_state_dir() -> Path:
+    return Path(os.environ.get(STATE_DIR_ENV, DEFAULT_STATE_DIR))
+
+
+class NodeDir:
+    def __init__(self, path: str | os.PathLike[str] | None = None) -> None:
+        self.path = Path(path) if path is not None else default_state_dir()
+
+    def init(self, node: Node) -> int:
+        """Write a fresh state and journal; returns the new boot id."""
+        boot_id = secrets.randbits(63) or 1
+        state = statefile.pack(node, boot_id)  # validates before anything is written
+        try:
+            self.path.mkdir(parents=True, exist_ok=True)
+            # Journal first: a library that reads the new state must find its journal.
+            statefile.atomic_write(self.path / journal.JOURNAL_FILE, journal.create(boot_id))
+            statefile.atomic_write(self.path / statefile.STATE_FILE, state)
+        except OSError as e:
+            raise FakeNvmlError(f"cannot write state to {self.path}: {e.strerror}") from None
+        return boot_id
+
+    def node(self) -> Node:
+        return statefile.read(self.path)[0]
+
+    def resolve(self, gpu: str | int) -> Gpu:
+        """A GPU by index, UUID or PCI bus id, or a FakeNvmlError naming what exists."""
+        gpus = self.node().gpus
+        key = str(gpu).strip()
+        if key.isdigit() and int(key) < len(gpus):
+            return gpus[int(key)]
+        for g in gpus:
+            if key in (g.uuid, g.serial) or key.upper() in (g.bus_id, g.bus_id[4:]):
+                return g
+        raise FakeNvmlError(
+            f"GPU {key!r} not in inventory of node {self.path.name} "
+            f"(indexes 0-{len(gpus) - 1}, or a UUID / PCI bus id)"
+        )
+
+    def _append(
+        self,
+        gpu: str | int,
+        kind: Kind,
+        data: int = 0,
+        gi: int | None = None,
+        ci: int | None = None,
+    ) -> Record:
+        target = self.resolve(gpu)
+        _, boot_id = statefile.read(self.path)
+        return journal.append(
+            self.path,
+            boot_id,
+            kind,
+            target.index,
+            data,
+            journal.NO_INSTANCE if gi is None else gi,
+            journal.NO_INSTANCE if ci is None else ci,
+        )
+
+    def inject_xid(
+        self,
+        gpu: str | int,
+        code: int,
+        gpu_instance: int | None = None,
+        compute_instance: int | None = None,
+    ) -> Record:
+        if not 0 < code < 2**32:
+            raise FakeNvmlError(f"Xid must be a positive 32-bit number, not {code}")
+        return self._append(gpu, Kind.XID, code, gpu_instance, compute_instance)
+
+    def inject_ecc(self, gpu: str | int, double_bit: bool, count: int = 1) -> Record:
+        if not 0 < count < 2**32:
+            raise FakeNvmlError(f"ECC error count must be positive, not {count}")
+        return self._append(gpu, Kind.ECC_DBE if double_bit else Kind.ECC_SBE, count)
+
+    def lose(self, gpu: str | int) -> Record:
+        return self._append(gpu, Kind.LOST)
+
+    def fall_off_bus(self, gpu: str | int) -> Record:
+        """Xid 79 to waiters, then the GPU answers GPU_IS_LOST like a lost one."""
+        return self._append(gpu, Kind.FALLEN_OFF_BUS, 79)
+
+    def recover(self, gpu: str | int) -> Record:
+        return self._append(gpu, Kind.RECOVER)
+
+    def events(self, start: int = 0) -> Iterator[Record]:
+        try:
+            yield from journal.read(self.path, start)
+        except FileNotFoundError:
+            raise FakeNvmlError(f"no journal in {self.path}: run `fakenvml init` first") from None
