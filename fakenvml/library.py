@@ -15,7 +15,7 @@ from fakenvml.errors import FakeNvmlError
 
 LIBRARY_ENV = "FAKENVML_LIBRARY"
 SONAME = "libnvidia-ml.so.1"
-_REPO_BUILD = Path(__file__).resolve().parent.parent / "build" / "lib" / SONAME
+_REPO_BUILD = Path(__file__).resolve().parent.parent / "build" / "release" / SONAME
 
 
 def path() -> Path:

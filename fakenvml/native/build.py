@@ -1,0 +1,98 @@
+"""Build libnvidia-ml.so.1: compile the hand-written C, generate stubs for the rest of
+nvml.h, link with SONAME libnvidia-ml.so.1 exporting only nvml* symbols.
+
+    python -m fakenvml.native.build [--variant release|asan] [--out build]
+
+Variants: release (-O2), asan (-fsanitize=address,undefined, for the sanitizer run of
+the test suite). The fuzz target is built by the Makefile with clang (libFuzzer).
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from fakenvml.native import header, stubs
+
+SRC = Path(__file__).resolve().parent.parent / "src"
+SONAME = "libnvidia-ml.so.1"
+CFLAGS = [
+    "-std=gnu2x", "-fPIC", "-pthread", "-Wall", "-Wextra", "-Werror",
+    "-Wno-unused-parameter", "-fvisibility=default", *header.DEFINES,
+]  # fmt: skip
+VARIANTS = {
+    "release": ["-O2", "-g"],
+    "asan": ["-O1", "-g", "-fno-omit-frame-pointer", "-fsanitize=address,undefined",
+             "-fno-sanitize-recover=all"],
+}  # fmt: skip
+
+
+def _run(cmd: list[str]) -> str:
+    res = subprocess.run(cmd, capture_output=True, text=True)
+    if res.returncode != 0:
+        sys.stderr.write(res.stdout + res.stderr)
+        raise SystemExit(f"build failed: {shlex.join(cmd[:3])} ...")
+    return res.stdout
+
+
+def sources() -> list[Path]:
+    return sorted(SRC.glob("*.c"))
+
+
+def implemented(objects: list[Path]) -> set[str]:
+    """nvml* functions the hand-written objects define (what `nm` sees, not a list we keep)."""
+    out = _run(["nm", "--defined-only", *map(str, objects)])
+    return {line.split()[-1] for line in out.splitlines() if " T nvml" in line}
+
+
+def build(variant: str, out: Path) -> Path:
+    t0 = time.monotonic()
+    hdr = header.path()
+    flags = [*CFLAGS, *VARIANTS[variant], f"-I{hdr.parent}", f"-I{SRC}"]
+    obj_dir, gen_dir, lib_dir = out / "obj" / variant, out / "gen", out / variant
+    for d in (obj_dir, gen_dir, lib_dir):
+        d.mkdir(parents=True, exist_ok=True)
+    objects = []
+    for src in sources():
+        obj = obj_dir / (src.stem + ".o")
+        _run(["gcc", *flags, "-c", str(src), "-o", str(obj)])
+        objects.append(obj)
+    impl = implemented(objects)
+    decls = header.declarations(hdr)
+    declared = {d.name for d in decls}
+    unknown = impl - declared
+    if unknown:
+        raise SystemExit(f"build failed: not declared in nvml.h: {', '.join(sorted(unknown))}")
+    stub_c = gen_dir / "stubs.c"
+    stub_c.write_text(stubs.stubs_source(decls, impl))
+    stub_o = obj_dir / "stubs.o"
+    _run(["gcc", *flags, "-c", str(stub_c), "-o", str(stub_o)])
+    (gen_dir / "implemented.txt").write_text("".join(f"{n}\n" for n in sorted(impl)))
+    lib = lib_dir / SONAME
+    _run([
+        "gcc", "-shared", "-pthread", *VARIANTS[variant], f"-Wl,-soname,{SONAME}",
+        f"-Wl,--version-script={SRC / 'exports.map'}", "-Wl,-z,defs",
+        *stubs.alias_flags(header.aliases(hdr), declared),
+        "-o", str(lib), *map(str, objects), str(stub_o),
+    ])  # fmt: skip
+    print(
+        f"fakenvml: built {lib} ({variant}): {len(impl)} implemented, "
+        f"{len(declared) - len(impl)} stubs, {time.monotonic() - t0:.1f}s"
+    )
+    return lib
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--variant", choices=sorted(VARIANTS), default="release")
+    ap.add_argument("--out", type=Path, default=Path("build"))
+    args = ap.parse_args()
+    build(args.variant, args.out)
+
+
+if __name__ == "__main__":
+    main()

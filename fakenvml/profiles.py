@@ -1,0 +1,361 @@
+"""GPU profiles: what one board of a given model reports through NVML.
+
+Values come from public `nvidia-smi -q` / deviceQuery captures of real boards and the PCI ID
+repository (pci.ids). A few were not found in any public capture; those lines end in `# ~`
+and hold a plausible value of the right shape. Profiles are facts only: identity (UUID,
+serial, bus id) and topology are the inventory's job.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from fakenvml.errors import FakeNvmlError
+from fakenvml.model import Gpu
+
+MIB = 1 << 20
+
+# NVML_DEVICE_ARCH_* (nvml.h)
+ARCH_TURING = 6
+ARCH_AMPERE = 7
+ARCH_ADA = 8
+ARCH_HOPPER = 9
+ARCH_BLACKWELL = 10
+
+# nvmlDeviceGetNvLinkVersion answers an nvmlNvlinkVersion_t, not the marketing generation.
+NVLINK_VERSION_ENUM = {1: 1, 2: 2, 3: 4, 4: 6, 5: 7}
+
+# NVSwitch PCI device ids (pci.ids: 1af1 "A100 NVSwitch", 22a3 "H100 NVSwitch").
+NVSWITCH_GEN2 = 0x1AF110DE
+NVSWITCH_GEN3 = 0x22A310DE
+NVSWITCH_UNKNOWN = 0  # no public PCI id for the NVLink 5 switch of HGX B200
+
+
+@dataclass(frozen=True)
+class Profile:
+    key: str  # what inventories name: "H100-SXM5-80GB"
+    name: str  # nvmlDeviceGetName
+    memory_mib: int  # FB total as NVML reports it (ECC on)
+    reserved_mib: int
+    cc: tuple[int, int]
+    arch: int
+    pci_device_id: int  # (device << 16) | 0x10DE
+    pci_subsystem_id: int
+    part_number: str
+    vbios: str
+    inforom: str
+    bar1_mib: int
+    power_w: tuple[int, int, int]  # default, min, max limit
+    idle_power_w: int
+    pstate: int  # idle performance state
+    clocks: tuple[int, int, int, int]  # idle graphics, sm, mem, video (MHz)
+    max_clocks: tuple[int, int, int, int]
+    temps: tuple[int, int, int, int, int]  # idle, slowdown, shutdown, gpu max op, mem max op
+    cuda_cores: int
+    memory_bus_width: int
+    pcie: tuple[int, int]  # generation, width
+    nvlinks: int = 0
+    nvlink_gen: int = 0
+    nvswitch_device_id: int = NVSWITCH_UNKNOWN
+    nvswitches_per_board: int = 0  # > 0: an HGX baseboard part (SXM)
+    fans: int = 0  # SXM and passively cooled PCIe cards report no fans
+    fan_speed: int = 0
+
+    @property
+    def sxm(self) -> bool:
+        return self.nvswitches_per_board > 0
+
+    def make_gpu(self, index: int, uuid: str, serial: str, bus: tuple[int, int, int, int]) -> Gpu:
+        """A Gpu with this profile's values; topology fields are left for the inventory."""
+        domain, pci_bus, device, function = bus
+        default_w, min_w, max_w = self.power_w
+        idle, slowdown, shutdown, gpu_max, mem_max = self.temps
+        return Gpu(
+            index=index,
+            uuid=uuid,
+            name=self.name,
+            serial=serial,
+            pci_domain=domain,
+            pci_bus=pci_bus,
+            pci_device=device,
+            pci_function=function,
+            pci_device_id=self.pci_device_id,
+            pci_subsystem_id=self.pci_subsystem_id,
+            memory_total=self.memory_mib * MIB,
+            memory_reserved=self.reserved_mib * MIB,
+            cc_major=self.cc[0],
+            cc_minor=self.cc[1],
+            arch=self.arch,
+            part_number=self.part_number,
+            vbios=self.vbios,
+            inforom=self.inforom,
+            bar1_total=self.bar1_mib * MIB,
+            power_usage_mw=self.idle_power_w * 1000,
+            power_limit_mw=default_w * 1000,
+            power_default_mw=default_w * 1000,
+            power_min_mw=min_w * 1000,
+            power_max_mw=max_w * 1000,
+            temp_gpu=idle,
+            temp_slowdown=slowdown,
+            temp_shutdown=shutdown,
+            temp_gpu_max=gpu_max,
+            temp_mem_max=mem_max,
+            fan_count=self.fans,
+            fan_speed=self.fan_speed,
+            clocks=self.clocks,
+            max_clocks=self.max_clocks,
+            pstate=self.pstate,
+            pcie_gen=self.pcie[0],
+            pcie_width=self.pcie[1],
+            # Real boards report (bus << 8) as board id; the domain keeps ours unique.
+            board_id=(domain << 16) | (pci_bus << 8) | device,
+            nvlink_version=NVLINK_VERSION_ENUM.get(self.nvlink_gen, 0),
+            num_cores=self.cuda_cores,
+            memory_bus_width=self.memory_bus_width,
+        )
+
+
+_ALL = [
+    Profile(
+        key="A100-SXM4-40GB",
+        name="NVIDIA A100-SXM4-40GB",
+        memory_mib=40960,
+        reserved_mib=620,
+        cc=(8, 0),
+        arch=ARCH_AMPERE,
+        pci_device_id=0x20B010DE,
+        pci_subsystem_id=0x134F10DE,
+        part_number="692-2G506-0200-002",
+        vbios="92.00.36.00.04",
+        inforom="G506.0200.00.04",
+        bar1_mib=65536,
+        power_w=(400, 100, 400),
+        idle_power_w=52,
+        pstate=0,
+        clocks=(210, 210, 1215, 585),
+        max_clocks=(1410, 1410, 1215, 1290),
+        temps=(25, 89, 92, 85, 95),
+        cuda_cores=6912,
+        memory_bus_width=5120,
+        pcie=(4, 16),
+        nvlinks=12,
+        nvlink_gen=3,
+        nvswitch_device_id=NVSWITCH_GEN2,
+        nvswitches_per_board=6,
+    ),
+    Profile(
+        key="A100-SXM4-80GB",
+        name="NVIDIA A100-SXM4-80GB",
+        memory_mib=81920,
+        reserved_mib=763,
+        cc=(8, 0),
+        arch=ARCH_AMPERE,
+        pci_device_id=0x20B210DE,
+        pci_subsystem_id=0x146310DE,  # the 400 W board (0x147F is the 500 W one)
+        part_number="692-2G506-0210-002",
+        vbios="92.00.45.00.05",
+        inforom="G506.0210.00.03",
+        bar1_mib=131072,
+        power_w=(400, 100, 400),
+        idle_power_w=60,
+        pstate=0,
+        clocks=(210, 210, 1593, 585),
+        max_clocks=(1410, 1410, 1593, 1290),
+        temps=(28, 89, 92, 85, 95),
+        cuda_cores=6912,
+        memory_bus_width=5120,
+        pcie=(4, 16),
+        nvlinks=12,
+        nvlink_gen=3,
+        nvswitch_device_id=NVSWITCH_GEN2,
+        nvswitches_per_board=6,
+    ),
+    Profile(
+        key="H100-SXM5-80GB",
+        name="NVIDIA H100 80GB HBM3",
+        memory_mib=81559,
+        reserved_mib=454,
+        cc=(9, 0),
+        arch=ARCH_HOPPER,
+        pci_device_id=0x233010DE,
+        pci_subsystem_id=0x16C110DE,
+        part_number="692-2G520-0200-000",
+        vbios="96.00.74.00.01",
+        inforom="G520.0200.00.05",
+        bar1_mib=131072,
+        power_w=(700, 200, 700),
+        idle_power_w=75,
+        pstate=0,
+        clocks=(345, 345, 2619, 765),
+        max_clocks=(1980, 1980, 2619, 1545),
+        temps=(30, 89, 92, 87, 95),  # ~ Hopper reports T.Limit offsets, not absolute limits
+        cuda_cores=16896,
+        memory_bus_width=5120,
+        pcie=(5, 16),
+        nvlinks=18,
+        nvlink_gen=4,
+        nvswitch_device_id=NVSWITCH_GEN3,
+        nvswitches_per_board=4,
+    ),
+    Profile(
+        key="H200",
+        name="NVIDIA H200",
+        memory_mib=143771,
+        reserved_mib=700,
+        cc=(9, 0),
+        arch=ARCH_HOPPER,
+        pci_device_id=0x233510DE,
+        pci_subsystem_id=0x18BE10DE,
+        part_number="695-2G520-0280-000",
+        vbios="96.00.A5.00.03",
+        inforom="G520.0280.02.02",
+        bar1_mib=262144,
+        power_w=(700, 200, 700),
+        idle_power_w=74,
+        pstate=0,
+        clocks=(345, 345, 3199, 765),
+        max_clocks=(1980, 1980, 3201, 1545),
+        temps=(28, 89, 92, 87, 95),  # ~ as H100
+        cuda_cores=16896,
+        memory_bus_width=6144,
+        pcie=(5, 16),
+        nvlinks=18,
+        nvlink_gen=4,
+        nvswitch_device_id=NVSWITCH_GEN3,
+        nvswitches_per_board=4,
+    ),
+    Profile(
+        key="B200",
+        name="NVIDIA B200",
+        memory_mib=183359,
+        reserved_mib=1000,  # ~
+        cc=(10, 0),
+        arch=ARCH_BLACKWELL,
+        pci_device_id=0x290110DE,
+        pci_subsystem_id=0x199910DE,  # ~
+        part_number="692-2G525-0220-000",  # ~ NVIDIA's pattern, not seen in a capture
+        vbios="97.00.9A.00.0F",
+        inforom="G525.0220.00.03",
+        bar1_mib=262144,  # ~
+        power_w=(1000, 200, 1000),  # ~ min
+        idle_power_w=140,
+        pstate=0,
+        clocks=(120, 120, 3996, 600),  # ~
+        max_clocks=(1965, 1965, 3996, 1635),  # ~
+        temps=(30, 89, 92, 87, 95),  # ~
+        cuda_cores=18944,  # 148 SMs x 128
+        memory_bus_width=8192,
+        pcie=(5, 16),
+        nvlinks=18,
+        nvlink_gen=5,
+        nvswitch_device_id=NVSWITCH_UNKNOWN,
+        nvswitches_per_board=2,  # DGX B200: two NVLink 5 switch chips
+    ),
+    Profile(
+        key="L40S",
+        name="NVIDIA L40S",
+        memory_mib=46068,
+        reserved_mib=479,
+        cc=(8, 9),
+        arch=ARCH_ADA,
+        pci_device_id=0x26B910DE,
+        pci_subsystem_id=0x185110DE,
+        part_number="900-2G133-0080-000",
+        vbios="95.02.66.00.02",
+        inforom="G133.0242.00.03",
+        bar1_mib=65536,
+        power_w=(350, 100, 350),
+        idle_power_w=33,
+        pstate=8,
+        clocks=(210, 210, 405, 1185),
+        max_clocks=(2520, 2520, 9001, 1965),
+        temps=(30, 95, 98, 88, 0),  # ~ limits; GDDR6 has no memory sensor (0 = N/A)
+        cuda_cores=18176,
+        memory_bus_width=384,
+        pcie=(4, 16),
+    ),
+    Profile(
+        key="T4",
+        name="Tesla T4",
+        memory_mib=15360,
+        reserved_mib=393,
+        cc=(7, 5),
+        arch=ARCH_TURING,
+        pci_device_id=0x1EB810DE,
+        pci_subsystem_id=0x12A210DE,
+        part_number="900-2G183-0000-001",
+        vbios="90.04.38.00.03",
+        inforom="G183.0200.00.02",
+        bar1_mib=256,
+        power_w=(70, 60, 70),
+        idle_power_w=14,
+        pstate=8,
+        clocks=(300, 300, 405, 540),
+        max_clocks=(1590, 1590, 5001, 1470),
+        temps=(38, 93, 96, 85, 0),
+        cuda_cores=2560,
+        memory_bus_width=256,
+        pcie=(3, 16),
+    ),
+    Profile(
+        key="A10G",
+        name="NVIDIA A10G",
+        memory_mib=23028,
+        reserved_mib=304,
+        cc=(8, 6),
+        arch=ARCH_AMPERE,
+        pci_device_id=0x223710DE,
+        pci_subsystem_id=0x152F10DE,
+        part_number="900-2G133-A840-000",
+        vbios="94.02.75.00.01",
+        inforom="G133.0210.00.04",
+        bar1_mib=32768,
+        power_w=(300, 100, 300),
+        idle_power_w=25,  # ~
+        pstate=8,
+        clocks=(210, 210, 405, 555),  # ~
+        max_clocks=(1710, 1710, 6251, 1500),
+        temps=(27, 95, 98, 88, 0),
+        cuda_cores=10240,  # 80 SMs x 128
+        memory_bus_width=384,
+        pcie=(4, 16),
+        fans=1,  # nvidia-smi shows "0 %", not N/A, on AWS g5
+    ),
+    Profile(
+        key="RTX-A6000",
+        name="NVIDIA RTX A6000",
+        memory_mib=46068,
+        reserved_mib=479,  # ~
+        cc=(8, 6),
+        arch=ARCH_AMPERE,
+        pci_device_id=0x223010DE,
+        pci_subsystem_id=0x145910DE,
+        part_number="900-5G133-1700-000",
+        vbios="94.02.5C.00.02",
+        inforom="G133.0500.00.05",
+        bar1_mib=65536,
+        power_w=(300, 100, 300),
+        idle_power_w=24,
+        pstate=8,
+        clocks=(210, 210, 405, 555),
+        max_clocks=(2100, 2100, 8001, 1950),
+        temps=(28, 95, 98, 93, 0),
+        cuda_cores=10752,
+        memory_bus_width=384,
+        pcie=(4, 16),
+        nvlinks=4,  # two-card NVLink bridge
+        nvlink_gen=3,
+        fans=1,  # blower card
+        fan_speed=30,
+    ),
+]
+
+PROFILES: dict[str, Profile] = {p.key: p for p in _ALL}
+
+
+def get(key: str) -> Profile:
+    """A profile by key, case-insensitively; FakeNvmlError lists the known keys."""
+    for p in _ALL:
+        if p.key.lower() == key.strip().lower():
+            return p
+    raise FakeNvmlError(f"unknown profile {key!r} (known: {', '.join(PROFILES)})")

@@ -1,0 +1,297 @@
+/* Lifecycle (ref-counted Init/Shutdown), call bracketing, handles, system queries.
+ * No constructors, destructors or threads: the library may be dlopen'ed and dlclose'd
+ * any number of times, and nothing of ours runs unless NVML is called. */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "fake.h"
+
+struct nvmlDevice_st fnv_handles[FNV_MAX_DEVICES];
+pthread_mutex_t fnv_lock = PTHREAD_MUTEX_INITIALIZER;
+fnv_state *fnv_g;
+static unsigned fnv_refcount;
+
+void fnv_log(const char *fmt, ...) {
+    char line[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(line, sizeof line, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "fakenvml: %s\n", line);
+}
+
+/* ---- Init / Shutdown ---- */
+
+nvmlReturn_t nvmlInitWithFlags(unsigned int flags) {
+    (void)flags;
+    pthread_mutex_lock(&fnv_lock);
+    nvmlReturn_t ret = NVML_SUCCESS;
+    if (fnv_refcount == 0) {
+        for (unsigned i = 0; i < FNV_MAX_DEVICES; i++) fnv_handles[i].index = i;
+        ret = fnv_load(&fnv_g);
+    }
+    if (ret == NVML_SUCCESS) fnv_refcount++;
+    pthread_mutex_unlock(&fnv_lock);
+    return ret;
+}
+
+nvmlReturn_t nvmlInit_v2(void) { return nvmlInitWithFlags(0); }
+nvmlReturn_t nvmlInit(void) { return nvmlInitWithFlags(0); }
+
+nvmlReturn_t nvmlShutdown(void) {
+    pthread_mutex_lock(&fnv_lock);
+    nvmlReturn_t ret = NVML_SUCCESS;
+    if (fnv_refcount == 0) {
+        ret = NVML_ERROR_UNINITIALIZED;
+    } else if (--fnv_refcount == 0) {
+        fnv_free(fnv_g);
+        fnv_g = NULL;
+    }
+    pthread_mutex_unlock(&fnv_lock);
+    return ret;
+}
+
+/* ---- call bracketing ---- */
+
+nvmlReturn_t fnv_enter(void) {
+    pthread_mutex_lock(&fnv_lock);
+    if (!fnv_g) {
+        pthread_mutex_unlock(&fnv_lock);
+        return NVML_ERROR_UNINITIALIZED;
+    }
+    fnv_journal_refresh(fnv_g); /* an fstat: faults injected a moment ago are visible */
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t fnv_leave(nvmlReturn_t ret) {
+    pthread_mutex_unlock(&fnv_lock);
+    return ret;
+}
+
+int fnv_handle_index(nvmlDevice_t device, uint32_t *index) {
+    uintptr_t p = (uintptr_t)device, base = (uintptr_t)fnv_handles;
+    if (!fnv_g || p < base || p >= base + fnv_g->count * sizeof fnv_handles[0] ||
+        (p - base) % sizeof fnv_handles[0])
+        return 0;
+    *index = (uint32_t)((p - base) / sizeof fnv_handles[0]);
+    return 1;
+}
+
+/* On success the lock is held and *dev points at the device; pair with fnv_leave. */
+nvmlReturn_t fnv_device_enter(nvmlDevice_t device, const fnv_device **dev) {
+    nvmlReturn_t ret = fnv_enter();
+    if (ret != NVML_SUCCESS) return ret;
+    uint32_t i;
+    if (!fnv_handle_index(device, &i)) return fnv_leave(NVML_ERROR_INVALID_ARGUMENT);
+    if (fnv_g->faults[i].lost) return fnv_leave(NVML_ERROR_GPU_IS_LOST);
+    *dev = &fnv_g->devices[i];
+    return NVML_SUCCESS;
+}
+
+/* ---- helpers ---- */
+
+nvmlReturn_t fnv_copy_str(char *dst, unsigned int length, const char *src) {
+    if (!dst) return NVML_ERROR_INVALID_ARGUMENT;
+    size_t n = strlen(src);
+    if (length < n + 1) return NVML_ERROR_INSUFFICIENT_SIZE;
+    memcpy(dst, src, n + 1);
+    return NVML_SUCCESS;
+}
+
+int fnv_parse_bus_id(const char *text, unsigned *domain, unsigned *bus, unsigned *dev,
+                     unsigned *fn) {
+    char tail;
+    *domain = 0;
+    *fn = 0;
+    /* NVML accepts domain:bus:device.function, with or without domain and function. */
+    if (sscanf(text, "%x:%x:%x.%x%c", domain, bus, dev, fn, &tail) == 4) return 1;
+    if (sscanf(text, "%x:%x.%x%c", bus, dev, fn, &tail) == 3) return 1;
+    if (sscanf(text, "%x:%x:%x%c", domain, bus, dev, &tail) == 3) return 1;
+    return 0;
+}
+
+void fnv_fill_pci(const fnv_device *d, nvmlPciInfo_t *pci) {
+    memset(pci, 0, sizeof *pci);
+    snprintf(pci->busId, sizeof pci->busId, "%s", d->bus_id);
+    snprintf(pci->busIdLegacy, sizeof pci->busIdLegacy, "%04X:%02X:%02X.%X", d->pci_domain & 0xFFFF,
+             d->pci_bus & 0xFF, d->pci_device & 0xFF, d->pci_function & 0xF);
+    pci->domain = d->pci_domain;
+    pci->bus = d->pci_bus;
+    pci->device = d->pci_device;
+    pci->pciDeviceId = d->pci_device_id;
+    pci->pciSubSystemId = d->pci_subsystem_id;
+}
+
+/* ---- errors ---- */
+
+const char *nvmlErrorString(nvmlReturn_t result) {
+    switch (result) {
+    case NVML_SUCCESS: return "Success";
+    case NVML_ERROR_UNINITIALIZED: return "Uninitialized";
+    case NVML_ERROR_INVALID_ARGUMENT: return "Invalid Argument";
+    case NVML_ERROR_NOT_SUPPORTED: return "Not Supported";
+    case NVML_ERROR_NO_PERMISSION: return "Insufficient Permissions";
+    case NVML_ERROR_ALREADY_INITIALIZED: return "Already Initialized";
+    case NVML_ERROR_NOT_FOUND: return "Not Found";
+    case NVML_ERROR_INSUFFICIENT_SIZE: return "Insufficient Size";
+    case NVML_ERROR_INSUFFICIENT_POWER: return "Insufficient External Power";
+    case NVML_ERROR_DRIVER_NOT_LOADED: return "Driver Not Loaded";
+    case NVML_ERROR_TIMEOUT: return "Timeout";
+    case NVML_ERROR_IRQ_ISSUE: return "Interrupt Request Issue";
+    case NVML_ERROR_LIBRARY_NOT_FOUND: return "NVML Shared Library Not Found";
+    case NVML_ERROR_FUNCTION_NOT_FOUND: return "Function Not Found";
+    case NVML_ERROR_CORRUPTED_INFOROM: return "Corrupted infoROM";
+    case NVML_ERROR_GPU_IS_LOST: return "GPU is lost";
+    case NVML_ERROR_RESET_REQUIRED: return "GPU requires restart";
+    case NVML_ERROR_OPERATING_SYSTEM: return "The operating system has blocked the request.";
+    case NVML_ERROR_LIB_RM_VERSION_MISMATCH: return "RM has detected an NVML/RM version mismatch.";
+    case NVML_ERROR_IN_USE: return "In use by another client";
+    case NVML_ERROR_MEMORY: return "Insufficient Memory";
+    case NVML_ERROR_NO_DATA: return "No data";
+    case NVML_ERROR_VGPU_ECC_NOT_SUPPORTED: return "vGPU ECC is not supported";
+    case NVML_ERROR_INSUFFICIENT_RESOURCES: return "Insufficient resources";
+    case NVML_ERROR_FREQ_NOT_SUPPORTED: return "Frequency not supported";
+    case NVML_ERROR_ARGUMENT_VERSION_MISMATCH: return "Argument version mismatch";
+    case NVML_ERROR_DEPRECATED: return "Deprecated";
+    case NVML_ERROR_NOT_READY: return "Not ready";
+    case NVML_ERROR_GPU_NOT_FOUND: return "GPU not found";
+    case NVML_ERROR_INVALID_STATE: return "Invalid state";
+    default: return "Unknown Error";
+    }
+}
+
+/* ---- system ---- */
+
+#define WITH_STATE(body)                                                                           \
+    do {                                                                                           \
+        nvmlReturn_t ret_ = fnv_enter();                                                           \
+        if (ret_ != NVML_SUCCESS) return ret_;                                                     \
+        body;                                                                                      \
+    } while (0)
+
+nvmlReturn_t nvmlSystemGetDriverVersion(char *version, unsigned int length) {
+    WITH_STATE(return fnv_leave(fnv_copy_str(version, length, fnv_g->header.driver_version)));
+}
+
+nvmlReturn_t nvmlSystemGetNVMLVersion(char *version, unsigned int length) {
+    WITH_STATE(return fnv_leave(fnv_copy_str(version, length, fnv_g->header.nvml_version)));
+}
+
+nvmlReturn_t nvmlSystemGetCudaDriverVersion(int *cudaDriverVersion) {
+    if (!cudaDriverVersion) return NVML_ERROR_INVALID_ARGUMENT;
+    WITH_STATE(*cudaDriverVersion = fnv_g->header.cuda_driver_version;
+               return fnv_leave(NVML_SUCCESS));
+}
+
+nvmlReturn_t nvmlSystemGetCudaDriverVersion_v2(int *cudaDriverVersion) {
+    return nvmlSystemGetCudaDriverVersion(cudaDriverVersion);
+}
+
+nvmlReturn_t nvmlSystemGetDriverBranch(nvmlSystemDriverBranchInfo_t *branchInfo,
+                                       unsigned int length) {
+    if (!branchInfo) return NVML_ERROR_INVALID_ARGUMENT;
+    WITH_STATE({
+        char branch[sizeof fnv_g->header.driver_version + 1];
+        snprintf(branch, sizeof branch, "r%s", fnv_g->header.driver_version);
+        char *dot = strchr(branch, '.');
+        if (dot) *dot = '\0';
+        return fnv_leave(fnv_copy_str(branchInfo->branch, length, branch));
+    });
+}
+
+nvmlReturn_t nvmlSystemGetProcessName(unsigned int pid, char *name, unsigned int length) {
+    (void)pid;
+    (void)length;
+    if (!name) return NVML_ERROR_INVALID_ARGUMENT;
+    WITH_STATE(return fnv_leave(NVML_ERROR_NOT_FOUND)); /* no process runs on a fake GPU */
+}
+
+nvmlReturn_t nvmlGetExcludedDeviceCount(unsigned int *deviceCount) {
+    if (!deviceCount) return NVML_ERROR_INVALID_ARGUMENT;
+    WITH_STATE(*deviceCount = 0; return fnv_leave(NVML_SUCCESS));
+}
+
+nvmlReturn_t nvmlGetExcludedDeviceInfoByIndex(unsigned int index, nvmlExcludedDeviceInfo_t *info) {
+    (void)index;
+    if (!info) return NVML_ERROR_INVALID_ARGUMENT;
+    WITH_STATE(return fnv_leave(NVML_ERROR_INVALID_ARGUMENT));
+}
+
+/* ---- count and handles ---- */
+
+nvmlReturn_t nvmlDeviceGetCount_v2(unsigned int *deviceCount) {
+    if (!deviceCount) return NVML_ERROR_INVALID_ARGUMENT;
+    WITH_STATE(*deviceCount = fnv_g->count; return fnv_leave(NVML_SUCCESS));
+}
+
+nvmlReturn_t nvmlDeviceGetCount(unsigned int *deviceCount) {
+    return nvmlDeviceGetCount_v2(deviceCount);
+}
+
+static nvmlReturn_t handle_for(uint32_t i, nvmlDevice_t *device) {
+    if (fnv_g->faults[i].lost) return NVML_ERROR_GPU_IS_LOST;
+    *device = &fnv_handles[i];
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetHandleByIndex_v2(unsigned int index, nvmlDevice_t *device) {
+    if (!device) return NVML_ERROR_INVALID_ARGUMENT;
+    WITH_STATE({
+        if (index >= fnv_g->count) return fnv_leave(NVML_ERROR_INVALID_ARGUMENT);
+        return fnv_leave(handle_for(index, device));
+    });
+}
+
+nvmlReturn_t nvmlDeviceGetHandleByIndex(unsigned int index, nvmlDevice_t *device) {
+    return nvmlDeviceGetHandleByIndex_v2(index, device);
+}
+
+/* Finds the device whose string field at `offset` equals `key`. */
+static nvmlReturn_t handle_by_field(size_t offset, const char *key, nvmlDevice_t *device) {
+    if (!key || !device) return NVML_ERROR_INVALID_ARGUMENT;
+    WITH_STATE({
+        for (uint32_t i = 0; i < fnv_g->count; i++) {
+            const char *field = (const char *)&fnv_g->devices[i] + offset;
+            if (strcmp(field, key) == 0) return fnv_leave(handle_for(i, device));
+        }
+        return fnv_leave(NVML_ERROR_NOT_FOUND);
+    });
+}
+
+nvmlReturn_t nvmlDeviceGetHandleByUUID(const char *uuid, nvmlDevice_t *device) {
+    return handle_by_field(offsetof(fnv_device, uuid), uuid, device);
+}
+
+nvmlReturn_t nvmlDeviceGetHandleBySerial(const char *serial, nvmlDevice_t *device) {
+    return handle_by_field(offsetof(fnv_device, serial), serial, device);
+}
+
+nvmlReturn_t nvmlDeviceGetHandleByUUIDV(const nvmlUUID_t *uuid, nvmlDevice_t *device) {
+    if (!uuid || uuid->type != NVML_UUID_TYPE_ASCII) return NVML_ERROR_INVALID_ARGUMENT;
+    char text[sizeof uuid->value.str + 1];
+    memcpy(text, uuid->value.str, sizeof uuid->value.str);
+    text[sizeof uuid->value.str] = '\0';
+    return nvmlDeviceGetHandleByUUID(text, device);
+}
+
+nvmlReturn_t nvmlDeviceGetHandleByPciBusId_v2(const char *pciBusId, nvmlDevice_t *device) {
+    unsigned dom, bus, dev, fn;
+    if (!pciBusId || !device || !fnv_parse_bus_id(pciBusId, &dom, &bus, &dev, &fn))
+        return NVML_ERROR_INVALID_ARGUMENT;
+    WITH_STATE({
+        for (uint32_t i = 0; i < fnv_g->count; i++) {
+            const fnv_device *d = &fnv_g->devices[i];
+            if (d->pci_domain == dom && d->pci_bus == bus && d->pci_device == dev &&
+                d->pci_function == fn)
+                return fnv_leave(handle_for(i, device));
+        }
+        return fnv_leave(NVML_ERROR_NOT_FOUND);
+    });
+}
+
+nvmlReturn_t nvmlDeviceGetHandleByPciBusId(const char *pciBusId, nvmlDevice_t *device) {
+    return nvmlDeviceGetHandleByPciBusId_v2(pciBusId, device);
+}

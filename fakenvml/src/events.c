@@ -1,0 +1,233 @@
+/* Event sets: every injected fault reaches every set that registered its device and type,
+ * exactly once and in journal order, in every process.
+ *
+ * Each set keeps its own read position in the journal and its own inotify watch on the
+ * journal file, so a writer's append wakes every waiter at once: no polling interval.
+ * Should inotify be unavailable (instance limits), waits fall back to 1 ms polling. */
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <string.h>
+#include <stdlib.h>
+#include <sys/inotify.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "getters.h"
+
+#define SET_MAGIC 0x4E564553u /* "NVES" */
+#define SUPPORTED_EVENTS                                                                           \
+    (nvmlEventTypeSingleBitEccError | nvmlEventTypeDoubleBitEccError | nvmlEventTypeXidCriticalError)
+
+struct nvmlEventSet_st {
+    uint32_t magic;
+    pthread_mutex_t mu; /* one waiter at a time; taken before fnv_lock, never after */
+    unsigned users;     /* waits in progress; guarded by fnv_lock */
+    int freed;          /* nvmlEventSetFree called; the last user destroys */
+    uint64_t boot_id;
+    int journal_fd, notify_fd;
+    uint64_t next; /* next journal position to examine */
+    uint32_t count;
+    unsigned long long *mask; /* registered types per device; guarded by fnv_lock */
+    uint64_t *from;           /* position from which a device's events count */
+    struct nvmlEventSet_st *link;
+};
+
+static struct nvmlEventSet_st *live_sets; /* guarded by fnv_lock; validates handles */
+
+static int set_is_live(nvmlEventSet_t set) {
+    for (struct nvmlEventSet_st *s = live_sets; s; s = s->link)
+        if (s == set) return 1;
+    return 0;
+}
+
+static uint64_t journal_end(int fd) {
+    off_t size = lseek(fd, 0, SEEK_END);
+    if (size < (off_t)sizeof(fnv_journal_header)) return 0;
+    return ((uint64_t)size - sizeof(fnv_journal_header)) / sizeof(fnv_record);
+}
+
+nvmlReturn_t nvmlDeviceGetSupportedEventTypes(nvmlDevice_t device, unsigned long long *eventTypes) {
+    if (!eventTypes) return NVML_ERROR_INVALID_ARGUMENT;
+    DEVICE_ENTER(device);
+    /* ECC events exist only where ECC is on, as on real boards. */
+    *eventTypes = d->ecc_enabled ? SUPPORTED_EVENTS : nvmlEventTypeXidCriticalError;
+    return fnv_leave(NVML_SUCCESS);
+}
+
+nvmlReturn_t nvmlEventSetCreate(nvmlEventSet_t *set) {
+    if (!set) return NVML_ERROR_INVALID_ARGUMENT;
+    nvmlReturn_t ret = fnv_enter();
+    if (ret != NVML_SUCCESS) return ret;
+    struct nvmlEventSet_st *s = calloc(1, sizeof *s);
+    if (s) {
+        s->mask = calloc(fnv_g->count, sizeof *s->mask);
+        s->from = calloc(fnv_g->count, sizeof *s->from);
+    }
+    if (!s || !s->mask || !s->from) goto oom;
+    s->journal_fd = open(fnv_g->journal_path, O_RDONLY | O_CLOEXEC);
+    if (s->journal_fd < 0) {
+        fnv_log("nvmlEventSetCreate: %s: cannot open journal", fnv_g->journal_path);
+        ret = NVML_ERROR_UNKNOWN;
+        goto fail;
+    }
+    s->notify_fd = inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
+    if (s->notify_fd >= 0 && inotify_add_watch(s->notify_fd, fnv_g->journal_path, IN_MODIFY) < 0) {
+        close(s->notify_fd);
+        s->notify_fd = -1;
+    }
+    if (s->notify_fd < 0) fnv_log("inotify unavailable (%s): event waits poll every 1 ms", strerror(errno));
+    s->magic = SET_MAGIC;
+    pthread_mutex_init(&s->mu, NULL);
+    s->boot_id = fnv_g->header.boot_id;
+    s->count = fnv_g->count;
+    s->next = journal_end(s->journal_fd); /* only faults injected from now on */
+    s->link = live_sets;
+    live_sets = s;
+    *set = s;
+    return fnv_leave(NVML_SUCCESS);
+oom:
+    ret = NVML_ERROR_MEMORY;
+fail:
+    if (s) {
+        free(s->mask);
+        free(s->from);
+    }
+    free(s);
+    return fnv_leave(ret);
+}
+
+nvmlReturn_t nvmlDeviceRegisterEvents(nvmlDevice_t device, unsigned long long eventTypes,
+                                      nvmlEventSet_t set) {
+    DEVICE_ENTER(device);
+    if (!set_is_live(set) || set->boot_id != fnv_g->header.boot_id)
+        return fnv_leave(NVML_ERROR_INVALID_ARGUMENT);
+    unsigned long long supported = d->ecc_enabled ? SUPPORTED_EVENTS : nvmlEventTypeXidCriticalError;
+    if (eventTypes & ~supported) return fnv_leave(NVML_ERROR_NOT_SUPPORTED);
+    if (set->mask[d->index] == 0) set->from[d->index] = journal_end(set->journal_fd);
+    set->mask[d->index] |= eventTypes;
+    return fnv_leave(NVML_SUCCESS);
+}
+
+static void destroy(struct nvmlEventSet_st *set) {
+    pthread_mutex_destroy(&set->mu);
+    close(set->journal_fd);
+    if (set->notify_fd >= 0) close(set->notify_fd);
+    set->magic = 0;
+    free(set->mask);
+    free(set->from);
+    free(set);
+}
+
+nvmlReturn_t nvmlEventSetFree(nvmlEventSet_t set) {
+    pthread_mutex_lock(&fnv_lock);
+    struct nvmlEventSet_st **p = &live_sets;
+    while (*p && *p != set) p = &(*p)->link;
+    if (!*p) return fnv_leave(NVML_ERROR_INVALID_ARGUMENT);
+    *p = set->link;
+    set->freed = 1;
+    if (set->users == 0) destroy(set); /* else the last waiter does, on its way out */
+    return fnv_leave(NVML_SUCCESS);
+}
+
+static uint64_t now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+/* What a record means to this set: 1 an event (data filled), 2 GPU lost, 0 nothing. */
+static int deliver(struct nvmlEventSet_st *s, const fnv_record *rec, uint64_t position,
+                   nvmlEventData_t *data) {
+    unsigned long long mask = s->mask[rec->gpu], type;
+    if (!mask || position < s->from[rec->gpu]) return 0;
+    switch (rec->kind) {
+    case FNV_XID:
+    case FNV_FALLEN_OFF_BUS: type = nvmlEventTypeXidCriticalError; break;
+    case FNV_ECC_SBE: type = nvmlEventTypeSingleBitEccError; break;
+    case FNV_ECC_DBE: type = nvmlEventTypeDoubleBitEccError; break;
+    case FNV_LOST: return 2;
+    default: return 0;
+    }
+    if (!(mask & type)) return rec->kind == FNV_FALLEN_OFF_BUS ? 2 : 0;
+    data->device = &fnv_handles[rec->gpu];
+    data->eventType = type;
+    data->eventData = rec->kind == FNV_XID || rec->kind == FNV_FALLEN_OFF_BUS ? rec->data : 0;
+    data->gpuInstanceId = rec->gpu_instance;
+    data->computeInstanceId = rec->compute_instance;
+    return 1;
+}
+
+/* Scans new records; returns SUCCESS / GPU_IS_LOST on a delivery, TIMEOUT when none. */
+static nvmlReturn_t scan(struct nvmlEventSet_st *s, nvmlEventData_t *data) {
+    uint64_t end = journal_end(s->journal_fd);
+    fnv_record rec;
+    while (s->next < end && fnv_read_record(s->journal_fd, s->next, &rec) == 1) {
+        uint64_t position = s->next++;
+        if (!fnv_record_valid(&rec, position, s->count)) continue;
+        pthread_mutex_lock(&fnv_lock);
+        int what = deliver(s, &rec, position, data);
+        pthread_mutex_unlock(&fnv_lock);
+        if (what == 1) return NVML_SUCCESS;
+        if (what == 2) return NVML_ERROR_GPU_IS_LOST;
+    }
+    return NVML_ERROR_TIMEOUT;
+}
+
+/* Is any registered device lost right now? Reads the process's fault state. */
+static int registered_device_lost(struct nvmlEventSet_st *s) {
+    int lost = 0;
+    pthread_mutex_lock(&fnv_lock);
+    if (fnv_g && fnv_g->header.boot_id == s->boot_id) {
+        fnv_journal_refresh(fnv_g);
+        for (uint32_t i = 0; i < s->count && !lost; i++) lost = s->mask[i] && fnv_g->faults[i].lost;
+    }
+    pthread_mutex_unlock(&fnv_lock);
+    return lost;
+}
+
+static void drain(int fd) {
+    char buf[4096];
+    while (read(fd, buf, sizeof buf) > 0) {
+    }
+}
+
+/* Blocks until an event or the timeout — also when the answer is an error, so that a
+ * consumer that loops on errors (NVIDIA's plugin does, without backoff) cannot spin. */
+nvmlReturn_t nvmlEventSetWait_v2(nvmlEventSet_t set, nvmlEventData_t *data, unsigned int timeoutms) {
+    if (!data) return NVML_ERROR_INVALID_ARGUMENT;
+    pthread_mutex_lock(&fnv_lock);
+    int ok = set_is_live(set);
+    if (ok) set->users++; /* keeps the set alive across a concurrent Free */
+    pthread_mutex_unlock(&fnv_lock);
+    if (!ok) return NVML_ERROR_INVALID_ARGUMENT;
+    pthread_mutex_lock(&set->mu);
+    uint64_t deadline = now_ms() + timeoutms;
+    nvmlReturn_t ret;
+    for (;;) {
+        if (set->notify_fd >= 0) drain(set->notify_fd); /* before scanning: no lost wake-up */
+        ret = scan(set, data);
+        if (ret != NVML_ERROR_TIMEOUT) break;
+        uint64_t now = now_ms();
+        if (now >= deadline) {
+            if (registered_device_lost(set)) ret = NVML_ERROR_GPU_IS_LOST;
+            break;
+        }
+        uint64_t left = deadline - now;
+        if (set->notify_fd >= 0) {
+            struct pollfd pfd = {.fd = set->notify_fd, .events = POLLIN};
+            poll(&pfd, 1, left > 60000 ? 60000 : (int)left);
+        } else {
+            nanosleep(&(struct timespec){0, 1000 * 1000}, NULL);
+        }
+    }
+    pthread_mutex_unlock(&set->mu);
+    pthread_mutex_lock(&fnv_lock);
+    if (--set->users == 0 && set->freed) destroy(set);
+    pthread_mutex_unlock(&fnv_lock);
+    return ret;
+}
+
+nvmlReturn_t nvmlEventSetWait(nvmlEventSet_t set, nvmlEventData_t *data, unsigned int timeoutms) {
+    return nvmlEventSetWait_v2(set, data, timeoutms);
+}

@@ -1,0 +1,151 @@
+/* Who a device is: names, ids, PCI identity, modes, capabilities. */
+#include <stdio.h>
+#include <string.h>
+
+#include "getters.h"
+
+DEVICE_STRING_GETTER(nvmlDeviceGetName, name)
+DEVICE_STRING_GETTER(nvmlDeviceGetUUID, uuid)
+DEVICE_STRING_GETTER(nvmlDeviceGetSerial, serial)
+DEVICE_STRING_GETTER(nvmlDeviceGetBoardPartNumber, part_number)
+DEVICE_STRING_GETTER(nvmlDeviceGetVbiosVersion, vbios)
+DEVICE_STRING_GETTER(nvmlDeviceGetInforomImageVersion, inforom)
+
+DEVICE_GETTER(nvmlDeviceGetIndex, unsigned int, d->index)
+DEVICE_GETTER(nvmlDeviceGetMinorNumber, unsigned int, d->minor)
+DEVICE_GETTER(nvmlDeviceGetBrand, nvmlBrandType_t, d->brand)
+DEVICE_GETTER(nvmlDeviceGetArchitecture, nvmlDeviceArchitecture_t, d->arch)
+DEVICE_GETTER(nvmlDeviceGetBoardId, unsigned int, d->board_id)
+DEVICE_GETTER(nvmlDeviceGetMultiGpuBoard, unsigned int, d->multi_gpu_board)
+DEVICE_GETTER(nvmlDeviceGetModuleId, unsigned int, d->index + 1) /* SXM module ids are 1-based */
+DEVICE_GETTER(nvmlDeviceGetPersistenceMode, nvmlEnableState_t, d->persistence)
+DEVICE_GETTER(nvmlDeviceGetComputeMode, nvmlComputeMode_t, d->compute_mode)
+DEVICE_GETTER(nvmlDeviceGetDisplayMode, nvmlEnableState_t, NVML_FEATURE_DISABLED)
+DEVICE_GETTER(nvmlDeviceGetDisplayActive, nvmlEnableState_t, NVML_FEATURE_DISABLED)
+DEVICE_GETTER(nvmlDeviceGetVirtualizationMode, nvmlGpuVirtualizationMode_t,
+              NVML_GPU_VIRTUALIZATION_MODE_NONE)
+DEVICE_GETTER(nvmlDeviceIsMigDeviceHandle, unsigned int, 0)
+DEVICE_GETTER(nvmlDeviceGetMaxMigDeviceCount, unsigned int, 0)
+DEVICE_GETTER(nvmlDeviceGetBusType, nvmlBusType_t, NVML_BUS_TYPE_PCIE)
+DEVICE_GETTER(nvmlDeviceGetNumGpuCores, unsigned int, d->num_cores)
+DEVICE_GETTER(nvmlDeviceGetMemoryBusWidth, unsigned int, d->memory_bus_width)
+DEVICE_GETTER(nvmlDeviceGetIrqNum, unsigned int, 128 + d->index)
+DEVICE_GETTER(nvmlDeviceGetMaxPcieLinkGeneration, unsigned int, d->pcie_gen)
+DEVICE_GETTER(nvmlDeviceGetGpuMaxPcieLinkGeneration, unsigned int, d->pcie_gen)
+DEVICE_GETTER(nvmlDeviceGetMaxPcieLinkWidth, unsigned int, d->pcie_width)
+DEVICE_GETTER(nvmlDeviceGetCurrPcieLinkGeneration, unsigned int, d->pcie_gen)
+DEVICE_GETTER(nvmlDeviceGetCurrPcieLinkWidth, unsigned int, d->pcie_width)
+DEVICE_GETTER(nvmlDeviceGetPcieReplayCounter, unsigned int, 0)
+
+static unsigned pcie_speed_mbps(unsigned gen) {
+    /* Per-lane transfer rate in MT/s by generation, as NVML reports it. */
+    static const unsigned rate[] = {0, 2500, 5000, 8000, 16000, 32000, 64000};
+    return gen < sizeof rate / sizeof rate[0] ? rate[gen] : 0;
+}
+DEVICE_GETTER(nvmlDeviceGetPcieLinkMaxSpeed, unsigned int, pcie_speed_mbps(d->pcie_gen))
+DEVICE_GETTER(nvmlDeviceGetPcieSpeed, unsigned int, pcie_speed_mbps(d->pcie_gen))
+
+nvmlReturn_t nvmlDeviceGetPcieThroughput(nvmlDevice_t device, nvmlPcieUtilCounter_t counter,
+                                         unsigned int *value) {
+    if (!value || counter >= NVML_PCIE_UTIL_COUNT) return NVML_ERROR_INVALID_ARGUMENT;
+    DEVICE_ENTER(device);
+    (void)d;
+    *value = 0; /* KB/s: an idle fake GPU moves nothing */
+    return fnv_leave(NVML_SUCCESS);
+}
+
+nvmlReturn_t nvmlDeviceGetInforomVersion(nvmlDevice_t device, nvmlInforomObject_t object,
+                                         char *version, unsigned int length) {
+    static const char *const versions[] = {"1.0", "5.0", "7.0"}; /* OEM, ECC, POWER */
+    if (object >= NVML_INFOROM_COUNT) return NVML_ERROR_INVALID_ARGUMENT;
+    DEVICE_ENTER(device);
+    (void)d;
+    return fnv_leave(fnv_copy_str(version, length, versions[object]));
+}
+
+nvmlReturn_t nvmlDeviceGetCudaComputeCapability(nvmlDevice_t device, int *major, int *minor) {
+    if (!major || !minor) return NVML_ERROR_INVALID_ARGUMENT;
+    DEVICE_ENTER(device);
+    *major = (int)d->cc_major;
+    *minor = (int)d->cc_minor;
+    return fnv_leave(NVML_SUCCESS);
+}
+
+/* ---- PCI ---- */
+
+static nvmlReturn_t pci_info(nvmlDevice_t device, nvmlPciInfo_t *pci) {
+    if (!pci) return NVML_ERROR_INVALID_ARGUMENT;
+    DEVICE_ENTER(device);
+    fnv_fill_pci(d, pci);
+    return fnv_leave(NVML_SUCCESS);
+}
+
+nvmlReturn_t nvmlDeviceGetPciInfo_v3(nvmlDevice_t device, nvmlPciInfo_t *pci) {
+    return pci_info(device, pci);
+}
+nvmlReturn_t nvmlDeviceGetPciInfo_v2(nvmlDevice_t device, nvmlPciInfo_t *pci) {
+    return pci_info(device, pci);
+}
+nvmlReturn_t nvmlDeviceGetPciInfo(nvmlDevice_t device, nvmlPciInfo_t *pci) {
+    return pci_info(device, pci);
+}
+
+nvmlReturn_t nvmlDeviceGetPciInfoExt(nvmlDevice_t device, nvmlPciInfoExt_t *pci) {
+    if (!pci) return NVML_ERROR_INVALID_ARGUMENT;
+    if (pci->version != nvmlPciInfoExt_v1) return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
+    DEVICE_ENTER(device);
+    nvmlPciInfo_t base;
+    fnv_fill_pci(d, &base);
+    memcpy(pci->busId, base.busId, sizeof pci->busId);
+    pci->domain = d->pci_domain;
+    pci->bus = d->pci_bus;
+    pci->device = d->pci_device;
+    pci->pciDeviceId = d->pci_device_id;
+    pci->pciSubSystemId = d->pci_subsystem_id;
+    pci->baseClass = 0x03; /* display controller */
+    pci->subClass = 0x02;  /* 3D controller, as data-centre GPUs enumerate */
+    return fnv_leave(NVML_SUCCESS);
+}
+
+/* ---- MIG: a fake GPU is always a full GPU (MIG disabled) ---- */
+
+nvmlReturn_t nvmlDeviceGetMigMode(nvmlDevice_t device, unsigned int *currentMode,
+                                  unsigned int *pendingMode) {
+    if (!currentMode || !pendingMode) return NVML_ERROR_INVALID_ARGUMENT;
+    DEVICE_ENTER(device);
+    (void)d;
+    *currentMode = *pendingMode = NVML_DEVICE_MIG_DISABLE;
+    return fnv_leave(NVML_SUCCESS);
+}
+
+/* ---- running processes: none, in every flavour ---- */
+
+#define NO_PROCESSES(fn, info_type)                                                                \
+    nvmlReturn_t fn(nvmlDevice_t device, unsigned int *infoCount, info_type *infos) {              \
+        (void)infos;                                                                               \
+        if (!infoCount) return NVML_ERROR_INVALID_ARGUMENT;                                        \
+        DEVICE_ENTER(device);                                                                      \
+        (void)d;                                                                                   \
+        *infoCount = 0;                                                                            \
+        return fnv_leave(NVML_SUCCESS);                                                            \
+    }
+
+NO_PROCESSES(nvmlDeviceGetComputeRunningProcesses, nvmlProcessInfo_v1_t)
+NO_PROCESSES(nvmlDeviceGetComputeRunningProcesses_v2, nvmlProcessInfo_v2_t)
+NO_PROCESSES(nvmlDeviceGetComputeRunningProcesses_v3, nvmlProcessInfo_t)
+NO_PROCESSES(nvmlDeviceGetGraphicsRunningProcesses, nvmlProcessInfo_v1_t)
+NO_PROCESSES(nvmlDeviceGetGraphicsRunningProcesses_v2, nvmlProcessInfo_v2_t)
+NO_PROCESSES(nvmlDeviceGetGraphicsRunningProcesses_v3, nvmlProcessInfo_t)
+NO_PROCESSES(nvmlDeviceGetMPSComputeRunningProcesses, nvmlProcessInfo_v1_t)
+NO_PROCESSES(nvmlDeviceGetMPSComputeRunningProcesses_v2, nvmlProcessInfo_v2_t)
+NO_PROCESSES(nvmlDeviceGetMPSComputeRunningProcesses_v3, nvmlProcessInfo_t)
+
+nvmlReturn_t nvmlDeviceOnSameBoard(nvmlDevice_t device1, nvmlDevice_t device2, int *onSameBoard) {
+    if (!onSameBoard) return NVML_ERROR_INVALID_ARGUMENT;
+    DEVICE_ENTER(device1);
+    uint32_t other;
+    if (!fnv_handle_index(device2, &other)) return fnv_leave(NVML_ERROR_INVALID_ARGUMENT);
+    const fnv_device *e = &fnv_g->devices[other];
+    *onSameBoard = d == e || (d->multi_gpu_board && d->board_id == e->board_id);
+    return fnv_leave(NVML_SUCCESS);
+}

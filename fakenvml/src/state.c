@@ -1,0 +1,200 @@
+/* Reading state.bin: validate everything before trusting anything. fnv_parse_state is a
+ * pure function over bytes so the fuzzer can drive it directly. */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "fake.h"
+
+#define FNV_MAX_STATE_BYTES (sizeof(fnv_header) + (size_t)FNV_MAX_DEVICES * sizeof(fnv_device) + 4)
+
+uint32_t fnv_crc32(const void *buf, size_t len) {
+    /* zlib's CRC-32 (reflected 0xEDB88320), bitwise: the state is read once per init. */
+    const uint8_t *p = buf;
+    uint32_t crc = 0xFFFFFFFFu;
+    for (size_t i = 0; i < len; i++) {
+        crc ^= p[i];
+        for (int k = 0; k < 8; k++) crc = (crc >> 1) ^ (0xEDB88320u & (0u - (crc & 1u)));
+    }
+    return ~crc;
+}
+
+static void terminate(char *s, size_t size) { s[size - 1] = '\0'; }
+
+/* Strings are fixed arrays; force termination so no later strlen can run off the end. */
+static void sanitize_device(fnv_device *d) {
+    terminate(d->uuid, sizeof d->uuid);
+    terminate(d->name, sizeof d->name);
+    terminate(d->serial, sizeof d->serial);
+    terminate(d->part_number, sizeof d->part_number);
+    terminate(d->vbios, sizeof d->vbios);
+    terminate(d->inforom, sizeof d->inforom);
+    terminate(d->bus_id, sizeof d->bus_id);
+    if (d->nvlink_count > FNV_MAX_LINKS) d->nvlink_count = FNV_MAX_LINKS;
+    for (unsigned i = 0; i < FNV_MAX_LINKS; i++)
+        terminate(d->links[i].remote_bus_id, sizeof d->links[i].remote_bus_id);
+}
+
+int fnv_parse_state(const uint8_t *buf, size_t len, fnv_header *header, fnv_device **devices,
+                    char *err, size_t errlen) {
+    *devices = NULL;
+    if (len < sizeof(fnv_header) + 4) {
+        snprintf(err, errlen, "%zu bytes: truncated", len);
+        return -1;
+    }
+    uint32_t crc;
+    memcpy(&crc, buf + len - 4, 4);
+    if (fnv_crc32(buf, len - 4) != crc) {
+        snprintf(err, errlen, "checksum mismatch: truncated or torn write");
+        return -1;
+    }
+    memcpy(header, buf, sizeof *header);
+    if (memcmp(header->magic, FNV_STATE_MAGIC, 8) != 0 || header->version != FNV_FORMAT_VERSION ||
+        header->header_size != sizeof(fnv_header) || header->device_size != sizeof(fnv_device)) {
+        snprintf(err, errlen, "not a version %d fakenvml state; re-run `fakenvml init`",
+                 FNV_FORMAT_VERSION);
+        return -1;
+    }
+    if (header->device_count < 1 || header->device_count > FNV_MAX_DEVICES) {
+        snprintf(err, errlen, "device count %u out of range 1-%d", header->device_count,
+                 FNV_MAX_DEVICES);
+        return -1;
+    }
+    if (len != sizeof(fnv_header) + (size_t)header->device_count * sizeof(fnv_device) + 4) {
+        snprintf(err, errlen, "length %zu does not match %u devices", len, header->device_count);
+        return -1;
+    }
+    terminate(header->driver_version, sizeof header->driver_version);
+    terminate(header->nvml_version, sizeof header->nvml_version);
+    terminate(header->node_name, sizeof header->node_name);
+    fnv_device *devs = calloc(header->device_count, sizeof *devs);
+    if (!devs) {
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    memcpy(devs, buf + sizeof(fnv_header), (size_t)header->device_count * sizeof *devs);
+    for (uint32_t i = 0; i < header->device_count; i++) {
+        sanitize_device(&devs[i]);
+        devs[i].index = i; /* the position is the index; never trust a stored one */
+    }
+    *devices = devs;
+    return 0;
+}
+
+static const char *state_dir(void) {
+    const char *dir = getenv(FNV_STATE_DIR_ENV);
+    return dir && *dir ? dir : FNV_DEFAULT_STATE_DIR;
+}
+
+static int read_file(const char *path, uint8_t **out, size_t *len, char *err, size_t errlen) {
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        snprintf(err, errlen, "%s", strerror(errno));
+        return -1;
+    }
+    struct stat sb;
+    if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode) || (size_t)sb.st_size > FNV_MAX_STATE_BYTES) {
+        snprintf(err, errlen, "not a regular file of at most %zu bytes", FNV_MAX_STATE_BYTES);
+        close(fd);
+        return -1;
+    }
+    size_t size = (size_t)sb.st_size, got = 0;
+    uint8_t *buf = malloc(size ? size : 1);
+    while (buf && got < size) {
+        ssize_t n = read(fd, buf + got, size - got);
+        if (n <= 0) break; /* shrunk under us: the checksum will say so */
+        got += (size_t)n;
+    }
+    close(fd);
+    if (!buf) {
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    *out = buf;
+    *len = got;
+    return 0;
+}
+
+static int open_journal(fnv_state *st, char *err, size_t errlen) {
+    int fd = open(st->journal_path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        snprintf(err, errlen, "%s: %s", st->journal_path, strerror(errno));
+        return -1;
+    }
+    fnv_journal_header jh;
+    if (pread(fd, &jh, sizeof jh, 0) != (ssize_t)sizeof jh || memcmp(jh.magic, FNV_JOURNAL_MAGIC, 8) ||
+        jh.version != FNV_FORMAT_VERSION || jh.record_size != sizeof(fnv_record)) {
+        snprintf(err, errlen, "%s: not a fakenvml journal", st->journal_path);
+        close(fd);
+        return -1;
+    }
+    if (jh.boot_id != st->header.boot_id) {
+        snprintf(err, errlen, "%s belongs to another init", st->journal_path);
+        close(fd);
+        return -2; /* a concurrent `fakenvml init` between its two renames: retry */
+    }
+    st->journal_fd = fd;
+    return 0;
+}
+
+nvmlReturn_t fnv_load(fnv_state **out) {
+    char err[PATH_MAX + 128] = "";
+    fnv_state *st = calloc(1, sizeof *st);
+    if (!st) return NVML_ERROR_MEMORY;
+    st->journal_fd = -1;
+    const char *dir = state_dir();
+    char path[PATH_MAX];
+    snprintf(st->dir, sizeof st->dir, "%s", dir);
+    snprintf(path, sizeof path, "%s/" FNV_STATE_FILE, dir);
+    snprintf(st->journal_path, sizeof st->journal_path, "%s/" FNV_JOURNAL_FILE, dir);
+    for (int attempt = 0; attempt < 20; attempt++) {
+        uint8_t *buf;
+        size_t len;
+        if (read_file(path, &buf, &len, err, sizeof err) != 0) {
+            fnv_log("nvmlInit: %s: %s (run `fakenvml init`)", path, err);
+            free(st);
+            return NVML_ERROR_DRIVER_NOT_LOADED;
+        }
+        free(st->devices);
+        int rc = fnv_parse_state(buf, len, &st->header, &st->devices, err, sizeof err);
+        free(buf);
+        if (rc == 0) rc = open_journal(st, err, sizeof err);
+        if (rc == 0) break;
+        if (rc == -2) {
+            nanosleep(&(struct timespec){0, 5 * 1000 * 1000}, NULL);
+            continue;
+        }
+        fnv_log("nvmlInit: %s: %s", path, err);
+        free(st->devices);
+        free(st);
+        return NVML_ERROR_UNKNOWN;
+    }
+    if (st->journal_fd < 0) {
+        fnv_log("nvmlInit: %s", err);
+        free(st->devices);
+        free(st);
+        return NVML_ERROR_UNKNOWN;
+    }
+    st->count = st->header.device_count;
+    st->faults = calloc(st->count, sizeof *st->faults);
+    if (!st->faults) {
+        fnv_free(st);
+        return NVML_ERROR_MEMORY;
+    }
+    fnv_journal_refresh(st);
+    *out = st;
+    return NVML_SUCCESS;
+}
+
+void fnv_free(fnv_state *st) {
+    if (!st) return;
+    if (st->journal_fd >= 0) close(st->journal_fd);
+    free(st->devices);
+    free(st->faults);
+    free(st);
+}

@@ -1,0 +1,100 @@
+/* The on-disk formats shared with the Python control plane (fakenvml/statefile.py,
+ * fakenvml/journal.py). Little-endian, fixed size, no pointers: every bound is known
+ * before a byte is parsed. Change both sides together and bump the version. */
+#ifndef FAKENVML_STATE_FORMAT_H
+#define FAKENVML_STATE_FORMAT_H
+
+#include <stdint.h>
+
+#define FNV_STATE_FILE "state.bin"
+#define FNV_JOURNAL_FILE "journal.bin"
+#define FNV_STATE_MAGIC "FNVMLST1"
+#define FNV_JOURNAL_MAGIC "FNVMLJR1"
+#define FNV_FORMAT_VERSION 1
+#define FNV_MAX_DEVICES 4096
+#define FNV_MAX_LINKS 36 /* NVML_NVLINK_MAX_LINKS */
+#define FNV_NO_NUMA 0xFFFFFFFFu
+
+#pragma pack(push, 1)
+typedef struct {
+    char magic[8];
+    uint32_t version;
+    uint32_t header_size;
+    uint32_t device_size;
+    uint32_t device_count;
+    uint64_t boot_id; /* ties a journal to the state it was created with */
+    int32_t cuda_driver_version;
+    uint32_t reserved;
+    char driver_version[32];
+    char nvml_version[32];
+    char node_name[64];
+} fnv_header;
+
+typedef struct {
+    uint32_t active;
+    uint32_t remote_kind; /* nvmlIntNvLinkDeviceType_t */
+    uint32_t remote_index;
+    uint32_t remote_device_id;
+    char remote_bus_id[32];
+} fnv_link;
+
+typedef struct {
+    uint32_t index, minor;
+    char uuid[96], name[96], serial[32], part_number[80], vbios[32], inforom[16];
+    uint32_t pci_domain, pci_bus, pci_device, pci_function;
+    uint32_t pci_device_id, pci_subsystem_id;
+    char bus_id[32];
+    uint32_t brand, arch, cc_major, cc_minor;
+    uint64_t memory_total, memory_reserved, memory_used, bar1_total;
+    uint32_t power_usage_mw, power_limit_mw, power_min_mw, power_max_mw, power_default_mw;
+    uint32_t pad0;
+    uint64_t energy_mj;
+    uint32_t temp_gpu, temp_slowdown, temp_shutdown, temp_gpu_max, temp_mem_max;
+    uint32_t fan_count, fan_speed;
+    uint32_t clocks[4], max_clocks[4]; /* graphics, sm, mem, video (nvmlClockType_t order) */
+    uint32_t util_gpu, util_mem, pstate;
+    uint32_t ecc_enabled, persistence, compute_mode;
+    uint32_t numa_node, cpu_first, cpu_count;
+    uint32_t pcie_switch, pcie_upper_switch, host_bridge;
+    uint32_t pcie_gen, pcie_width;
+    uint32_t board_id, multi_gpu_board;
+    uint32_t nvlink_version, nvlink_count;
+    uint32_t num_cores, memory_bus_width;
+    fnv_link links[FNV_MAX_LINKS];
+} fnv_device;
+
+typedef struct {
+    char magic[8];
+    uint32_t version;
+    uint32_t record_size;
+    uint64_t boot_id;
+    uint8_t reserved[40];
+} fnv_journal_header;
+
+enum fnv_record_kind {
+    FNV_XID = 1,
+    FNV_ECC_SBE = 2,
+    FNV_ECC_DBE = 3,
+    FNV_LOST = 4,
+    FNV_FALLEN_OFF_BUS = 5,
+    FNV_RECOVER = 6,
+};
+
+typedef struct {
+    uint64_t seq; /* 1-based, equal to the record's position + 1 */
+    uint64_t realtime_ns, monotonic_ns;
+    uint32_t kind, gpu;
+    uint64_t data; /* Xid code or ECC error count */
+    uint32_t gpu_instance, compute_instance;
+    uint8_t reserved[12];
+    uint32_t crc; /* crc32 of the preceding 60 bytes */
+} fnv_record;
+#pragma pack(pop)
+
+_Static_assert(sizeof(fnv_header) == 168, "header layout changed: update statefile.py");
+_Static_assert(sizeof(fnv_link) == 48, "link layout changed: update statefile.py");
+_Static_assert(sizeof(fnv_device) == 636 + FNV_MAX_LINKS * 48, "device layout changed");
+_Static_assert(sizeof(fnv_journal_header) == 64, "journal header layout changed");
+_Static_assert(sizeof(fnv_record) == 64, "record layout changed: update journal.py");
+
+#endif

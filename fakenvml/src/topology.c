@@ -1,0 +1,230 @@
+/* Where devices sit: NUMA and CPU affinity, the PCIe tree (common ancestor, nearest GPUs),
+ * NVLink, and peer-to-peer status. The tree is stored per GPU as switch / upper switch /
+ * host bridge / NUMA ids, so no N x N table is needed for 1024 GPUs. */
+#include <string.h>
+
+#include "getters.h"
+
+static nvmlGpuTopologyLevel_t ancestor(const fnv_device *a, const fnv_device *b) {
+    if (a == b) return NVML_TOPOLOGY_INTERNAL;
+    if (a->host_bridge == b->host_bridge) {
+        if (a->pcie_switch == b->pcie_switch) return NVML_TOPOLOGY_SINGLE;
+        if (a->pcie_upper_switch == b->pcie_upper_switch) return NVML_TOPOLOGY_MULTIPLE;
+        return NVML_TOPOLOGY_HOSTBRIDGE;
+    }
+    if (a->numa_node == b->numa_node) return NVML_TOPOLOGY_NODE;
+    return NVML_TOPOLOGY_SYSTEM;
+}
+
+/* Connected by NVLink: a direct active link, or both reach the NVSwitch fabric. */
+static int nvlinked(const fnv_device *a, const fnv_device *b) {
+    int a_switch = 0, b_switch = 0;
+    for (unsigned i = 0; i < a->nvlink_count; i++) {
+        const fnv_link *l = &a->links[i];
+        if (!l->active) continue;
+        if (l->remote_kind == NVML_NVLINK_DEVICE_TYPE_GPU && l->remote_index == b->index) return 1;
+        a_switch |= l->remote_kind == NVML_NVLINK_DEVICE_TYPE_SWITCH;
+    }
+    for (unsigned i = 0; i < b->nvlink_count; i++)
+        b_switch |= b->links[i].active && b->links[i].remote_kind == NVML_NVLINK_DEVICE_TYPE_SWITCH;
+    return a_switch && b_switch;
+}
+
+/* Second handle of a two-device call; the lock is held by the caller. */
+static const fnv_device *peer(nvmlDevice_t device, nvmlReturn_t *ret) {
+    uint32_t i;
+    if (!fnv_handle_index(device, &i)) {
+        *ret = NVML_ERROR_INVALID_ARGUMENT;
+        return NULL;
+    }
+    if (fnv_g->faults[i].lost) {
+        *ret = NVML_ERROR_GPU_IS_LOST;
+        return NULL;
+    }
+    return &fnv_g->devices[i];
+}
+
+nvmlReturn_t nvmlDeviceGetTopologyCommonAncestor(nvmlDevice_t device1, nvmlDevice_t device2,
+                                                 nvmlGpuTopologyLevel_t *pathInfo) {
+    if (!pathInfo) return NVML_ERROR_INVALID_ARGUMENT;
+    DEVICE_ENTER(device1);
+    nvmlReturn_t ret = NVML_SUCCESS;
+    const fnv_device *e = peer(device2, &ret);
+    if (e) *pathInfo = ancestor(d, e);
+    return fnv_leave(ret);
+}
+
+nvmlReturn_t nvmlDeviceGetTopologyNearestGpus(nvmlDevice_t device, nvmlGpuTopologyLevel_t level,
+                                              unsigned int *count, nvmlDevice_t *deviceArray) {
+    if (!count || (*count && !deviceArray)) return NVML_ERROR_INVALID_ARGUMENT;
+    DEVICE_ENTER(device);
+    unsigned found = 0;
+    for (uint32_t i = 0; i < fnv_g->count; i++) {
+        const fnv_device *e = &fnv_g->devices[i];
+        if (e == d || ancestor(d, e) > level) continue;
+        if (*count && found < *count) deviceArray[found] = &fnv_handles[i];
+        found++;
+    }
+    /* count 0 asks how many; otherwise fill at most *count. */
+    if (*count == 0 || found < *count) *count = found;
+    return fnv_leave(NVML_SUCCESS);
+}
+
+nvmlReturn_t nvmlSystemGetTopologyGpuSet(unsigned int cpuNumber, unsigned int *count,
+                                         nvmlDevice_t *deviceArray) {
+    if (!count || (*count && !deviceArray)) return NVML_ERROR_INVALID_ARGUMENT;
+    nvmlReturn_t ret = fnv_enter();
+    if (ret != NVML_SUCCESS) return ret;
+    unsigned found = 0;
+    for (uint32_t i = 0; i < fnv_g->count; i++) {
+        const fnv_device *e = &fnv_g->devices[i];
+        if (cpuNumber < e->cpu_first || cpuNumber >= e->cpu_first + e->cpu_count) continue;
+        if (*count && found < *count) deviceArray[found] = &fnv_handles[i];
+        found++;
+    }
+    if (*count == 0 || found < *count) *count = found;
+    return fnv_leave(NVML_SUCCESS);
+}
+
+nvmlReturn_t nvmlDeviceGetP2PStatus(nvmlDevice_t device1, nvmlDevice_t device2,
+                                    nvmlGpuP2PCapsIndex_t p2pIndex, nvmlGpuP2PStatus_t *p2pStatus) {
+    if (!p2pStatus || p2pIndex >= NVML_P2P_CAPS_INDEX_UNKNOWN) return NVML_ERROR_INVALID_ARGUMENT;
+    DEVICE_ENTER(device1);
+    nvmlReturn_t ret = NVML_SUCCESS;
+    const fnv_device *e = peer(device2, &ret);
+    if (!e) return fnv_leave(ret);
+    int linked = nvlinked(d, e);
+    if (p2pIndex == NVML_P2P_CAPS_INDEX_NVLINK)
+        *p2pStatus = linked ? NVML_P2P_STATUS_OK : NVML_P2P_STATUS_NOT_SUPPORTED;
+    else /* PCIe peer traffic does not cross CPU sockets on these boards */
+        *p2pStatus = linked || ancestor(d, e) <= NVML_TOPOLOGY_HOSTBRIDGE
+                         ? NVML_P2P_STATUS_OK
+                         : NVML_P2P_STATUS_CHIPSET_NOT_SUPPORTED;
+    return fnv_leave(NVML_SUCCESS);
+}
+
+/* ---- NUMA and affinity ---- */
+
+DEVICE_GETTER_IF(nvmlDeviceGetNumaNodeId, unsigned int, d->numa_node != FNV_NO_NUMA, d->numa_node)
+
+static void set_bits(unsigned long *set, unsigned int words, unsigned first, unsigned n) {
+    const unsigned bits = 8 * sizeof *set;
+    memset(set, 0, words * sizeof *set);
+    for (unsigned b = first; b < first + n && b / bits < words; b++) set[b / bits] |= 1UL << (b % bits);
+}
+
+nvmlReturn_t nvmlDeviceGetCpuAffinityWithinScope(nvmlDevice_t device, unsigned int cpuSetSize,
+                                                 unsigned long *cpuSet, nvmlAffinityScope_t scope) {
+    if (!cpuSet || cpuSetSize == 0 || scope > NVML_AFFINITY_SCOPE_SOCKET)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    DEVICE_ENTER(device);
+    set_bits(cpuSet, cpuSetSize, d->cpu_first, d->cpu_count); /* one socket per NUMA node */
+    return fnv_leave(NVML_SUCCESS);
+}
+
+nvmlReturn_t nvmlDeviceGetCpuAffinity(nvmlDevice_t device, unsigned int cpuSetSize,
+                                      unsigned long *cpuSet) {
+    return nvmlDeviceGetCpuAffinityWithinScope(device, cpuSetSize, cpuSet, NVML_AFFINITY_SCOPE_NODE);
+}
+
+nvmlReturn_t nvmlDeviceGetMemoryAffinity(nvmlDevice_t device, unsigned int nodeSetSize,
+                                         unsigned long *nodeSet, nvmlAffinityScope_t scope) {
+    if (!nodeSet || nodeSetSize == 0 || scope > NVML_AFFINITY_SCOPE_SOCKET)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    DEVICE_ENTER(device);
+    if (d->numa_node == FNV_NO_NUMA) return fnv_leave(NVML_ERROR_NOT_SUPPORTED);
+    set_bits(nodeSet, nodeSetSize, d->numa_node, 1);
+    return fnv_leave(NVML_SUCCESS);
+}
+
+/* ---- NVLink: NOT_SUPPORTED without links, INVALID_ARGUMENT past the last one, as real
+ * boards answer (consumers probe links 0..35 and rely on exactly these codes) ---- */
+
+static nvmlReturn_t link_of(const fnv_device *d, unsigned int link, const fnv_link **out) {
+    if (d->nvlink_count == 0) return NVML_ERROR_NOT_SUPPORTED;
+    if (link >= d->nvlink_count) return NVML_ERROR_INVALID_ARGUMENT;
+    *out = &d->links[link];
+    return NVML_SUCCESS;
+}
+
+#define LINK_ENTER(device, link, out)                                                              \
+    DEVICE_ENTER(device);                                                                          \
+    const fnv_link *l;                                                                             \
+    do {                                                                                           \
+        nvmlReturn_t ret_ = link_of(d, link, &l);                                                  \
+        if (ret_ != NVML_SUCCESS) return fnv_leave(ret_);                                          \
+    } while (0)
+
+nvmlReturn_t nvmlDeviceGetNvLinkState(nvmlDevice_t device, unsigned int link,
+                                      nvmlEnableState_t *isActive) {
+    if (!isActive) return NVML_ERROR_INVALID_ARGUMENT;
+    LINK_ENTER(device, link, l);
+    *isActive = l->active ? NVML_FEATURE_ENABLED : NVML_FEATURE_DISABLED;
+    return fnv_leave(NVML_SUCCESS);
+}
+
+nvmlReturn_t nvmlDeviceGetNvLinkVersion(nvmlDevice_t device, unsigned int link,
+                                        unsigned int *version) {
+    if (!version) return NVML_ERROR_INVALID_ARGUMENT;
+    LINK_ENTER(device, link, l);
+    (void)l;
+    *version = d->nvlink_version;
+    return fnv_leave(NVML_SUCCESS);
+}
+
+nvmlReturn_t nvmlDeviceGetNvLinkCapability(nvmlDevice_t device, unsigned int link,
+                                           nvmlNvLinkCapability_t capability,
+                                           unsigned int *capResult) {
+    if (!capResult || capability >= NVML_NVLINK_CAP_COUNT) return NVML_ERROR_INVALID_ARGUMENT;
+    LINK_ENTER(device, link, l);
+    (void)l;
+    /* Data-centre NVLink: P2P and atomics yes, system memory and SLI no. */
+    *capResult = capability == NVML_NVLINK_CAP_P2P_SUPPORTED ||
+                 capability == NVML_NVLINK_CAP_P2P_ATOMICS || capability == NVML_NVLINK_CAP_VALID;
+    return fnv_leave(NVML_SUCCESS);
+}
+
+nvmlReturn_t nvmlDeviceGetNvLinkRemoteDeviceType(nvmlDevice_t device, unsigned int link,
+                                                 nvmlIntNvLinkDeviceType_t *pNvLinkDeviceType) {
+    if (!pNvLinkDeviceType) return NVML_ERROR_INVALID_ARGUMENT;
+    LINK_ENTER(device, link, l);
+    *pNvLinkDeviceType = (nvmlIntNvLinkDeviceType_t)l->remote_kind;
+    return fnv_leave(NVML_SUCCESS);
+}
+
+static nvmlReturn_t remote_pci(nvmlDevice_t device, unsigned int link, nvmlPciInfo_t *pci) {
+    if (!pci) return NVML_ERROR_INVALID_ARGUMENT;
+    LINK_ENTER(device, link, l);
+    fnv_device remote;
+    memset(&remote, 0, sizeof remote);
+    unsigned dom = 0, bus = 0, dev = 0, fn = 0;
+    fnv_parse_bus_id(l->remote_bus_id, &dom, &bus, &dev, &fn);
+    remote.pci_domain = dom;
+    remote.pci_bus = bus;
+    remote.pci_device = dev;
+    remote.pci_function = fn;
+    remote.pci_device_id = l->remote_device_id;
+    memcpy(remote.bus_id, l->remote_bus_id, sizeof remote.bus_id);
+    fnv_fill_pci(&remote, pci);
+    return fnv_leave(NVML_SUCCESS);
+}
+
+nvmlReturn_t nvmlDeviceGetNvLinkRemotePciInfo_v2(nvmlDevice_t device, unsigned int link,
+                                                 nvmlPciInfo_t *pci) {
+    return remote_pci(device, link, pci);
+}
+
+nvmlReturn_t nvmlDeviceGetNvLinkRemotePciInfo(nvmlDevice_t device, unsigned int link,
+                                              nvmlPciInfo_t *pci) {
+    return remote_pci(device, link, pci);
+}
+
+nvmlReturn_t nvmlDeviceGetNvLinkErrorCounter(nvmlDevice_t device, unsigned int link,
+                                             nvmlNvLinkErrorCounter_t counter,
+                                             unsigned long long *counterValue) {
+    if (!counterValue || counter >= NVML_NVLINK_ERROR_COUNT) return NVML_ERROR_INVALID_ARGUMENT;
+    LINK_ENTER(device, link, l);
+    (void)l;
+    *counterValue = 0;
+    return fnv_leave(NVML_SUCCESS);
+}
