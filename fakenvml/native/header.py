@@ -37,7 +37,10 @@ def path() -> Path:
     raise FakeNvmlError("nvml.h not found: pip install the `build` extra (nvidia-nvml-dev)")
 
 
-_AUX = re.compile(r"^/\* (?P<file>[^:]+):\d+:\w+ \*/ extern (?P<ret>.+?)\b(?P<name>nvml\w+) \((?P<params>.*)\);$")
+# One line of gcc -aux-info: /* path:line:flags */ extern <ret> <name> (<params>);
+_AUX = re.compile(
+    r"^/\* (?P<file>[^:]+):\d+:\w+ \*/ extern (?P<ret>.+?)\b(?P<name>nvml\w+) \((?P<params>.*)\);$"
+)
 
 
 def declarations(header: Path) -> list[Declaration]:
