@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Everything `make test` needs on a fresh Debian 12 machine: compilers and the fuzzer
+# runtime from apt (only what is missing), then the project's venv with pinned packages.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+need=()
+command -v gcc >/dev/null || need+=(gcc)
+command -v clang-14 >/dev/null || need+=(clang-14)
+# libFuzzer's runtime ships in libclang-rt-14-dev on Debian 12.
+dpkg -s libclang-rt-14-dev >/dev/null 2>&1 || need+=(libclang-rt-14-dev)
+if ((${#need[@]})); then
+  echo "==> apt: installing ${need[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+fi
+
+if [[ ! -x .venv/bin/python ]]; then
+  echo "==> python: creating .venv"
+  python3 -m venv .venv
+fi
+stamp=.venv/.installed-$(sha256sum pyproject.toml | cut -c1-16)
+if [[ ! -e $stamp ]]; then
+  echo "==> python: installing gpulab and pinned dependencies"
+  .venv/bin/pip install -q --disable-pip-version-check -e ".[dev,build]"
+  touch "$stamp"
+fi
