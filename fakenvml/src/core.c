@@ -255,7 +255,7 @@ static nvmlReturn_t handle_by_field(size_t offset, const char *key, nvmlDevice_t
     WITH_STATE({
         for (uint32_t i = 0; i < fnv_g->count; i++) {
             const char *field = (const char *)&fnv_g->devices[i] + offset;
-            if (strcmp(field, key) == 0) return fnv_leave(handle_for(i, device));
+            if (strcasecmp(field, key) == 0) return fnv_leave(handle_for(i, device));
         }
         return fnv_leave(NVML_ERROR_NOT_FOUND);
     });
@@ -270,10 +270,21 @@ nvmlReturn_t nvmlDeviceGetHandleBySerial(const char *serial, nvmlDevice_t *devic
 }
 
 nvmlReturn_t nvmlDeviceGetHandleByUUIDV(const nvmlUUID_t *uuid, nvmlDevice_t *device) {
-    if (!uuid || uuid->type != NVML_UUID_TYPE_ASCII) return NVML_ERROR_INVALID_ARGUMENT;
+    if (!uuid) return NVML_ERROR_INVALID_ARGUMENT;
     char text[sizeof uuid->value.str + 1];
-    memcpy(text, uuid->value.str, sizeof uuid->value.str);
-    text[sizeof uuid->value.str] = '\0';
+    if (uuid->type == NVML_UUID_TYPE_ASCII) {
+        memcpy(text, uuid->value.str, sizeof uuid->value.str);
+        text[sizeof uuid->value.str] = '\0';
+    } else if (uuid->type == NVML_UUID_TYPE_BINARY) {
+        /* The 16 bytes behind "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx". */
+        const unsigned char *b = uuid->value.bytes;
+        snprintf(text, sizeof text,
+                 "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", b[0],
+                 b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13],
+                 b[14], b[15]);
+    } else {
+        return NVML_ERROR_INVALID_ARGUMENT;
+    }
     return nvmlDeviceGetHandleByUUID(text, device);
 }
 

@@ -1,0 +1,78 @@
+"""Fixtures for the fakenvml suite: state directories built from inventories, and the
+official nvidia-ml-py bindings bound to the library under test.
+
+The library under test is $FAKENVML_LIBRARY (the sanitizer run points it at build/asan),
+else build/release. pynvml binds one library per process, so every test initialises NVML
+against its own state directory and shuts it down afterwards.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from fakenvml import inventory, library
+from fakenvml.model import Node
+from fakenvml.node import STATE_DIR_ENV, NodeDir
+
+library.preload()
+import pynvml  # noqa: E402  (after preload: it must bind to the fake library)
+
+# Every NVML function a test reaches through pynvml, recorded at the one place pynvml
+# resolves symbols, so test_api can prove each implemented function was exercised.
+CALLED: set[str] = set()
+_resolve = pynvml._nvmlGetFunctionPointer
+
+
+def _recording(name: str):  # type: ignore[no-untyped-def]
+    CALLED.add(name)
+    return _resolve(name)
+
+
+pynvml._nvmlGetFunctionPointer = _recording
+pynvml._nvmlGetFunctionPointer_cache.clear()
+
+
+def build_node(spec: dict, name: str = "node-a") -> Node:
+    return inventory.from_dict(spec, name)
+
+
+H100x8 = {"gpus": [{"profile": "H100-SXM5-80GB", "count": 8}]}
+
+
+@pytest.fixture
+def make_state(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Callable[..., NodeDir]:
+    """make_state(spec) writes a node's state and points the library's env at it."""
+
+    def make(spec: dict | None = None, name: str = "node-a") -> NodeDir:
+        d = NodeDir(tmp_path / name)
+        d.init(build_node(spec or H100x8, name))
+        monkeypatch.setenv(STATE_DIR_ENV, str(d.path))
+        return d
+
+    return make
+
+
+@pytest.fixture
+def state(make_state: Callable[..., NodeDir]) -> NodeDir:
+    return make_state()
+
+
+@pytest.fixture
+def nvml(state: NodeDir) -> Iterator[object]:
+    pynvml.nvmlInit()
+    try:
+        yield pynvml
+    finally:
+        pynvml.nvmlShutdown()
+
+
+def subprocess_env(state_dir: Path) -> dict[str, str]:
+    """Environment for a child process that loads the same library and state."""
+    env = dict(os.environ)
+    env[STATE_DIR_ENV] = str(state_dir)
+    env[library.LIBRARY_ENV] = str(library.path())
+    return env

@@ -1,0 +1,146 @@
+"""Fault delivery: every event set in every process that registered a device and event
+type gets each injected event exactly once, in injection order; waits block."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pynvml as nv
+import pytest
+
+from fakenvml.journal import Kind
+from fakenvml.node import NodeDir
+from tests.fakenvml.conftest import subprocess_env
+
+XID = nv.nvmlEventTypeXidCriticalError
+REPO = Path(__file__).resolve().parents[2]
+
+
+class Waiter:
+    """A waiter process; READY means its sets are registered."""
+
+    def __init__(self, state: NodeDir, *args: str) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "tests.fakenvml.waiter", *args],
+            stdout=subprocess.PIPE, text=True, cwd=REPO, env=subprocess_env(state.path),
+        )  # fmt: skip
+        line = self.proc.stdout.readline()  # type: ignore[union-attr]
+        assert json.loads(line) == {"ready": True}, f"waiter did not start: {line!r}"
+
+    def events(self, timeout: float = 60) -> list[dict]:
+        out, _ = self.proc.communicate(timeout=timeout)
+        assert self.proc.returncode == 0, f"waiter exited {self.proc.returncode}"
+        return [json.loads(line) for line in out.splitlines()]
+
+
+def per_set(events: list[dict]) -> dict[int, list[tuple[int, int]]]:
+    sets: dict[int, list[tuple[int, int]]] = {}
+    for e in events:
+        sets.setdefault(e["set"], []).append((e["gpu"], e["data"]))
+    return sets
+
+
+def test_injection_reaches_every_set_in_two_other_processes_once_in_order(
+    state: NodeDir,
+) -> None:
+    injected = [(g, 100 + i) for i, g in enumerate([0, 1, 2, 3] * 10)]  # 40 events
+    waiters = [Waiter(state, "--gpus", "0,1,2,3", "--sets", "2", "--expect", "40",
+                      "--idle-ms", "3000") for _ in range(2)]  # fmt: skip
+    state.inject_xid(5, 13)  # a GPU nobody registered: never delivered
+    for gpu, code in injected:
+        state.inject_xid(gpu, code)
+    for w in waiters:
+        sets = per_set(w.events())
+        assert sorted(sets) == [0, 1]
+        for received in sets.values():
+            assert received == injected  # all 40, none twice, none from GPU 5, in order
+
+
+def test_sets_receive_only_their_registered_event_types(state: NodeDir) -> None:
+    w = Waiter(state, "--gpus", "1", "--mask", "xid", "--expect", "2", "--idle-ms", "1500")
+    state.inject_ecc(1, double_bit=True)  # filtered out: the set asked for Xids only
+    state.inject_xid(1, 79)
+    state.inject_ecc(1, double_bit=False)
+    state.inject_xid(1, 48)
+    got = [(e["type"], e["data"]) for e in w.events()]
+    assert got == [(XID, 79), (XID, 48)]
+
+
+def test_ecc_events_carry_their_type(nvml: object, state: NodeDir) -> None:
+    es = nv.nvmlEventSetCreate()
+    mask = XID | nv.nvmlEventTypeDoubleBitEccError | nv.nvmlEventTypeSingleBitEccError
+    nv.nvmlDeviceRegisterEvents(nv.nvmlDeviceGetHandleByIndex(0), mask, es)
+    state.inject_ecc(0, double_bit=True)
+    state.inject_ecc(0, double_bit=False)
+    assert nv.nvmlEventSetWait_v2(es, 1000).eventType == nv.nvmlEventTypeDoubleBitEccError
+    assert nv.nvmlEventSetWait_v2(es, 1000).eventType == nv.nvmlEventTypeSingleBitEccError
+    nv.nvmlEventSetFree(es)
+
+
+def test_events_before_registration_are_not_delivered(nvml: object, state: NodeDir) -> None:
+    state.inject_xid(2, 31)
+    es = nv.nvmlEventSetCreate()
+    nv.nvmlDeviceRegisterEvents(nv.nvmlDeviceGetHandleByIndex(2), XID, es)
+    with pytest.raises(nv.NVMLError_Timeout):
+        nv.nvmlEventSetWait_v2(es, 50)
+    nv.nvmlEventSetFree(es)
+
+
+def test_wait_blocks_for_its_timeout(nvml: object, state: NodeDir) -> None:
+    es = nv.nvmlEventSetCreate()
+    nv.nvmlDeviceRegisterEvents(nv.nvmlDeviceGetHandleByIndex(0), XID, es)
+    t0 = time.monotonic()
+    with pytest.raises(nv.NVMLError_Timeout):
+        nv.nvmlEventSetWait_v2(es, 300)
+    assert time.monotonic() - t0 >= 0.29
+    nv.nvmlEventSetFree(es)
+
+
+def test_lost_gpu_fails_getters_and_wakes_waiters_then_waits_block(
+    nvml: object, state: NodeDir
+) -> None:
+    es = nv.nvmlEventSetCreate()
+    handle = nv.nvmlDeviceGetHandleByIndex(3)
+    nv.nvmlDeviceRegisterEvents(handle, XID, es)
+    state.lose(3)
+    with pytest.raises(nv.NVMLError_GpuIsLost):
+        nv.nvmlEventSetWait_v2(es, 5000)  # the loss itself wakes the waiter
+    with pytest.raises(nv.NVMLError_GpuIsLost):
+        nv.nvmlDeviceGetUUID(handle)
+    with pytest.raises(nv.NVMLError_GpuIsLost):
+        nv.nvmlDeviceGetHandleByIndex(3)
+    assert nv.nvmlDeviceGetUUID(nv.nvmlDeviceGetHandleByIndex(2))  # others unaffected
+    t0 = time.monotonic()
+    with pytest.raises(nv.NVMLError_GpuIsLost):
+        nv.nvmlEventSetWait_v2(es, 300)  # still lost: the error comes after the timeout
+    assert time.monotonic() - t0 >= 0.29, "a wait on a lost GPU must not return at once"
+    state.recover(3)
+    assert nv.nvmlDeviceGetUUID(nv.nvmlDeviceGetHandleByIndex(3))
+    with pytest.raises(nv.NVMLError_Timeout):
+        nv.nvmlEventSetWait_v2(es, 50)
+    nv.nvmlEventSetFree(es)
+
+
+def test_fallen_off_the_bus_is_xid_79_then_lost(nvml: object, state: NodeDir) -> None:
+    es = nv.nvmlEventSetCreate()
+    nv.nvmlDeviceRegisterEvents(nv.nvmlDeviceGetHandleByIndex(6), XID, es)
+    state.fall_off_bus(6)
+    e = nv.nvmlEventSetWait_v2(es, 1000)
+    assert (e.eventType, e.eventData) == (XID, 79)
+    with pytest.raises(nv.NVMLError_GpuIsLost):
+        nv.nvmlDeviceGetUUID(e.device)
+    nv.nvmlEventSetFree(es)
+
+
+def test_journal_numbers_and_timestamps_every_fault(state: NodeDir) -> None:
+    recs = [state.inject_xid(0, 79), state.lose(1), state.recover(1), state.inject_ecc(2, True)]
+    journal = list(state.events())
+    assert [r.seq for r in journal] == [1, 2, 3, 4]
+    assert [r.kind for r in journal] == [Kind.XID, Kind.LOST, Kind.RECOVER, Kind.ECC_DBE]
+    assert journal == recs
+    assert all(a.monotonic_ns <= b.monotonic_ns for a, b in itertools.pairwise(journal))
