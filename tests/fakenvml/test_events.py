@@ -26,7 +26,7 @@ class Waiter:
 
     def __init__(self, state: NodeDir, *args: str) -> None:
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "tests.fakenvml.waiter", *args],
+            [sys.executable, "-m", "fakenvml.waiter", *args],
             stdout=subprocess.PIPE, text=True, cwd=REPO, env=subprocess_env(state.path),
         )  # fmt: skip
         line = self.proc.stdout.readline()  # type: ignore[union-attr]

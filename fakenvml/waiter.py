@@ -1,6 +1,8 @@
-"""A separate NVML consumer for the cross-process event tests.
+"""A reference NVML event consumer: what a device plugin's health loop sees.
 
-    python -m tests.fakenvml.waiter --gpus 0,1,2,3 --sets 2 --expect 40
+Used by the cross-process event tests and the latency benchmark, and handy by hand.
+
+    python -m fakenvml.waiter --gpus 0,1,2,3 --sets 2 --expect 40
 
 Loads the fake library through nvidia-ml-py, opens `--sets` event sets (one thread each),
 registers them, prints READY, then prints one JSON line per delivered event until each set

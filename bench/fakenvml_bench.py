@@ -1,0 +1,105 @@
+"""fakenvml benchmarks: fault delivery latency across processes, nvidia-ml-py call rates,
+nvmlInit time. Each returns rows of (metric, value, unit, aim)."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from fakenvml import inventory, library
+from fakenvml.node import STATE_DIR_ENV, NodeDir
+
+REPO = Path(__file__).resolve().parents[1]
+Row = dict[str, object]
+
+
+def _state(count: int, root: Path) -> NodeDir:
+    d = NodeDir(root / f"gpus{count}")
+    d.init(inventory.from_dict({"gpus": [{"profile": "H100-SXM5-80GB", "count": count}]}, "bench"))
+    return d
+
+
+def _pct(values: list[float], p: float) -> float:
+    values = sorted(values)
+    return values[min(len(values) - 1, round(p / 100 * (len(values) - 1)))]
+
+
+def delivery_latency(root: Path, events: int = 1000) -> list[Row]:
+    """Injection (journal timestamp) -> nvmlEventSetWait return in another process."""
+    d = _state(8, root)
+    env = {**os.environ, STATE_DIR_ENV: str(d.path), library.LIBRARY_ENV: str(library.path())}
+    waiter = subprocess.Popen(
+        [sys.executable, "-m", "fakenvml.waiter", "--gpus", "0", "--expect", str(events),
+         "--idle-ms", "5000"],
+        stdout=subprocess.PIPE, text=True, cwd=REPO, env=env,
+    )  # fmt: skip
+    assert json.loads(waiter.stdout.readline()) == {"ready": True}  # type: ignore[union-attr]
+    injected = []
+    for i in range(events):
+        injected.append(d.inject_xid(0, 1000 + i).monotonic_ns)
+        time.sleep(0.002)  # paced: this measures latency, not throughput
+    out, _ = waiter.communicate(timeout=60)
+    seen = [json.loads(line)["t"] for line in out.splitlines()]
+    lat = [(t - s) / 1e3 for s, t in zip(injected, seen, strict=True)]
+    return [
+        {"metric": "inject -> wait return, p50 (cross-process)", "value": _pct(lat, 50),
+         "unit": "us", "aim": ""},
+        {"metric": "inject -> wait return, p99 (cross-process)", "value": _pct(lat, 99),
+         "unit": "us", "aim": "<= 1000"},
+    ]  # fmt: skip
+
+
+def _rate(fn: Callable[[], object], seconds: float = 1.0) -> float:
+    n, t0 = 0, time.perf_counter()
+    while (elapsed := time.perf_counter() - t0) < seconds:
+        for _ in range(100):
+            fn()
+        n += 100
+    return n / elapsed
+
+
+def call_rates(root: Path) -> list[Row]:
+    import pynvml as nv
+
+    rows: list[Row] = []
+    for count in (8, 1024):
+        os.environ[STATE_DIR_ENV] = str(_state(count, root).path)
+        nv.nvmlInit()
+        handles = [nv.nvmlDeviceGetHandleByIndex(i) for i in range(count)]
+        for name, call in (("GetUUID", nv.nvmlDeviceGetUUID),
+                           ("GetMemoryInfo", nv.nvmlDeviceGetMemoryInfo)):  # fmt: skip
+            cycle = itertools.cycle(handles)  # every GPU, not one hot handle
+            rate = _rate(lambda call=call, cycle=cycle: call(next(cycle)))
+            rows.append({"metric": f"nvidia-ml-py {name}, {count} GPUs", "value": rate,
+                         "unit": "calls/s", "aim": ""})  # fmt: skip
+        nv.nvmlShutdown()
+    return rows
+
+
+def init_time(root: Path, runs: int = 20) -> list[Row]:
+    import pynvml as nv
+
+    os.environ[STATE_DIR_ENV] = str(_state(1024, root).path)
+    times = []
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        nv.nvmlInit()
+        times.append((time.perf_counter() - t0) * 1e3)
+        nv.nvmlShutdown()
+    return [{"metric": "nvmlInit, 1024 GPUs (median)", "value": statistics.median(times),
+             "unit": "ms", "aim": ""}]  # fmt: skip
+
+
+def run() -> list[Row]:
+    library.preload()
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        return [*delivery_latency(root), *call_rates(root), *init_time(root)]
