@@ -1,0 +1,41 @@
+"""Keep the README's list of implemented NVML functions equal to what the build found.
+
+    python -m fakenvml.native.readme          # rewrite the block in README.md
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+IMPLEMENTED = REPO / "build" / "gen" / "implemented.txt"
+START, END = "<!-- implemented:start -->", "<!-- implemented:end -->"
+_BLOCK = re.compile(re.escape(START) + r".*?" + re.escape(END), re.S)
+
+
+def implemented() -> list[str]:
+    return sorted(IMPLEMENTED.read_text().split())
+
+
+def block(names: list[str]) -> str:
+    return f"{START}\n```\n" + "\n".join(names) + f"\n```\n{END}"
+
+
+def listed(readme: str) -> list[str]:
+    m = _BLOCK.search(readme)
+    if not m:
+        return []
+    return [ln for ln in m.group(0).splitlines()[1:-1] if ln.startswith("nvml")]
+
+
+def main() -> None:
+    readme = REPO / "README.md"
+    text = readme.read_text()
+    names = implemented()
+    readme.write_text(_BLOCK.sub(lambda _: block(names), text))
+    print(f"README.md lists {len(names)} implemented functions")
+
+
+if __name__ == "__main__":
+    main()
