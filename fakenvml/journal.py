@@ -36,7 +36,8 @@ class Kind(enum.IntEnum):
     ECC_DBE = 3
     LOST = 4
     FALLEN_OFF_BUS = 5
-    RECOVER = 6
+    RECOVER = 6  # clears lost and the recovery action
+    RECOVERY_ACTION = 7  # data: the nvmlDeviceGpuRecoveryAction_t now asked for
 
 
 @dataclass(frozen=True)

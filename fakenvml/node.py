@@ -15,7 +15,7 @@ import secrets
 from collections.abc import Iterator
 from pathlib import Path
 
-from fakenvml import journal, statefile
+from fakenvml import journal, statefile, xids
 from fakenvml.errors import FakeNvmlError
 from fakenvml.journal import Kind, Record
 from fakenvml.model import Gpu, Node
@@ -89,9 +89,15 @@ class NodeDir:
         gpu_instance: int | None = None,
         compute_instance: int | None = None,
     ) -> Record:
+        """Append the Xid; when the driver would then ask for a reset or reboot, a second
+        record sets that recovery action (and wakes sets registered for it)."""
         if not 0 < code < 2**32:
             raise FakeNvmlError(f"Xid must be a positive 32-bit number, not {code}")
-        return self._append(gpu, Kind.XID, code, gpu_instance, compute_instance)
+        rec = self._append(gpu, Kind.XID, code, gpu_instance, compute_instance)
+        action = xids.recovery_action(code)
+        if action != xids.RecoveryAction.NONE:
+            self._append(rec.gpu, Kind.RECOVERY_ACTION, action)
+        return rec
 
     def inject_ecc(self, gpu: str | int, double_bit: bool, count: int = 1) -> Record:
         if not 0 < count < 2**32:
@@ -106,6 +112,7 @@ class NodeDir:
         return self._append(gpu, Kind.FALLEN_OFF_BUS, 79)
 
     def recover(self, gpu: str | int) -> Record:
+        """Clear the GPU's faults: reachable again, recovery action NONE (an event)."""
         return self._append(gpu, Kind.RECOVER)
 
     def events(self, start: int = 0) -> Iterator[Record]:

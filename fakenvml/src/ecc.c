@@ -69,8 +69,8 @@ static nvmlReturn_t retired_pages(nvmlDevice_t device, nvmlPageRetirementCause_t
     DEVICE_ENTER(device);
     if (remaps_rows(d)) return fnv_leave(NVML_ERROR_NOT_SUPPORTED);
     const fnv_fault *f = fault_of(d);
-    uint64_t n = cause == NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR ? f->retired_dbe_pages
-                                                                           : f->retired_sbe_pages;
+    /* Only double-bit errors retire pages here; single-bit retirement needs repeats. */
+    uint64_t n = cause == NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR ? f->retired_dbe_pages : 0;
     if (n > 64) n = 64; /* the InfoROM page table holds a bounded list */
     if (*pageCount < n || (n && !addresses)) {
         *pageCount = (unsigned)n;

@@ -16,8 +16,8 @@
 #include "getters.h"
 
 #define SET_MAGIC 0x4E564553u /* "NVES" */
-#define SUPPORTED_EVENTS                                                                           \
-    (nvmlEventTypeSingleBitEccError | nvmlEventTypeDoubleBitEccError | nvmlEventTypeXidCriticalError)
+#define ALWAYS_SUPPORTED (nvmlEventTypeXidCriticalError | nvmlEventTypeGpuRecoveryAction)
+#define ECC_EVENTS (nvmlEventTypeSingleBitEccError | nvmlEventTypeDoubleBitEccError)
 
 struct nvmlEventSet_st {
     uint32_t magic;
@@ -51,7 +51,7 @@ nvmlReturn_t nvmlDeviceGetSupportedEventTypes(nvmlDevice_t device, unsigned long
     if (!eventTypes) return NVML_ERROR_INVALID_ARGUMENT;
     DEVICE_ENTER(device);
     /* ECC events exist only where ECC is on, as on real boards. */
-    *eventTypes = d->ecc_enabled ? SUPPORTED_EVENTS : nvmlEventTypeXidCriticalError;
+    *eventTypes = ALWAYS_SUPPORTED | (d->ecc_enabled ? ECC_EVENTS : 0);
     return fnv_leave(NVML_SUCCESS);
 }
 
@@ -102,7 +102,7 @@ nvmlReturn_t nvmlDeviceRegisterEvents(nvmlDevice_t device, unsigned long long ev
     DEVICE_ENTER(device);
     if (!set_is_live(set) || set->boot_id != fnv_g->header.boot_id)
         return fnv_leave(NVML_ERROR_INVALID_ARGUMENT);
-    unsigned long long supported = d->ecc_enabled ? SUPPORTED_EVENTS : nvmlEventTypeXidCriticalError;
+    unsigned long long supported = ALWAYS_SUPPORTED | (d->ecc_enabled ? ECC_EVENTS : 0);
     if (eventTypes & ~supported) return fnv_leave(NVML_ERROR_NOT_SUPPORTED);
     if (set->mask[d->index] == 0) set->from[d->index] = journal_end(set->journal_fd);
     set->mask[d->index] |= eventTypes;
@@ -146,13 +146,18 @@ static int deliver(struct nvmlEventSet_st *s, const fnv_record *rec, uint64_t po
     case FNV_FALLEN_OFF_BUS: type = nvmlEventTypeXidCriticalError; break;
     case FNV_ECC_SBE: type = nvmlEventTypeSingleBitEccError; break;
     case FNV_ECC_DBE: type = nvmlEventTypeDoubleBitEccError; break;
+    case FNV_RECOVERY_ACTION:
+    case FNV_RECOVER: type = nvmlEventTypeGpuRecoveryAction; break;
     case FNV_LOST: return 2;
     default: return 0;
     }
     if (!(mask & type)) return rec->kind == FNV_FALLEN_OFF_BUS ? 2 : 0;
     data->device = &fnv_handles[rec->gpu];
     data->eventType = type;
-    data->eventData = rec->kind == FNV_XID || rec->kind == FNV_FALLEN_OFF_BUS ? rec->data : 0;
+    /* Xid code, or the recovery action now asked for (RECOVER: none). */
+    data->eventData = rec->kind == FNV_RECOVER || rec->kind == FNV_ECC_SBE || rec->kind == FNV_ECC_DBE
+                          ? 0
+                          : rec->data;
     data->gpuInstanceId = rec->gpu_instance;
     data->computeInstanceId = rec->compute_instance;
     return 1;

@@ -20,9 +20,10 @@
 /* Fault state replayed from the journal; never written to disk by the library. */
 typedef struct {
     uint64_t ecc_sbe, ecc_dbe; /* error counts: volatile and aggregate alike */
-    uint64_t retired_dbe_pages, retired_sbe_pages;
+    uint64_t retired_dbe_pages;
     uint32_t lost; /* 0, FNV_LOST or FNV_FALLEN_OFF_BUS */
     uint32_t last_xid;
+    uint32_t recovery_action; /* NVML_FI_DEV_GET_GPU_RECOVERY_ACTION */
 } fnv_fault;
 
 typedef struct {

@@ -1,6 +1,7 @@
 /* Who a device is: names, ids, PCI identity, modes, capabilities. */
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 
 #include "getters.h"
 
@@ -147,5 +148,28 @@ nvmlReturn_t nvmlDeviceOnSameBoard(nvmlDevice_t device1, nvmlDevice_t device2, i
     if (!fnv_handle_index(device2, &other)) return fnv_leave(NVML_ERROR_INVALID_ARGUMENT);
     const fnv_device *e = &fnv_g->devices[other];
     *onSameBoard = d == e || (d->multi_gpu_board && d->board_id == e->board_id);
+    return fnv_leave(NVML_SUCCESS);
+}
+
+/* ---- field values: the GPU recovery action the driver asks for; the rest unsupported ---- */
+
+nvmlReturn_t nvmlDeviceGetFieldValues(nvmlDevice_t device, int valuesCount,
+                                      nvmlFieldValue_t *values) {
+    if (valuesCount < 0 || (valuesCount && !values)) return NVML_ERROR_INVALID_ARGUMENT;
+    DEVICE_ENTER(device);
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    for (int i = 0; i < valuesCount; i++) {
+        nvmlFieldValue_t *v = &values[i];
+        v->timestamp = (long long)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+        v->latencyUsec = 0;
+        if (v->fieldId == NVML_FI_DEV_GET_GPU_RECOVERY_ACTION) {
+            v->valueType = NVML_VALUE_TYPE_UNSIGNED_INT;
+            v->value.uiVal = fnv_g->faults[d->index].recovery_action;
+            v->nvmlReturn = NVML_SUCCESS;
+        } else {
+            v->nvmlReturn = NVML_ERROR_NOT_SUPPORTED;
+        }
+    }
     return fnv_leave(NVML_SUCCESS);
 }

@@ -8,7 +8,7 @@
 
 int fnv_record_valid(const fnv_record *rec, uint64_t position, uint32_t device_count) {
     return fnv_crc32(rec, offsetof(fnv_record, crc)) == rec->crc && rec->seq == position + 1 &&
-           rec->gpu < device_count && rec->kind >= FNV_XID && rec->kind <= FNV_RECOVER;
+           rec->gpu < device_count && rec->kind >= FNV_XID && rec->kind <= FNV_RECOVERY_ACTION;
 }
 
 /* 1: a whole record was read; 0: not (yet) there. */
@@ -30,7 +30,11 @@ static void apply(fnv_fault *f, const fnv_record *rec) {
         f->lost = FNV_FALLEN_OFF_BUS;
         f->last_xid = 79;
         break;
-    case FNV_RECOVER: f->lost = 0; break;
+    case FNV_RECOVER:
+        f->lost = 0;
+        f->recovery_action = NVML_GPU_RECOVERY_ACTION_NONE;
+        break;
+    case FNV_RECOVERY_ACTION: f->recovery_action = (uint32_t)rec->data; break;
     }
 }
 

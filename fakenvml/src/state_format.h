@@ -77,7 +77,8 @@ enum fnv_record_kind {
     FNV_ECC_DBE = 3,
     FNV_LOST = 4,
     FNV_FALLEN_OFF_BUS = 5,
-    FNV_RECOVER = 6,
+    FNV_RECOVER = 6,         /* clears lost and the recovery action */
+    FNV_RECOVERY_ACTION = 7, /* data: nvmlDeviceGpuRecoveryAction_t the driver asks for */
 };
 
 typedef struct {

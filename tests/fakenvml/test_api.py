@@ -416,6 +416,34 @@ def event_set_lifecycle(st: NodeDir, node: Node) -> None:
     nv.nvmlEventSetFree(es)
 
 
+@check
+def recovery_action_follows_faults(st: NodeDir, node: Node) -> None:
+    field = nv.NVML_FI_DEV_GET_GPU_RECOVERY_ACTION
+
+    def action(i: int) -> int:
+        (value,) = nv.nvmlDeviceGetFieldValues(h(i), [field])
+        assert value.nvmlReturn == nv.NVML_SUCCESS
+        return value.value.uiVal
+
+    assert action(1) == nv.NVML_GPU_RECOVERY_ACTION_NONE
+    es = nv.nvmlEventSetCreate()
+    nv.nvmlDeviceRegisterEvents(h(1), nv.nvmlEventTypeGpuRecoveryAction, es)
+    st.inject_xid(1, 13)  # an application fault: the driver asks for nothing
+    st.inject_xid(1, 48)  # double-bit ECC: a GPU reset
+    assert action(1) == nv.NVML_GPU_RECOVERY_ACTION_GPU_RESET
+    e = nv.nvmlEventSetWait_v2(es, 1000)
+    assert (e.eventType, e.eventData) == (
+        nv.nvmlEventTypeGpuRecoveryAction, nv.NVML_GPU_RECOVERY_ACTION_GPU_RESET,
+    )  # fmt: skip
+    st.recover(1)
+    assert action(1) == nv.NVML_GPU_RECOVERY_ACTION_NONE
+    e = nv.nvmlEventSetWait_v2(es, 1000)  # recovery is an event, not something to poll
+    assert (e.eventType, e.eventData) == (nv.nvmlEventTypeGpuRecoveryAction, 0)
+    (other,) = nv.nvmlDeviceGetFieldValues(h(1), [nv.NVML_FI_DEV_POWER_INSTANT])
+    assert other.nvmlReturn == nv.NVML_ERROR_NOT_SUPPORTED
+    nv.nvmlEventSetFree(es)
+
+
 # ---------------------------------------------------------------- the tests
 
 
