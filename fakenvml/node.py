@@ -38,9 +38,13 @@ class NodeDir:
         state = statefile.pack(node, boot_id)  # validates before anything is written
         try:
             self.path.mkdir(parents=True, exist_ok=True)
-            # Journal first: a library that reads the new state must find its journal.
-            statefile.atomic_write(self.path / journal.JOURNAL_FILE, journal.create(boot_id))
-            statefile.atomic_write(self.path / statefile.STATE_FILE, state)
+            # Both files are written out before either replaces anything, so a failure
+            # (permissions, a full disk) leaves the directory as it was. Journal first: a
+            # library that reads the new state must find its journal.
+            with statefile.staged(self.path / journal.JOURNAL_FILE, journal.create(boot_id)) as j, \
+                 statefile.staged(self.path / statefile.STATE_FILE, state) as s:  # fmt: skip
+                j.commit()
+                s.commit()
         except OSError as e:
             raise FakeNvmlError(f"cannot write state to {self.path}: {e.strerror}") from None
         return boot_id
@@ -50,7 +54,8 @@ class NodeDir:
 
     def resolve(self, gpu: str | int) -> Gpu:
         """A GPU by index, UUID or PCI bus id, or a FakeNvmlError naming what exists."""
-        gpus = self.node().gpus
+        node = self.node()
+        gpus = node.gpus
         key = str(gpu).strip()
         if key.isdigit() and int(key) < len(gpus):
             return gpus[int(key)]
@@ -58,7 +63,7 @@ class NodeDir:
             if key in (g.uuid, g.serial) or key.upper() in (g.bus_id, g.bus_id[4:]):
                 return g
         raise FakeNvmlError(
-            f"GPU {key!r} not in inventory of node {self.path.name} "
+            f"GPU {key!r} not in inventory of node {node.name} "
             f"(indexes 0-{len(gpus) - 1}, or a UUID / PCI bus id)"
         )
 

@@ -72,6 +72,7 @@ class Profile:
         idle, slowdown, shutdown, gpu_max, mem_max = self.temps
         return Gpu(
             index=index,
+            minor=index,  # /dev/nvidiaN follows the index on a freshly booted node
             uuid=uuid,
             name=self.name,
             serial=serial,

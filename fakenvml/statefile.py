@@ -6,15 +6,17 @@ rejects a truncated or torn file. Layout:
 
     header (168 B) | device record x device_count | crc32 (4 B) of all preceding bytes
 
-Writes are atomic: a temp file in the same directory, fsync, rename over state.bin.
+Writes are atomic (staged): a temp file in the same directory, fsync, rename.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import struct
 import tempfile
 import zlib
+from collections.abc import Iterator
 from pathlib import Path
 
 from fakenvml.errors import FakeNvmlError
@@ -169,8 +171,18 @@ def _unpack_device(body: bytes, offset: int) -> Gpu:
     return Gpu(links=links, **kw)  # type: ignore[arg-type]
 
 
-def atomic_write(path: Path, data: bytes) -> None:
-    """Replace `path` with `data` so that a reader sees the old or the new file, never a mix."""
+class _Staged:
+    def __init__(self, tmp: str, path: Path) -> None:
+        self.tmp, self.path = tmp, path
+
+    def commit(self) -> None:
+        os.replace(self.tmp, self.path)  # atomic: readers see the old or the new file
+
+
+@contextlib.contextmanager
+def staged(path: Path, data: bytes) -> Iterator[_Staged]:
+    """Write `data` to a synced temp file beside `path`; commit() renames it into place.
+    Left uncommitted (an error, or the caller's choice), the temp file is removed."""
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as f:
@@ -178,10 +190,9 @@ def atomic_write(path: Path, data: bytes) -> None:
             f.flush()
             os.fsync(f.fileno())
         os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
+        yield _Staged(tmp, path)
+    finally:
         Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def read(state_dir: Path) -> tuple[Node, int]:

@@ -1,6 +1,6 @@
 """Keep the README's list of implemented NVML functions equal to what the build found.
 
-    python -m fakenvml.native.readme          # rewrite the block in README.md
+python -m fakenvml.native.readme          # rewrite the block in README.md
 """
 
 from __future__ import annotations

@@ -67,7 +67,10 @@ nvmlReturn_t nvmlDeviceGetTemperatureThreshold(nvmlDevice_t device,
     switch (thresholdType) {
     case NVML_TEMPERATURE_THRESHOLD_SHUTDOWN: *temp = d->temp_shutdown; break;
     case NVML_TEMPERATURE_THRESHOLD_SLOWDOWN: *temp = d->temp_slowdown; break;
-    case NVML_TEMPERATURE_THRESHOLD_MEM_MAX: *temp = d->temp_mem_max; break;
+    case NVML_TEMPERATURE_THRESHOLD_MEM_MAX:
+        if (!d->temp_mem_max) return fnv_leave(NVML_ERROR_NOT_SUPPORTED); /* GDDR: no sensor */
+        *temp = d->temp_mem_max;
+        break;
     case NVML_TEMPERATURE_THRESHOLD_GPU_MAX: *temp = d->temp_gpu_max; break;
     default: return fnv_leave(NVML_ERROR_NOT_SUPPORTED); /* acoustic limits: fanless */
     }

@@ -16,18 +16,24 @@ static nvmlGpuTopologyLevel_t ancestor(const fnv_device *a, const fnv_device *b)
     return NVML_TOPOLOGY_SYSTEM;
 }
 
-/* Connected by NVLink: a direct active link, or both reach the NVSwitch fabric. */
+static int links_to_switch(const fnv_link *l) {
+    return l->active && l->remote_kind == NVML_NVLINK_DEVICE_TYPE_SWITCH;
+}
+
+/* Connected by NVLink: a direct active link, or links into the same NVSwitch (an 8-GPU
+ * baseboard's switches are its own; two boards' GPUs do not reach each other). */
 static int nvlinked(const fnv_device *a, const fnv_device *b) {
-    int a_switch = 0, b_switch = 0;
     for (unsigned i = 0; i < a->nvlink_count; i++) {
         const fnv_link *l = &a->links[i];
-        if (!l->active) continue;
-        if (l->remote_kind == NVML_NVLINK_DEVICE_TYPE_GPU && l->remote_index == b->index) return 1;
-        a_switch |= l->remote_kind == NVML_NVLINK_DEVICE_TYPE_SWITCH;
+        if (l->active && l->remote_kind == NVML_NVLINK_DEVICE_TYPE_GPU && l->remote_index == b->index)
+            return 1;
+        if (!links_to_switch(l)) continue;
+        for (unsigned j = 0; j < b->nvlink_count; j++)
+            if (links_to_switch(&b->links[j]) &&
+                strcmp(l->remote_bus_id, b->links[j].remote_bus_id) == 0)
+                return 1;
     }
-    for (unsigned i = 0; i < b->nvlink_count; i++)
-        b_switch |= b->links[i].active && b->links[i].remote_kind == NVML_NVLINK_DEVICE_TYPE_SWITCH;
-    return a_switch && b_switch;
+    return 0;
 }
 
 /* Second handle of a two-device call; the lock is held by the caller. */

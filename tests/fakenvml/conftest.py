@@ -12,14 +12,14 @@ import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+# pynvml binds its library at the first nvmlInit, not at import: preloading in a fixture
+# is early enough, and tests that need no library (inventory, CLI) never load it.
+import pynvml
 import pytest
 
 from fakenvml import inventory, library
 from fakenvml.model import Node
 from fakenvml.node import STATE_DIR_ENV, NodeDir
-
-library.preload()
-import pynvml  # noqa: E402  (after preload: it must bind to the fake library)
 
 # Every NVML function a test reaches through pynvml, recorded at the one place pynvml
 # resolves symbols, so test_api can prove each implemented function was exercised.
@@ -61,8 +61,13 @@ def state(make_state: Callable[..., NodeDir]) -> NodeDir:
     return make_state()
 
 
+@pytest.fixture(scope="session")
+def fake_library() -> object:
+    return library.preload()
+
+
 @pytest.fixture
-def nvml(state: NodeDir) -> Iterator[object]:
+def nvml(fake_library: object, state: NodeDir) -> Iterator[object]:
     pynvml.nvmlInit()
     try:
         yield pynvml

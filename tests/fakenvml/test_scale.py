@@ -11,7 +11,7 @@ WIDE = {"gpus": [{"profile": "H100-SXM5-80GB", "count": 1024}]}
 
 
 @pytest.fixture
-def wide(make_state) -> NodeDir:  # type: ignore[no-untyped-def]
+def wide(make_state, fake_library) -> NodeDir:  # type: ignore[no-untyped-def]
     d = make_state(WIDE, "wide")
     nv.nvmlInit()
     yield d

@@ -1,0 +1,252 @@
+"""`fakenvml`: write a node's state, look at it like nvidia-smi, inject faults, tail events.
+
+Every refusal is one line on stderr, "fakenvml: error: ...", exit status 2, and leaves the
+state directory as it was: commands validate before they write.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import NoReturn
+
+from fakenvml import inventory
+from fakenvml.errors import FakeNvmlError
+from fakenvml.journal import JOURNAL_FILE, NO_INSTANCE, Kind, Record
+from fakenvml.node import DEFAULT_STATE_DIR, STATE_DIR_ENV, NodeDir, default_state_dir
+
+EXIT_BAD_INPUT = 2
+FOLLOW_INTERVAL_S = 0.2  # `events --follow` is for people; a fifth of a second feels live
+_KIND_NAMES = {Kind.ECC_SBE: "ecc-single", Kind.ECC_DBE: "ecc-double"}
+_NO_DATA = {Kind.LOST, Kind.FALLEN_OFF_BUS, Kind.RECOVER}  # data is implied (or unused)
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that reports bad usage as one line, like every other refusal."""
+
+    def error(self, message: str) -> NoReturn:
+        raise FakeNvmlError(f"{message} (see `{self.prog} --help`)")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        args = _parser().parse_args(argv)
+        return int(args.run(args) or 0)
+    except FakeNvmlError as e:
+        print(f"fakenvml: error: {e}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except KeyboardInterrupt:
+        return 130
+
+
+# --------------------------------------------------------------------------- commands
+
+
+def _init(args: argparse.Namespace) -> None:
+    node = inventory.load(args.inventory, args.node)
+    d = NodeDir(_state_dir(args))
+    d.init(node)
+    names = sorted({g.name for g in node.gpus})
+    print(f"node {node.name}: {len(node.gpus)} GPU(s) ({', '.join(names)}) in {d.path}")
+
+
+def _smi(args: argparse.Namespace) -> None:
+    from fakenvml import smi  # imports pynvml only for the command that needs it
+
+    state_dir = _state_dir(args)
+    if args.list:
+        print("\n".join(smi.listing(state_dir, args.id)))
+    elif args.query:
+        print("\n".join(smi.query(state_dir, args.id)))
+    else:
+        t = smi.table(state_dir, args.id)
+        if sys.stdout.isatty():
+            smi.print_rich(t)
+        else:
+            print(smi.format_plain(t))
+
+
+def _inject(args: argparse.Namespace) -> None:
+    d = NodeDir(_state_dir(args))
+    if args.fault == "xid":
+        rec = d.inject_xid(args.gpu, args.code, args.gpu_instance, args.compute_instance)
+    elif args.fault == "ecc":
+        rec = d.inject_ecc(args.gpu, args.double, args.count)
+    elif args.fault == "lost":
+        rec = d.lose(args.gpu)
+    else:
+        rec = d.fall_off_bus(args.gpu)
+    print(_describe(rec, d))
+
+
+def _recover(args: argparse.Namespace) -> None:
+    d = NodeDir(_state_dir(args))
+    print(_describe(d.recover(args.gpu), d))
+
+
+def _events(args: argparse.Namespace) -> None:
+    d = NodeDir(_state_dir(args))
+    uuids = {g.index: g.uuid for g in d.node().gpus}
+    start = args.since  # seq numbers start at 1, so "after seq N" is record index N
+    for rec in d.events(start):
+        _print_event(rec, uuids, args.json)
+        start = rec.seq
+    if not args.follow:
+        return
+    journal = d.path / JOURNAL_FILE
+    inode = _inode(journal)
+    while True:
+        time.sleep(FOLLOW_INTERVAL_S)
+        if _inode(journal) != inode:  # `init` replaced the journal: a new boot, seq restarts
+            inode, start = _inode(journal), 0
+            uuids = {g.index: g.uuid for g in d.node().gpus}
+            print("-- journal re-initialised --", file=sys.stderr, flush=True)
+        for rec in d.events(start):
+            _print_event(rec, uuids, args.json)
+            start = rec.seq
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def _state_dir(args: argparse.Namespace) -> Path:
+    return Path(args.state_dir) if args.state_dir else default_state_dir()
+
+
+def _inode(path: Path) -> int:
+    try:
+        return os.stat(path).st_ino
+    except OSError:
+        return -1
+
+
+def _iso(ns: int) -> str:
+    t = dt.datetime.fromtimestamp(ns / 1e9, tz=dt.UTC)
+    return t.strftime("%Y-%m-%dT%H:%M:%S.%f") + "Z"
+
+
+def _kind(kind: Kind) -> str:
+    return _KIND_NAMES.get(kind, kind.name.lower().replace("_", "-"))
+
+
+def _what(rec: Record) -> str:
+    if rec.kind == Kind.XID:
+        text = f"xid {rec.data}"
+        if rec.gpu_instance != NO_INSTANCE or rec.compute_instance != NO_INSTANCE:
+            text += f" (gi {_instance(rec.gpu_instance)}, ci {_instance(rec.compute_instance)})"
+        return text
+    if rec.kind in (Kind.ECC_SBE, Kind.ECC_DBE):
+        return f"{_kind(rec.kind)} x{rec.data}"
+    return _kind(rec.kind) if rec.kind in _NO_DATA else f"{_kind(rec.kind)} {rec.data}"
+
+
+def _instance(value: int) -> str:
+    return "-" if value == NO_INSTANCE else str(value)
+
+
+def _describe(rec: Record, d: NodeDir) -> str:
+    """The one line inject/recover print: seq, time, what, where."""
+    uuid = d.node().gpus[rec.gpu].uuid
+    return f"seq {rec.seq} at {_iso(rec.realtime_ns)}: {_what(rec)} on GPU {rec.gpu} ({uuid})"
+
+
+def _print_event(rec: Record, uuids: dict[int, str], as_json: bool) -> None:
+    if as_json:
+        line = json.dumps(
+            {
+                "seq": rec.seq,
+                "time": _iso(rec.realtime_ns),
+                "realtime_ns": rec.realtime_ns,
+                "monotonic_ns": rec.monotonic_ns,
+                "kind": _kind(rec.kind),
+                "gpu": rec.gpu,
+                "uuid": uuids.get(rec.gpu),
+                "data": rec.data,
+                "gpu_instance": None if rec.gpu_instance == NO_INSTANCE else rec.gpu_instance,
+                "compute_instance": (
+                    None if rec.compute_instance == NO_INSTANCE else rec.compute_instance
+                ),
+            }
+        )
+    else:
+        line = f"{rec.seq:>6}  {_iso(rec.realtime_ns)}  GPU {rec.gpu:<4}  {_what(rec)}"
+    print(line, flush=True)
+
+
+def _non_negative(text: str) -> int:
+    try:
+        value = int(text, 16) if text.lower().startswith("0x") else int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, found {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected a number >= 0, found {value}")
+    return value
+
+
+def _positive(text: str) -> int:
+    value = _non_negative(text)
+    if value == 0:
+        raise argparse.ArgumentTypeError("expected a number >= 1, found 0")
+    return value
+
+
+def _parser() -> argparse.ArgumentParser:
+    state = argparse.ArgumentParser(add_help=False)
+    state.add_argument(
+        "--state-dir",
+        metavar="DIR",
+        help=f"node state directory (default: ${STATE_DIR_ENV} or {DEFAULT_STATE_DIR})",
+    )
+    p = _Parser(prog="fakenvml", description="A fake NVIDIA GPU for machines that have none.")
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    c = sub.add_parser("init", parents=[state], help="write a node's state from an inventory")
+    c.add_argument("inventory", metavar="INVENTORY.yaml")
+    c.add_argument("--node", metavar="NAME", help="node name (default: the inventory's `node:`)")
+    c.set_defaults(run=_init)
+
+    c = sub.add_parser("smi", parents=[state], help="nvidia-smi-like view, read through NVML")
+    c.add_argument("-L", "--list", action="store_true", help="list GPUs with their UUIDs")
+    c.add_argument("-q", "--query", action="store_true", help="details per GPU")
+    c.add_argument("-i", "--id", metavar="GPU", help="one GPU: index, UUID or PCI bus id")
+    c.set_defaults(run=_smi)
+
+    c = sub.add_parser("inject", help="inject a fault")
+    faults = c.add_subparsers(dest="fault", required=True, metavar="FAULT")
+    f = faults.add_parser("xid", parents=[state], help="an Xid error event")
+    f.add_argument("gpu", metavar="GPU", help="index, UUID or PCI bus id")
+    f.add_argument("code", metavar="CODE", type=_positive, help="Xid number, e.g. 79")
+    f.add_argument("--gpu-instance", metavar="N", type=_non_negative)
+    f.add_argument("--compute-instance", metavar="N", type=_non_negative)
+    f = faults.add_parser("ecc", parents=[state], help="ECC error events (bump the counters)")
+    f.add_argument("gpu", metavar="GPU", help="index, UUID or PCI bus id")
+    bits = f.add_mutually_exclusive_group(required=True)
+    bits.add_argument("--single", action="store_true", help="single-bit (corrected)")
+    bits.add_argument("--double", action="store_true", help="double-bit (uncorrected)")
+    f.add_argument("--count", metavar="N", type=_positive, default=1)
+    f = faults.add_parser("lost", parents=[state], help="the GPU answers GPU_IS_LOST")
+    f.add_argument("gpu", metavar="GPU", help="index, UUID or PCI bus id")
+    f = faults.add_parser("fallen-off-bus", parents=[state], help="Xid 79, then lost")
+    f.add_argument("gpu", metavar="GPU", help="index, UUID or PCI bus id")
+    c.set_defaults(run=_inject)
+
+    c = sub.add_parser("recover", parents=[state], help="clear a GPU's faults")
+    c.add_argument("gpu", metavar="GPU", help="index, UUID or PCI bus id")
+    c.set_defaults(run=_recover)
+
+    c = sub.add_parser("events", parents=[state], help="print the fault journal")
+    c.add_argument("--follow", "-f", action="store_true", help="keep printing new events")
+    c.add_argument("--since", metavar="SEQ", type=_non_negative, default=0)
+    c.add_argument("--json", action="store_true", help="one JSON object per line")
+    c.set_defaults(run=_events)
+    return p
+
+
+if __name__ == "__main__":
+    sys.exit(main())

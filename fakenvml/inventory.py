@@ -1,0 +1,451 @@
+"""A node's YAML inventory, validated into a model.Node.
+
+    node: dgx-a                       # optional; --node or the file name otherwise
+    driver_version: "580.95.05"       # optional; CUDA version follows the branch
+    gpus:
+      - {profile: H100-SXM5-80GB, count: 8}
+      - {profile: T4, uuid: GPU-..., serial: "...", bus_id: "0000:3b:00.0", memory: 16GiB}
+    topology:
+      nvlink: {nvswitch: true}        # or {groups: [[0,1,2,3],[4,5,6,7]]},
+                                      # {links: [{gpus: [0, 1], count: 4}]}, or false
+      pcie: {gpus_per_switch: 2, switches_per_upper: 2, uppers_per_bridge: 1}
+      numa: {nodes: 2, cpus_per_node: 32}   # gpus: [0, 0, 1, 1] places them explicitly
+
+Defaults are what real boxes look like: SXM GPUs sit on 8-GPU NVSwitch baseboards (fewer
+than 8 are wired all-to-all), PCIe cards have no NVLink bridge, two GPUs share a PCIe
+switch, and GPUs split evenly over two NUMA nodes. Identity is deterministic: UUIDs and
+serials derive from (node name, index), so re-running init yields the same devices.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import typing
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from fakenvml import profiles, topology
+from fakenvml.errors import FakeNvmlError
+from fakenvml.model import MAX_DEVICES, Gpu, Node
+from fakenvml.profiles import Profile
+
+SYS_PCI_DEVICES = Path("/sys/bus/pci/devices")
+# Fake GPUs live in PCI domains no host uses, so nothing that reads
+# /sys/bus/pci/devices/<busid>/ (NVIDIA's plugin reads numa_node) finds a real device.
+FIRST_FAKE_DOMAIN = 0x0100
+GPUS_PER_DOMAIN = 255  # buses 01..ff, one GPU each at device 00, as on real boards
+_UUID_NAMESPACE = uuid.uuid5(uuid.NAMESPACE_DNS, "fakenvml.gpulab")
+_NODE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}")
+_UUID = re.compile(r"GPU-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}", re.I)
+_SERIAL = re.compile(r"[0-9A-Za-z-]{1,30}")
+_BUS_ID = re.compile(r"([0-9a-f]{1,8}):([0-9a-f]{2}):([0-9a-f]{2})\.([0-7])", re.I)
+_SIZE = re.compile(r"(\d+)\s*(B|KiB|MiB|GiB|TiB)?", re.I)
+_UNITS = {"b": 1, "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30, "tib": 1 << 40}
+_DRIVER = re.compile(r"(\d{3})\.\d{1,3}(\.\d{1,3})?")
+# The CUDA version each driver branch ships (nvmlSystemGetCudaDriverVersion).
+_CUDA_OF_BRANCH = {
+    525: 12000, 530: 12010, 535: 12020, 545: 12030, 550: 12040, 555: 12050,
+    560: 12060, 565: 12070, 570: 12080, 575: 12090, 580: 13000,
+}  # fmt: skip
+
+BusAddr = tuple[int, int, int, int]  # domain, bus, device, function
+
+
+# --------------------------------------------------------------------------- schema
+
+
+class _Strict(BaseModel):
+    # strict: YAML `count: "8"` or `nvswitch: yes-ish` is an error, not a guess.
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+
+class GpuEntry(_Strict):
+    profile: str
+    count: int = Field(1, ge=1, le=MAX_DEVICES)
+    uuid: str | None = None
+    serial: str | None = None
+    bus_id: str | None = None
+    memory: int | None = Field(None, gt=0)  # bytes; YAML may say 81559MiB or 80GiB
+
+    @field_validator("profile")
+    @classmethod
+    def _known_profile(cls, v: str) -> str:
+        try:
+            return profiles.get(v).key
+        except FakeNvmlError as e:
+            raise ValueError(str(e)) from None
+
+    @field_validator("uuid")
+    @classmethod
+    def _uuid_shape(cls, v: str) -> str:
+        if not _UUID.fullmatch(v):
+            raise ValueError(f"expected GPU- and 8-4-4-4-12 hex digits, found {v!r}")
+        return "GPU-" + v[4:].lower()
+
+    @field_validator("serial", mode="before")
+    @classmethod
+    def _serial_shape(cls, v: object) -> object:
+        v = str(v) if isinstance(v, int) and not isinstance(v, bool) else v
+        if isinstance(v, str) and not _SERIAL.fullmatch(v):
+            raise ValueError(f"expected 1-30 letters, digits or '-', found {v!r}")
+        return v
+
+    @field_validator("bus_id")
+    @classmethod
+    def _bus_id_shape(cls, v: str) -> str:
+        parse_bus_id(v)
+        return v
+
+    @field_validator("memory", mode="before")
+    @classmethod
+    def _memory_size(cls, v: object) -> object:
+        if isinstance(v, str):
+            m = _SIZE.fullmatch(v.strip())
+            if not m:
+                raise ValueError(f"expected bytes or a size like 81559MiB or 80GiB, found {v!r}")
+            return int(m.group(1)) * _UNITS[(m.group(2) or "b").lower()]
+        return v
+
+    @model_validator(mode="after")
+    def _identity_is_per_gpu(self) -> GpuEntry:
+        given = [k for k in ("uuid", "serial", "bus_id") if getattr(self, k) is not None]
+        if given and self.count != 1:
+            raise ValueError(f"{'/'.join(given)} name one GPU; this entry has count {self.count}")
+        return self
+
+
+class NvlinkPair(_Strict):
+    gpus: list[int] = Field(min_length=2, max_length=2)
+    count: int = Field(1, ge=1)
+
+
+class NvlinkSpec(_Strict):
+    nvswitch: bool = False
+    board_size: int | None = Field(None, ge=1)  # GPUs per NVSwitch baseboard (default 8)
+    groups: list[list[int]] | None = None
+    links: list[NvlinkPair] | None = None
+
+    @model_validator(mode="after")
+    def _one_mode(self) -> NvlinkSpec:
+        given = {"nvswitch": self.nvswitch, "groups": self.groups, "links": self.links}
+        modes = [k for k, v in given.items() if v not in (None, False)]
+        if len(modes) > 1:
+            raise ValueError(f"give one of nvswitch, groups or links, not {' and '.join(modes)}")
+        if self.board_size is not None and not self.nvswitch:
+            raise ValueError("board_size only applies with nvswitch: true")
+        return self
+
+
+class PcieSpec(_Strict):
+    gpus_per_switch: int = Field(2, ge=1)
+    switches_per_upper: int = Field(2, ge=1)
+    uppers_per_bridge: int = Field(1, ge=1)
+
+
+class NumaSpec(_Strict):
+    nodes: int = Field(2, ge=0, le=1024)  # 0: no NUMA (numa_node -1), as in most VMs
+    cpus_per_node: int = Field(32, ge=1, le=65536)
+    gpus: list[int] | None = None  # NUMA node of each GPU, by index
+
+
+class Topology(_Strict):
+    nvlink: NvlinkSpec | None = None  # None: the profile's default wiring
+    pcie: PcieSpec = PcieSpec()
+    numa: NumaSpec = NumaSpec()
+
+    @field_validator("nvlink", mode="before")
+    @classmethod
+    def _nvlink_flag(cls, v: object) -> object:
+        # `nvlink: false` keeps the links but connects none; `true` is the default wiring.
+        if v is False:
+            return {"groups": []}
+        return None if v is True else v
+
+
+class Inventory(_Strict):
+    node: str | None = None
+    driver_version: str | None = None
+    cuda_version: str | None = None
+    gpus: list[GpuEntry] = Field(min_length=1)
+    topology: Topology = Topology()
+
+    @field_validator("driver_version", "cuda_version", mode="before")
+    @classmethod
+    def _version_text(cls, v: object) -> object:
+        # YAML reads `cuda_version: 12.4` as a float; a version is text.
+        return str(v) if isinstance(v, int | float) and not isinstance(v, bool) else v
+
+
+# --------------------------------------------------------------------------- public API
+
+
+def load(path: str | Path, node_name: str | None = None, *, sysfs: Path = SYS_PCI_DEVICES) -> Node:
+    """Read and validate an inventory file; errors name the file and the bad key."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise FakeNvmlError(f"inventory {path} not found") from None
+    except UnicodeDecodeError:
+        raise FakeNvmlError(f"{path}: not UTF-8 text") from None
+    except OSError as e:
+        raise FakeNvmlError(f"cannot read inventory {path}: {e.strerror}") from None
+    try:
+        data = _parse_yaml(text)
+        return from_dict(data, node_name, sysfs=sysfs, default_name=path.stem)
+    except FakeNvmlError as e:
+        raise FakeNvmlError(f"{path}: {e}") from None
+
+
+def from_dict(
+    data: object,
+    node_name: str | None = None,
+    *,
+    sysfs: Path = SYS_PCI_DEVICES,
+    default_name: str | None = None,
+) -> Node:
+    """Validate parsed YAML into a Node; node_name (e.g. --node) overrides `node:`."""
+    if not isinstance(data, dict):
+        found = "an empty document" if data is None else f"a {type(data).__name__}"
+        raise FakeNvmlError(f"expected a mapping with a `gpus:` list, found {found}")
+    try:
+        inv = Inventory.model_validate(data)
+    except ValidationError as e:
+        raise FakeNvmlError(_explain(e)) from None
+    name = node_name or inv.node or default_name
+    if not name:
+        raise FakeNvmlError("no node name: add `node: NAME` or pass --node")
+    if not _NODE_NAME.fullmatch(name):
+        raise FakeNvmlError(
+            f"node name {name!r}: expected 1-63 letters, digits, '.', '_' or '-' "
+            "starting with a letter or digit"
+        )
+    driver, nvml, cuda = _versions(inv)
+    entries = [(e, profiles.PROFILES[e.profile]) for e in inv.gpus for _ in range(e.count)]
+    if len(entries) > MAX_DEVICES:
+        raise FakeNvmlError(f"a node holds 1 to {MAX_DEVICES} GPUs, not {len(entries)}")
+    gpus = _build_gpus(entries, name, host_pci_domains(sysfs))
+    topology.place(gpus, inv.topology.numa, inv.topology.pcie)
+    profs = [p for _, p in entries]
+    topology.wire(gpus, profs, inv.topology.nvlink, _switch_addresses(gpus, sysfs))
+    return Node(name, gpus, driver, nvml, cuda)
+
+
+def host_pci_domains(sysfs: Path = SYS_PCI_DEVICES) -> set[int]:
+    """PCI domains that exist on this host (none when sysfs is absent, e.g. macOS)."""
+    try:
+        entries = [p.name for p in sysfs.iterdir()]
+    except OSError:
+        return set()
+    return {int(m.group(1), 16) for e in entries if (m := _BUS_ID.fullmatch(e))}
+
+
+def parse_bus_id(text: str) -> BusAddr:
+    """'0000:3b:00.0' or NVML's '00000000:3B:00.0' -> (domain, bus, device, function)."""
+    m = _BUS_ID.fullmatch(text.strip())
+    if not m:
+        raise ValueError(f"expected a PCI bus id like 0000:3b:00.0, found {text!r}")
+    domain, bus, device, function = (int(g, 16) for g in m.groups())
+    if domain > 0xFFFF or device > 0x1F:
+        raise ValueError(f"PCI bus id {text!r}: domain must be <= ffff and device <= 1f")
+    return domain, bus, device, function
+
+
+def default_uuid(node_name: str, index: int) -> str:
+    return f"GPU-{uuid.uuid5(_UUID_NAMESPACE, f'{node_name}/{index}')}"
+
+
+def default_serial(node_name: str, index: int) -> str:
+    """13 digits like a real board's; the index part keeps serials unique within a node."""
+    node_part = int(hashlib.sha256(node_name.encode()).hexdigest(), 16) % 10**7
+    return f"1{node_part:07d}{index:05d}"
+
+
+# --------------------------------------------------------------------------- internals
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """SafeLoader that refuses duplicate keys instead of keeping the last one."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: set[object] = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=True)
+            if key in seen:
+                mark = key_node.start_mark
+                raise FakeNvmlError(
+                    f"duplicate key {key!r} (line {mark.line + 1}, column {mark.column + 1})"
+                )
+            seen.add(key)
+        return super().construct_mapping(node, deep)
+
+
+def _parse_yaml(text: str) -> object:
+    try:
+        return yaml.load(text, Loader=_UniqueKeyLoader)  # a SafeLoader subclass
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(e, "problem", None) or str(e).splitlines()[0]
+        raise FakeNvmlError(f"not valid YAML{where}: {problem}") from None
+
+
+def _versions(inv: Inventory) -> tuple[str, str, int]:
+    default = Node("", [])
+    if inv.driver_version is None and inv.cuda_version is None:
+        return default.driver_version, default.nvml_version, default.cuda_driver_version
+    driver = inv.driver_version or default.driver_version
+    if not _DRIVER.fullmatch(driver):
+        raise FakeNvmlError(f"driver_version: expected like 580.95.05, found {driver!r}")
+    if inv.cuda_version is not None:
+        m = re.fullmatch(r"(\d{1,2})\.(\d{1,2})", inv.cuda_version)
+        if not m:
+            raise FakeNvmlError(f"cuda_version: expected like 12.4, found {inv.cuda_version!r}")
+        cuda = int(m.group(1)) * 1000 + int(m.group(2)) * 10
+    else:
+        branch = int(driver.split(".")[0])
+        if branch not in _CUDA_OF_BRANCH:
+            known = ", ".join(map(str, _CUDA_OF_BRANCH))
+            raise FakeNvmlError(
+                f"driver branch {branch} is not one I know the CUDA version of "
+                f"(known: {known}); add cuda_version"
+            )
+        cuda = _CUDA_OF_BRANCH[branch]
+    # nvmlSystemGetNVMLVersion is "<CUDA major>.<driver version>", e.g. 12.550.54.15.
+    return driver, f"{cuda // 1000}.{driver}", cuda
+
+
+def _build_gpus(
+    entries: list[tuple[GpuEntry, Profile]], node_name: str, host_domains: set[int]
+) -> list[Gpu]:
+    explicit = {i: parse_bus_id(e.bus_id) for i, (e, _) in enumerate(entries) if e.bus_id}
+    _refuse_duplicates("PCI bus id", {i: _fmt_bus(a) for i, a in explicit.items()})
+    free = _default_addresses(host_domains, set(explicit.values()))
+    gpus = []
+    for i, (entry, profile) in enumerate(entries):
+        addr = explicit[i] if i in explicit else next(free)
+        gpu = profile.make_gpu(
+            i,
+            entry.uuid or default_uuid(node_name, i),
+            entry.serial or default_serial(node_name, i),
+            addr,
+        )
+        if entry.memory is not None:
+            _override_memory(gpu, entry.memory, profile)
+        gpus.append(gpu)
+    _refuse_duplicates("uuid", {g.index: g.uuid for g in gpus})
+    _refuse_duplicates("serial", {g.index: g.serial for g in gpus})
+    return gpus
+
+
+def _override_memory(gpu: Gpu, memory: int, profile: Profile) -> None:
+    if memory <= gpu.memory_reserved:
+        raise FakeNvmlError(
+            f"GPU {gpu.index}: memory {memory} bytes is not above the "
+            f"{profile.reserved_mib} MiB the driver reserves on a {profile.key}"
+        )
+    gpu.memory_total = memory
+
+
+def _refuse_duplicates(what: str, values: dict[int, str]) -> None:
+    first: dict[str, int] = {}
+    for index, value in values.items():
+        if value in first:
+            raise FakeNvmlError(
+                f"GPU {first[value]} and GPU {index} have the same {what} {value}; "
+                f"each GPU needs its own"
+            )
+        first[value] = index
+
+
+def _fake_domains(host_domains: set[int]) -> Iterator[int]:
+    for domain in range(FIRST_FAKE_DOMAIN, 0x10000):
+        if domain not in host_domains:
+            yield domain
+    raise FakeNvmlError("no free PCI domain left for fake devices")
+
+
+def _default_addresses(host_domains: set[int], taken: set[BusAddr]) -> Iterator[BusAddr]:
+    for domain in _fake_domains(host_domains):
+        for bus in range(1, GPUS_PER_DOMAIN + 1):
+            if (domain, bus, 0, 0) not in taken:
+                yield domain, bus, 0, 0
+
+
+def _switch_addresses(gpus: list[Gpu], sysfs: Path) -> Iterator[BusAddr]:
+    """NVSwitch addresses: domains past the GPUs', so no switch id equals a GPU's."""
+    used = host_pci_domains(sysfs) | {g.pci_domain for g in gpus}
+    for domain in _fake_domains(used):
+        for bus in range(256):
+            for device in range(32):
+                yield domain, bus, device, 0
+
+
+def _fmt_bus(addr: BusAddr) -> str:
+    return f"{addr[0]:08X}:{addr[1]:02X}:{addr[2]:02X}.{addr[3]:X}"
+
+
+def _explain(err: ValidationError) -> str:
+    """The first problem pydantic found, as one line: where, what was expected, what was found."""
+    errors = err.errors()
+    # An unknown key is usually the root cause of a "missing" one (a typo), so it goes first.
+    e = next((x for x in errors if x["type"] == "extra_forbidden"), errors[0])
+    loc = tuple(e["loc"])
+    where = _loc(loc) or "inventory"
+    kind, found = e["type"], e.get("input")
+    if kind == "extra_forbidden":
+        model = _model_at(Inventory, loc[:-1])
+        keys = ", ".join(model.model_fields) if model else "?"
+        return f"{where}: unknown key (expected one of: {keys})"
+    if kind == "missing":
+        return f"{where}: required key missing"
+    if kind in ("value_error", "assertion_error"):
+        return f"{where}: {str(e['msg']).removeprefix('Value error, ')}"
+    ctx = e.get("ctx") or {}
+    expected = {
+        "greater_than_equal": f"a number >= {ctx.get('ge')}",
+        "greater_than": f"a number > {ctx.get('gt')}",
+        "less_than_equal": f"a number <= {ctx.get('le')}",
+        "too_short": f"at least {ctx.get('min_length')} item(s)",
+        "too_long": f"at most {ctx.get('max_length')} item(s)",
+        "int_type": "an integer",
+        "bool_type": "true or false",
+        "string_type": "a string",
+        "list_type": "a list",
+        "model_type": "a mapping",
+        "dict_type": "a mapping",
+    }.get(kind, str(e["msg"]).lower())
+    shown = f"{len(found)} item(s)" if kind in ("too_short", "too_long") else repr(found)
+    return f"{where}: expected {expected}, found {shown}"
+
+
+def _loc(loc: tuple[int | str, ...]) -> str:
+    out = ""
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out
+
+
+def _model_at(model: type[BaseModel], loc: tuple[int | str, ...]) -> type[BaseModel] | None:
+    current: type[BaseModel] | None = model
+    for part in loc:
+        if isinstance(part, int) or current is None:
+            continue
+        field = current.model_fields.get(part)
+        current = _inner_model(field.annotation) if field else None
+    return current
+
+
+def _inner_model(tp: object) -> type[BaseModel] | None:
+    if isinstance(tp, type) and issubclass(tp, BaseModel):
+        return tp
+    for arg in typing.get_args(tp):
+        if found := _inner_model(arg):
+            return found
+    return None

@@ -1,0 +1,470 @@
+"""The `fakenvml` command: init, smi (through nvidia-ml-py), inject, recover, events.
+
+Most tests call cli.main in-process; the few that need a separate process (the real exit
+status, `events --follow`) run `python -m fakenvml.cli`. Every refusal must be one stderr
+line, exit status 2, and leave the state directory byte-for-byte as it was.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import select
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from fakenvml import cli, library
+from fakenvml.node import STATE_DIR_ENV, NodeDir
+
+REPO = Path(__file__).resolve().parents[2]
+EXAMPLES = REPO / "fakenvml" / "inventories"
+DGX = EXAMPLES / "dgx-h100.yaml"
+ISO = r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z"
+
+Run = Callable[..., tuple[int, str, str]]
+
+
+@pytest.fixture
+def run(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> Run:
+    """run(*argv) -> (exit status, stdout, stderr) of cli.main in this process."""
+    # smi sets the library's env var; monkeypatch puts the old value back afterwards.
+    monkeypatch.setenv(STATE_DIR_ENV, os.environ.get(STATE_DIR_ENV, "/nonexistent"))
+
+    def call(*argv: str | Path) -> tuple[int, str, str]:
+        code = cli.main([str(a) for a in argv])
+        out, err = capsys.readouterr()
+        return code, out, err
+
+    return call
+
+
+@pytest.fixture
+def node(tmp_path: Path, run: Run) -> Path:
+    """A DGX H100 state directory written by `fakenvml init`."""
+    d = tmp_path / "dgx"
+    assert run("init", DGX, "--state-dir", d)[0] == 0
+    return d
+
+
+def snapshot(d: Path) -> dict[str, bytes]:
+    if not d.exists():
+        return {}
+    return {str(p.relative_to(d)): p.read_bytes() for p in sorted(d.rglob("*")) if p.is_file()}
+
+
+def refused(run: Run, state_dir: Path, match: str, *argv: str | Path) -> str:
+    before = snapshot(state_dir)
+    code, out, err = run(*argv)
+    lines = err.splitlines()
+    assert code == 2, (out, err)
+    assert len(lines) == 1 and lines[0].startswith("fakenvml: error: "), err
+    assert re.search(match, lines[0]), lines[0]
+    assert out == ""
+    assert snapshot(state_dir) == before
+    return lines[0]
+
+
+def write(tmp_path: Path, text: str, name: str = "inv.yaml") -> Path:
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+def child_env(state_dir: Path) -> dict[str, str]:
+    env = dict(os.environ)
+    env.update(
+        {
+            STATE_DIR_ENV: str(state_dir),
+            library.LIBRARY_ENV: str(library.path()),
+            "PYTHONPATH": os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")]),
+        }
+    )
+    return env
+
+
+def table(out: str) -> list[dict[str, str]]:
+    """The rows of `smi`'s plain table, cut at the header's column starts."""
+    lines = out.splitlines()
+    header = next(line for line in lines if line.startswith("GPU  Name"))
+    names = re.split(r"\s{2,}", header.strip())
+    starts = [header.index(n) for n in names] + [None]
+    rows = [line for line in lines[lines.index(header) + 1 :] if line]
+    return [
+        {n: row[a:b].strip() for n, a, b in zip(names, starts, starts[1:], strict=False)}
+        for row in rows
+    ]
+
+
+def uuids(state_dir: Path) -> list[str]:
+    return [g.uuid for g in NodeDir(state_dir).node().gpus]
+
+
+# --------------------------------------------------------------------------- init
+
+
+def test_init_writes_state_and_journal(tmp_path: Path, run: Run) -> None:
+    code, out, err = run("init", DGX, "--state-dir", tmp_path / "n")
+    assert (code, err) == (0, "")
+    assert out.startswith("node dgx-h100: 8 GPU(s) (NVIDIA H100 80GB HBM3) in ")
+    assert sorted(snapshot(tmp_path / "n")) == ["journal.bin", "state.bin"]
+
+
+def test_init_defaults_to_the_state_dir_env(
+    tmp_path: Path, run: Run, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(STATE_DIR_ENV, str(tmp_path / "from-env"))
+    assert run("init", EXAMPLES / "t4-2.yaml")[0] == 0
+    assert NodeDir(tmp_path / "from-env").node().name == "t4-vm"
+
+
+def test_init_node_flag_overrides_the_inventory_name(tmp_path: Path, run: Run) -> None:
+    assert run("init", DGX, "--state-dir", tmp_path / "n", "--node", "worker-3")[0] == 0
+    assert NodeDir(tmp_path / "n").node().name == "worker-3"
+
+
+def test_reinit_keeps_the_same_uuids(tmp_path: Path, run: Run) -> None:
+    run("init", DGX, "--state-dir", tmp_path / "a")
+    run("init", DGX, "--state-dir", tmp_path / "b")
+    assert uuids(tmp_path / "a") == uuids(tmp_path / "b")
+
+
+def test_init_of_1024_gpus(tmp_path: Path, run: Run) -> None:
+    assert run("init", EXAMPLES / "wide-1024.yaml", "--state-dir", tmp_path / "w")[0] == 0
+    assert len(NodeDir(tmp_path / "w").node().gpus) == 1024
+
+
+# --------------------------------------------------------------------------- inject / recover
+
+
+def test_inject_xid_prints_seq_and_timestamp(node: Path, run: Run) -> None:
+    code, out, _ = run("inject", "xid", "0", "79", "--state-dir", node)
+    assert code == 0
+    assert re.fullmatch(rf"seq 1 at {ISO}: xid 79 on GPU 0 \({uuids(node)[0]}\)\n", out)
+
+
+def test_inject_xid_records_gpu_and_compute_instance(node: Path, run: Run) -> None:
+    run("inject", "xid", "2", "31", "--gpu-instance", "1", "--compute-instance", "0",
+        "--state-dir", node)  # fmt: skip
+    (rec,) = NodeDir(node).events()
+    assert (rec.gpu, rec.data, rec.gpu_instance, rec.compute_instance) == (2, 31, 1, 0)
+
+
+def test_inject_ecc_double_with_count(node: Path, run: Run) -> None:
+    code, out, _ = run("inject", "ecc", "1", "--double", "--count", "3", "--state-dir", node)
+    assert code == 0 and "ecc-double x3 on GPU 1" in out
+
+
+def test_inject_ecc_single_defaults_to_one_error(node: Path, run: Run) -> None:
+    assert "ecc-single x1 on GPU 4" in run("inject", "ecc", "4", "--single", "--state-dir", node)[1]
+
+
+def test_faults_get_consecutive_sequence_numbers(node: Path, run: Run) -> None:
+    outs = [
+        run("inject", "lost", "3", "--state-dir", node)[1],
+        run("inject", "fallen-off-bus", "5", "--state-dir", node)[1],
+        run("recover", "3", "--state-dir", node)[1],
+    ]
+    assert [o.split()[1] for o in outs] == ["1", "2", "3"]
+    what = [o.split(": ", 1)[1].split(" (")[0] for o in outs]
+    assert what == ["lost on GPU 3", "fallen-off-bus on GPU 5", "recover on GPU 3"]
+
+
+def test_inject_accepts_a_uuid_or_a_bus_id(node: Path, run: Run) -> None:
+    bus = NodeDir(node).node().gpus[6].bus_id
+    assert "on GPU 7" in run("inject", "lost", uuids(node)[7], "--state-dir", node)[1]
+    assert "on GPU 6" in run("inject", "lost", bus.lower(), "--state-dir", node)[1]
+
+
+# --------------------------------------------------------------------------- events
+
+
+def test_events_lists_the_journal_in_order(node: Path, run: Run) -> None:
+    run("inject", "xid", "0", "43", "--state-dir", node)
+    run("inject", "lost", "1", "--state-dir", node)
+    code, out, _ = run("events", "--state-dir", node)
+    lines = out.splitlines()
+    assert code == 0 and len(lines) == 2
+    assert re.fullmatch(rf"\s+1  {ISO}  GPU 0     xid 43", lines[0])
+    assert lines[1].split()[-1] == "lost"
+
+
+def test_events_since_skips_earlier_events(node: Path, run: Run) -> None:
+    for code in ("13", "31", "43"):
+        run("inject", "xid", "0", code, "--state-dir", node)
+    out = run("events", "--since", "2", "--state-dir", node)[1]
+    assert [line.split()[0] for line in out.splitlines()] == ["3"]
+
+
+def test_events_json_is_one_object_per_line(node: Path, run: Run) -> None:
+    run("inject", "xid", "4", "31", "--state-dir", node)
+    run("inject", "ecc", "4", "--double", "--state-dir", node)
+    out = run("events", "--json", "--state-dir", node)[1]
+    records = [json.loads(line) for line in out.splitlines()]
+    assert [(r["seq"], r["kind"], r["gpu"], r["data"]) for r in records] == [
+        (1, "xid", 4, 31),
+        (2, "ecc-double", 4, 1),
+    ]
+    assert records[0]["uuid"] == uuids(node)[4] and records[0]["gpu_instance"] is None
+    assert records[1]["monotonic_ns"] > records[0]["monotonic_ns"]
+
+
+def test_events_of_a_fresh_node_prints_nothing(node: Path, run: Run) -> None:
+    assert run("events", "--state-dir", node) == (0, "", "")
+
+
+def test_events_follow_prints_events_as_they_are_injected(node: Path, run: Run) -> None:
+    run("inject", "xid", "0", "13", "--state-dir", node)
+    child = subprocess.Popen(
+        [sys.executable, "-m", "fakenvml.cli", "events", "--follow", "--state-dir", str(node)],
+        stdout=subprocess.PIPE,
+        text=True,
+        env=child_env(node),
+    )
+    try:
+        assert "xid 13" in _line(child)
+        run("inject", "xid", "1", "79", "--state-dir", node)
+        assert "GPU 1     xid 79" in _line(child)
+    finally:
+        child.terminate()
+        child.wait(timeout=10)
+
+
+def _line(child: subprocess.Popen[str], timeout: float = 10) -> str:
+    assert child.stdout is not None
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        ready, _, _ = select.select([child.stdout], [], [], 0.1)
+        if ready:
+            return child.stdout.readline()
+    raise AssertionError(f"no event line from `events --follow` within {timeout}s")
+
+
+# --------------------------------------------------------------------------- smi
+
+
+def test_smi_table_shows_every_gpu(node: Path, run: Run) -> None:
+    code, out, err = run("smi", "--state-dir", node)
+    lines = out.splitlines()
+    assert (code, err) == (0, "")
+    assert lines[0].startswith("FAKENVML-SMI  Driver Version: 580.95.05")
+    assert "CUDA Version: 13.0" in lines[0]
+    rows = table(out)
+    assert len(rows) == 8
+    assert rows[0] == {
+        "GPU": "0",
+        "Name": "NVIDIA H100 80GB HBM3",
+        "Persist-M": "On",
+        "Bus-Id": "00000100:01:00.0",
+        "Fan": "N/A",
+        "Temp": "30C",
+        "Perf": "P0",
+        "Pwr:Usage/Cap": "75W / 700W",
+        "Memory-Usage": "0MiB / 81559MiB",
+        "GPU-Util": "0%",
+        "Uncorr. ECC": "0",
+        "Compute M.": "Default",
+        "MIG M.": "Disabled",
+    }
+
+
+def test_smi_list_prints_each_uuid(node: Path, run: Run) -> None:
+    out = run("smi", "-L", "--state-dir", node)[1]
+    expected = [f"GPU {i}: NVIDIA H100 80GB HBM3 (UUID: {u})" for i, u in enumerate(uuids(node))]
+    assert out.splitlines() == expected
+
+
+def test_smi_query_shows_details_and_nvswitch_topology(node: Path, run: Run) -> None:
+    out = run("smi", "-q", "-i", "0", "--state-dir", node)[1]
+    for expected in [
+        r"Product Name\s+: NVIDIA H100 80GB HBM3",
+        r"Product Architecture\s+: Hopper",
+        r"Device Id\s+: 0x233010DE",
+        r"NUMA Node\s+: 0",
+        r"CPU Affinity\s+: 0-111",
+        r"GPU Shutdown Temp\s+: 92 C",
+        r"Max Clocks\n\s+Graphics\s+: 1980 MHz",
+        r"NVLink\s+: 18 links, nvmlNvlinkVersion 6",
+        r"GPU 7\s+: NV18",
+    ]:
+        assert re.search(expected, out), expected
+
+
+def test_smi_query_shows_pcie_relations_without_nvlink(tmp_path: Path, run: Run) -> None:
+    run("init", EXAMPLES / "a100-8-nvlink-groups.yaml", "--state-dir", tmp_path / "a")
+    out = run("smi", "-q", "-i", "0", "--state-dir", tmp_path / "a")[1]
+    assert re.search(r"GPU 3\s+: NV4", out)
+    assert re.search(r"GPU 4\s+: SYS", out)  # the other quad, on the other socket
+
+
+def test_smi_marks_a_lost_gpu_and_recovers_it(node: Path, run: Run) -> None:
+    run("inject", "lost", "3", "--state-dir", node)
+    row = table(run("smi", "--state-dir", node)[1])[3]
+    assert (row["Name"], row["Bus-Id"], row["Temp"]) == ("GPU is lost", "ERR!", "ERR!")
+    assert "GPU 3: [GPU is lost]" in run("smi", "-L", "--state-dir", node)[1]
+    run("recover", "3", "--state-dir", node)
+    assert "GPU 3: NVIDIA H100 80GB HBM3" in run("smi", "-L", "--state-dir", node)[1]
+
+
+def test_smi_counts_injected_double_bit_errors(node: Path, run: Run) -> None:
+    run("inject", "ecc", "2", "--double", "--count", "3", "--state-dir", node)
+    rows = table(run("smi", "--state-dir", node)[1])
+    assert [r["Uncorr. ECC"] for r in rows[:3]] == ["0", "0", "3"]
+
+
+def test_smi_selects_a_gpu_by_uuid(node: Path, run: Run) -> None:
+    out = run("smi", "-L", "-i", uuids(node)[5], "--state-dir", node)[1]
+    assert out == f"GPU 5: NVIDIA H100 80GB HBM3 (UUID: {uuids(node)[5]})\n"
+
+
+def test_smi_shows_fans_only_on_boards_that_have_them(tmp_path: Path, run: Run) -> None:
+    run("init", EXAMPLES / "mixed-explicit.yaml", "--state-dir", tmp_path / "m")
+    rows = table(run("smi", "--state-dir", tmp_path / "m")[1])
+    assert [r["Fan"] for r in rows] == ["N/A", "N/A", "0%", "30%", "30%"]
+
+
+def test_smi_draws_a_rich_table_on_a_terminal(
+    node: Path, run: Run, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("COLUMNS", "200")
+    monkeypatch.setattr(sys.stdout, "isatty", lambda: True)
+    out = run("smi", "--state-dir", node)[1]
+    assert "───" in out and "NVIDIA H100 80GB HBM3" in out
+
+
+def test_smi_runs_as_its_own_process(node: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "fakenvml.cli", "smi", "-L"],
+        capture_output=True,
+        text=True,
+        env=child_env(node),
+        timeout=60,
+    )
+    assert done.returncode == 0 and len(done.stdout.splitlines()) == 8, done.stderr
+
+
+# --------------------------------------------------------------------------- refusals
+
+
+def test_unknown_gpu_is_refused(node: Path, run: Run) -> None:
+    refused(run, node, r"GPU '9' not in inventory .*0-7", "inject", "xid", "9", "79",
+            "--state-dir", node)  # fmt: skip
+
+
+def test_unknown_gpu_uuid_is_refused(node: Path, run: Run) -> None:
+    refused(run, node, "not in inventory", "inject", "lost", "GPU-nope", "--state-dir", node)
+
+
+def test_recover_of_an_unknown_gpu_is_refused(node: Path, run: Run) -> None:
+    refused(run, node, "GPU '8' not in inventory", "recover", "8", "--state-dir", node)
+
+
+def test_unknown_profile_is_refused(node: Path, run: Run, tmp_path: Path) -> None:
+    inv = write(tmp_path, "gpus: [{profile: H900, count: 8}]\n")
+    refused(run, node, r"unknown profile 'H900' \(known: A100-SXM4-40GB, ", "init", inv,
+            "--state-dir", node)  # fmt: skip
+
+
+def test_malformed_yaml_is_refused(node: Path, run: Run, tmp_path: Path) -> None:
+    inv = write(tmp_path, "gpus: [{profile: T4\n")
+    refused(run, node, r"inv\.yaml: not valid YAML at line \d+", "init", inv, "--state-dir", node)
+
+
+def test_count_zero_is_refused(node: Path, run: Run, tmp_path: Path) -> None:
+    inv = write(tmp_path, "gpus: [{profile: T4, count: 0}]\n")
+    refused(run, node, r"count: expected a number >= 1, found 0", "init", inv, "--state-dir", node)
+
+
+def test_duplicate_uuids_are_refused(node: Path, run: Run, tmp_path: Path) -> None:
+    u = "GPU-12345678-1234-1234-1234-123456789abc"
+    inv = write(tmp_path, f"gpus: [{{profile: T4, uuid: {u}}}, {{profile: T4, uuid: {u}}}]\n")
+    refused(run, node, "GPU 0 and GPU 1 have the same uuid", "init", inv, "--state-dir", node)
+
+
+def test_duplicate_bus_ids_are_refused(node: Path, run: Run, tmp_path: Path) -> None:
+    inv = write(tmp_path, "gpus:\n- {profile: T4, bus_id: '0000:3b:00.0'}\n"
+                          "- {profile: T4, bus_id: '0000:3b:00.0'}\n")  # fmt: skip
+    refused(run, node, "same PCI bus id", "init", inv, "--state-dir", node)
+
+
+def test_nvlink_group_with_a_missing_gpu_is_refused(node: Path, run: Run, tmp_path: Path) -> None:
+    inv = write(tmp_path, "gpus: [{profile: A100-SXM4-80GB, count: 4}]\n"
+                          "topology: {nvlink: {groups: [[0, 1, 2, 4]]}}\n")  # fmt: skip
+    refused(run, node, r"groups\[0\]: GPU 4 does not exist \(indexes 0-3\)", "init", inv,
+            "--state-dir", node)  # fmt: skip
+
+
+def test_unknown_inventory_key_is_refused(node: Path, run: Run, tmp_path: Path) -> None:
+    inv = write(tmp_path, "gpus: [{profile: T4}]\ntopolgy: {}\n")
+    refused(run, node, r"topolgy: unknown key \(expected one of: ", "init", inv,
+            "--state-dir", node)  # fmt: skip
+
+
+def test_missing_inventory_file_is_refused(node: Path, run: Run, tmp_path: Path) -> None:
+    refused(run, node, "not found", "init", tmp_path / "missing.yaml", "--state-dir", node)
+
+
+def test_unwritable_state_dir_is_refused(tmp_path: Path, run: Run) -> None:
+    blocker = write(tmp_path, "a file, not a directory", name="blocker")
+    refused(run, tmp_path, "cannot write state to", "init", DGX, "--state-dir", blocker / "n")
+
+
+def test_xid_zero_is_refused(node: Path, run: Run) -> None:
+    refused(run, node, "CODE: expected a number >= 1, found 0", "inject", "xid", "0", "0",
+            "--state-dir", node)  # fmt: skip
+
+
+def test_non_numeric_xid_is_refused(node: Path, run: Run) -> None:
+    refused(run, node, "CODE: expected a number, found 'abc'", "inject", "xid", "0", "abc",
+            "--state-dir", node)  # fmt: skip
+
+
+def test_ecc_without_single_or_double_is_refused(node: Path, run: Run) -> None:
+    refused(run, node, "one of the arguments --single --double is required", "inject", "ecc",
+            "0", "--state-dir", node)  # fmt: skip
+
+
+def test_unknown_fault_is_refused(node: Path, run: Run) -> None:
+    refused(run, node, "invalid choice: 'melt'", "inject", "melt", "0", "--state-dir", node)
+
+
+def test_missing_command_is_refused(node: Path, run: Run) -> None:
+    refused(run, node, "the following arguments are required: COMMAND")
+
+
+def test_inject_without_state_is_refused(tmp_path: Path, run: Run) -> None:
+    refused(run, tmp_path, "run `fakenvml init` first", "inject", "lost", "0",
+            "--state-dir", tmp_path)  # fmt: skip
+
+
+def test_events_without_state_is_refused(tmp_path: Path, run: Run) -> None:
+    refused(run, tmp_path, "run `fakenvml init` first", "events", "--state-dir", tmp_path)
+
+
+def test_smi_without_state_is_refused(tmp_path: Path, run: Run) -> None:
+    refused(run, tmp_path, "no state in .*run `fakenvml init` first", "smi",
+            "--state-dir", tmp_path)  # fmt: skip
+
+
+def test_smi_of_an_unknown_gpu_is_refused(node: Path, run: Run) -> None:
+    refused(run, node, r"GPU '12' not found \(indexes 0-7", "smi", "-i", "12", "--state-dir", node)
+
+
+def test_refusal_exits_2_with_one_line_from_a_real_process(node: Path) -> None:
+    before = snapshot(node)
+    done = subprocess.run(
+        [sys.executable, "-m", "fakenvml.cli", "inject", "xid", "9", "79"],
+        capture_output=True,
+        text=True,
+        env=child_env(node),
+        timeout=60,
+    )
+    assert done.returncode == 2 and done.stdout == ""
+    assert len(done.stderr.splitlines()) == 1
+    assert done.stderr.startswith("fakenvml: error: GPU '9' not in inventory")
+    assert snapshot(node) == before
