@@ -1,0 +1,121 @@
+"""Health from NVML events: Xids (NVIDIA's ignore rules), double-bit ECC, lost GPUs, and
+recovery when the driver's recovery action returns to NONE (an event, never polled).
+
+One thread, one event set, as NVIDIA's plugin has; unlike it, a lost GPU marks only that
+GPU (found by probing handles), and with policy `recover` a GPU comes back to Healthy.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+
+import pynvml as nv
+
+from plugin.config import XidPolicy
+from plugin.devices import Gpu
+
+log = logging.getLogger("gpulab-plugin")
+WAIT_MS = 1000  # short enough that stop() returns promptly; NVML wakes us on events
+XID = nv.nvmlEventTypeXidCriticalError
+DBE = nv.nvmlEventTypeDoubleBitEccError
+SBE = nv.nvmlEventTypeSingleBitEccError
+RECOVERY = nv.nvmlEventTypeGpuRecoveryAction
+SetHealth = Callable[[int, bool, str], None]  # gpu index, healthy, reason
+
+
+class HealthMonitor:
+    def __init__(self, gpus: list[Gpu], policy: XidPolicy, recover: bool, double_bit_ecc: bool,
+                 set_health: SetHealth) -> None:  # fmt: skip
+        self.gpus = gpus
+        self.policy = policy
+        self.recover = recover
+        self.double_bit_ecc = double_bit_ecc
+        self.set_health = set_health
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="health", daemon=True)
+        self._by_uuid = {g.uuid: g for g in gpus}
+
+    def start(self) -> None:
+        if not self.policy.monitoring:
+            log.info("Health checks disabled (DP_DISABLE_HEALTHCHECKS)")
+            return
+        log.info("Ignoring the following XIDs for health checks: %s", sorted(self.policy.ignored))
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=5)
+
+    def _register(self) -> object:
+        es = nv.nvmlEventSetCreate()
+        for g in self.gpus:
+            h = nv.nvmlDeviceGetHandleByUUID(g.uuid)
+            mask = (XID | DBE | SBE | RECOVERY) & nv.nvmlDeviceGetSupportedEventTypes(h)
+            nv.nvmlDeviceRegisterEvents(h, mask, es)
+        return es
+
+    def _run(self) -> None:
+        nv.nvmlInit()
+        try:
+            es = self._register()
+        except nv.NVMLError as e:
+            log.error("Failed to register for NVML events: %s; marking all devices unhealthy", e)
+            for g in self.gpus:
+                self.set_health(g.index, False, f"event registration failed: {e}")
+            nv.nvmlShutdown()
+            return
+        try:
+            while not self._stop.is_set():
+                try:
+                    event = nv.nvmlEventSetWait_v2(es, WAIT_MS)
+                except nv.NVMLError as e:
+                    self._on_error(e)
+                    continue
+                self._on_event(event)
+        finally:
+            nv.nvmlEventSetFree(es)
+            nv.nvmlShutdown()
+
+    def _on_error(self, err: nv.NVMLError) -> None:
+        if err.value == nv.NVML_ERROR_TIMEOUT:
+            return
+        if err.value == nv.NVML_ERROR_GPU_IS_LOST:
+            self._mark_lost()
+            return
+        log.warning("NVML event wait failed: %s", err)
+        self._stop.wait(1.0)  # back off; never spin on a persistent error
+
+    def _mark_lost(self) -> None:
+        """The wait says some GPU is lost, not which: ask NVML for each one."""
+        for g in self.gpus:
+            try:
+                nv.nvmlDeviceGetHandleByUUID(g.uuid)
+            except nv.NVMLError_GpuIsLost:
+                self.set_health(g.index, False, "GPU is lost")
+
+    def _on_event(self, e: object) -> None:
+        try:
+            uuid = nv.nvmlDeviceGetUUID(e.device)  # type: ignore[attr-defined]
+        except nv.NVMLError:
+            self._mark_lost()
+            return
+        gpu = self._by_uuid.get(uuid)
+        if gpu is None:
+            return
+        kind, data = e.eventType, e.eventData  # type: ignore[attr-defined]
+        if kind == XID:
+            if self.policy.critical(data):
+                log.info("XidCriticalError: Xid=%d on Device=%s; marking device as unhealthy.",
+                         data, uuid)  # fmt: skip
+                self.set_health(gpu.index, False, f"Xid {data}")
+            else:
+                log.info("Skipping event Xid=%d on Device=%s (ignored Xid)", data, uuid)
+        elif kind == DBE and self.double_bit_ecc:
+            self.set_health(gpu.index, False, "double-bit ECC error")
+        elif kind == RECOVERY and data == nv.NVML_GPU_RECOVERY_ACTION_NONE and self.recover:
+            log.info("Device=%s recovered (recovery action NONE); marking device as healthy.",
+                     uuid)  # fmt: skip
+            self.set_health(gpu.index, True, "")

@@ -1,0 +1,229 @@
+"""One resource's DevicePlugin gRPC service on `<dir>/<socket>`, and its registration.
+
+ListAndWatch streams the whole list on start and again on every real change (a version
+bump whose list differs from the last one sent); Allocate validates every id; health and
+topology come from ResourceState.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable, Iterator
+from concurrent import futures
+from pathlib import Path
+
+import grpc
+
+from plugin import allocator
+from plugin.api.v1beta1 import api_pb2 as pb
+from plugin.api.v1beta1 import api_pb2_grpc as rpc
+from plugin.config import Config
+from plugin.metrics import Metrics
+from plugin.state import Device, ResourceState
+
+log = logging.getLogger("gpulab-plugin")
+API_VERSION = "v1beta1"
+HEALTHY, UNHEALTHY = "Healthy", "Unhealthy"
+
+
+def socket_name(resource: str) -> str:
+    return "gpulab-" + resource.replace("/", "_") + ".sock"
+
+
+def env_name(resource: str) -> str:
+    """An env var for a counted resource: example.com/rdma -> EXAMPLE_COM_RDMA."""
+    return "".join(c if c.isalnum() else "_" for c in resource).upper()
+
+
+class DevicePluginService(rpc.DevicePluginServicer):
+    def __init__(self, state: ResourceState, config: Config, metrics: Metrics,
+                 score: Callable[[int, int], int] | None, dev_root: Path) -> None:  # fmt: skip
+        self.state = state
+        self.config = config
+        self.metrics = metrics
+        self.score = score
+        self.dev_root = dev_root
+        self.stopping = threading.Event()
+
+    # -- options and listing
+
+    def GetDevicePluginOptions(
+        self, request: pb.Empty, context: grpc.ServicerContext
+    ) -> pb.DevicePluginOptions:
+        return pb.DevicePluginOptions(
+            pre_start_required=self.config.pre_start_required,
+            get_preferred_allocation_available=self.score is not None,
+        )
+
+    def _listing(self) -> tuple[int, pb.ListAndWatchResponse]:
+        version, devices = self.state.snapshot()
+        out = []
+        for d, healthy in devices:
+            dev = pb.Device(ID=d.id, health=HEALTHY if healthy else UNHEALTHY)
+            if d.numa is not None:
+                dev.topology.nodes.append(pb.NUMANode(ID=d.numa))
+            out.append(dev)
+        return version, pb.ListAndWatchResponse(devices=out)
+
+    def ListAndWatch(
+        self, request: pb.Empty, context: grpc.ServicerContext
+    ) -> Iterator[pb.ListAndWatchResponse]:
+        version, listing = self._listing()
+        yield listing
+        last = listing
+        while context.is_active() and not self.stopping.is_set():
+            newer = self.state.wait_newer(version, timeout=0.5)
+            if newer == version:
+                continue
+            version, listing = self._listing()
+            if listing != last:  # once per real change, never a resend storm
+                last = listing
+                yield listing
+
+    # -- allocation
+
+    def _check(self, ids: list[str], context: grpc.ServicerContext) -> list[Device]:
+        devices = []
+        for i in ids:
+            d = self.state.by_id.get(i)
+            if d is None:
+                context.abort(
+                    grpc.StatusCode.INVALID_ARGUMENT,
+                    f"unknown device {i!r} for resource {self.state.resource}",
+                )
+            if not self.state.healthy(i):
+                context.abort(
+                    grpc.StatusCode.INVALID_ARGUMENT,
+                    f"device {i!r} is unhealthy ({self.state.reason(i)})",
+                )
+            devices.append(d)
+        return devices
+
+    def _visible(self, devices: list[Device]) -> str:
+        ids: dict[str, None] = {}
+        for d in devices:
+            if d.gpu is None:
+                ids[d.id] = None
+            else:
+                gid = d.gpu.uuid if self.config.device_id_strategy == "uuid" else str(d.gpu.index)
+                ids[gid] = None  # replicas of one GPU name it once
+        return ",".join(ids)
+
+    def _container(self, devices: list[Device]) -> pb.ContainerAllocateResponse:
+        resp = pb.ContainerAllocateResponse()
+        gpus = [d for d in devices if d.gpu is not None]
+        if not gpus:
+            resp.envs[env_name(self.state.resource)] = self._visible(devices)
+            return resp
+        resp.envs["NVIDIA_VISIBLE_DEVICES"] = self._visible(devices)
+        nodes = [f"nvidia{d.gpu.minor}" for d in gpus if d.gpu]  # device specs where they exist
+        for name in [*dict.fromkeys(nodes), "nvidiactl", "nvidia-uvm", "nvidia-uvm-tools"]:
+            path = self.dev_root / name
+            if path.exists():
+                spec = pb.DeviceSpec(
+                    container_path=f"/dev/{name}", host_path=str(path), permissions="rw"
+                )
+                resp.devices.append(spec)
+        if self.config.cdi:
+            for d in dict.fromkeys(g.gpu.uuid for g in gpus if g.gpu):
+                resp.cdi_devices.append(pb.CDIDevice(name=f"nvidia.com/gpu={d}"))
+        return resp
+
+    def Allocate(
+        self, request: pb.AllocateRequest, context: grpc.ServicerContext
+    ) -> pb.AllocateResponse:
+        out = pb.AllocateResponse()
+        for req in request.container_requests:
+            devices = self._check(list(req.devices_ids), context)
+            out.container_responses.append(self._container(devices))
+            self.metrics.allocations.labels(self.state.resource).inc(len(devices))
+        return out
+
+    def GetPreferredAllocation(
+        self, request: pb.PreferredAllocationRequest, context: grpc.ServicerContext
+    ) -> pb.PreferredAllocationResponse:
+        out = pb.PreferredAllocationResponse()
+        for req in request.container_requests:
+            available = self._check(list(req.available_deviceIDs), context)
+            must = self._check(list(req.must_include_deviceIDs), context)
+            index = {d.id: n for n, d in enumerate(self.state.devices)}
+
+            def score(a: int, b: int) -> int:
+                ga, gb = self.state.devices[a].gpu, self.state.devices[b].gpu
+                if ga is None or gb is None or self.score is None:
+                    return 0
+                if ga.index == gb.index:
+                    return -1000  # replicas: spread over GPUs before sharing one
+                return self.score(ga.index, gb.index)
+
+            picked = allocator.prefer(
+                [index[d.id] for d in available],
+                [index[d.id] for d in must],
+                req.allocation_size,
+                score,
+            )
+            out.container_responses.append(pb.ContainerPreferredAllocationResponse(
+                deviceIDs=[self.state.devices[n].id for n in picked]))  # fmt: skip
+        return out
+
+    def PreStartContainer(
+        self, request: pb.PreStartContainerRequest, context: grpc.ServicerContext
+    ) -> pb.PreStartContainerResponse:
+        self._check(list(request.devices_ids), context)  # still healthy at container start
+        return pb.PreStartContainerResponse()
+
+
+class ResourcePlugin:
+    """Serve one resource and keep it registered with kubelet."""
+
+    def __init__(self, service: DevicePluginService, plugin_dir: Path) -> None:
+        self.service = service
+        self.resource = service.state.resource
+        self.dir = plugin_dir
+        self.socket = plugin_dir / socket_name(self.resource)
+        self.server: grpc.Server | None = None
+
+    def serve(self) -> None:
+        log.info("Starting GRPC server for '%s'", self.resource)
+        self.socket.unlink(missing_ok=True)
+        self.service.stopping.clear()
+        server = grpc.server(futures.ThreadPoolExecutor(max_workers=8))
+        rpc.add_DevicePluginServicer_to_server(self.service, server)
+        server.add_insecure_port(f"unix://{self.socket}")
+        server.start()
+        self.server = server
+        log.info("Starting to serve '%s' on %s", self.resource, self.socket)
+
+    def register(self, stop: threading.Event, deadline_s: float = 60.0) -> bool:
+        """Register with kubelet, retrying with exponential backoff (0.1 s .. 5 s)."""
+        kubelet = self.dir / "kubelet.sock"
+        delay, t0 = 0.1, time.monotonic()
+        while not stop.is_set():
+            try:
+                with grpc.insecure_channel(f"unix://{kubelet}") as channel:
+                    rpc.RegistrationStub(channel).Register(pb.RegisterRequest(
+                        version=API_VERSION, endpoint=self.socket.name,
+                        resource_name=self.resource,
+                        options=self.service.GetDevicePluginOptions(pb.Empty(), None),  # type: ignore[arg-type]
+                    ), timeout=5)  # fmt: skip
+                log.info("Registered device plugin for '%s' with Kubelet", self.resource)
+                self.service.metrics.registrations.labels(self.resource).inc()
+                return True
+            except grpc.RpcError as e:
+                if time.monotonic() - t0 > deadline_s:
+                    log.error("Could not register '%s': %s", self.resource, e.details())
+                    return False
+                stop.wait(delay)
+                delay = min(delay * 2, 5.0)
+        return False
+
+    def stop(self) -> None:
+        self.service.stopping.set()
+        if self.server is not None:
+            self.server.stop(grace=0.5).wait()
+            self.server = None
+        if self.socket.exists() and os.path.samefile(self.socket, self.socket):
+            self.socket.unlink(missing_ok=True)

@@ -1,0 +1,71 @@
+"""Device state, kept the way kubelet's device manager keeps its own: one lock, explicit
+health per device, a version bumped on every real change, observers woken once per change.
+
+A resource's devices are GPU replicas (`<gpu id>` or `<gpu id>::<k>` when time-sliced) or
+plain counted ids (`rdma-0` ...). Health is set per GPU, so a fault marks every replica of
+that GPU — NVIDIA's plugin marks only one (a bug this plugin does not copy).
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+
+from plugin.devices import Gpu
+
+
+@dataclass(frozen=True)
+class Device:
+    id: str
+    gpu: Gpu | None = None  # None for counted extra resources
+
+    @property
+    def numa(self) -> int | None:
+        return self.gpu.numa if self.gpu else None
+
+
+class ResourceState:
+    def __init__(self, resource: str, devices: list[Device]) -> None:
+        self.resource = resource
+        self.devices = devices
+        self.by_id = {d.id: d for d in devices}
+        self._healthy = {d.id: True for d in devices}
+        self._reason: dict[str, str] = {}
+        self._version = 0
+        self._cond = threading.Condition()
+
+    def set_gpu_health(self, gpu_index: int, healthy: bool, reason: str = "") -> list[str]:
+        """Mark every device of that GPU; returns the ids whose health changed."""
+        with self._cond:
+            changed = [
+                d.id for d in self.devices
+                if d.gpu and d.gpu.index == gpu_index and self._healthy[d.id] != healthy
+            ]  # fmt: skip
+            for i in changed:
+                self._healthy[i] = healthy
+                if healthy:
+                    self._reason.pop(i, None)
+                else:
+                    self._reason[i] = reason
+            if changed:
+                self._version += 1
+                self._cond.notify_all()
+            return changed
+
+    def healthy(self, device_id: str) -> bool:
+        with self._cond:
+            return self._healthy.get(device_id, False)
+
+    def reason(self, device_id: str) -> str:
+        with self._cond:
+            return self._reason.get(device_id, "")
+
+    def snapshot(self) -> tuple[int, list[tuple[Device, bool]]]:
+        with self._cond:
+            return self._version, [(d, self._healthy[d.id]) for d in self.devices]
+
+    def wait_newer(self, version: int, timeout: float) -> int:
+        """Block until the version moves past `version` or the timeout; returns the version."""
+        with self._cond:
+            self._cond.wait_for(lambda: self._version != version, timeout)
+            return self._version
