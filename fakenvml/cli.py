@@ -49,11 +49,22 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _init(args: argparse.Namespace) -> None:
-    node = inventory.load(args.inventory, args.node)
     d = NodeDir(_state_dir(args))
+    if args.if_absent and (d.path / "state.bin").exists():
+        # A lab host already wrote it, or the pod restarted: keep the running journal,
+        # which every plugin process has open.
+        print(f"node state already in {d.path}; kept")
+        return
+    node = inventory.load(args.inventory, args.node)
     d.init(node)
     names = sorted({g.name for g in node.gpus})
     print(f"node {node.name}: {len(node.gpus)} GPU(s) ({', '.join(names)}) in {d.path}")
+
+
+def _install_driver(args: argparse.Namespace) -> None:
+    from fakenvml import driver
+
+    print(f"installed {driver.install(Path(args.root))}")
 
 
 def _smi(args: argparse.Namespace) -> None:
@@ -209,7 +220,12 @@ def _parser() -> argparse.ArgumentParser:
     c = sub.add_parser("init", parents=[state], help="write a node's state from an inventory")
     c.add_argument("inventory", metavar="INVENTORY.yaml")
     c.add_argument("--node", metavar="NAME", help="node name (default: the inventory's `node:`)")
+    c.add_argument("--if-absent", action="store_true", help="keep a state that already exists")
     c.set_defaults(run=_init)
+
+    c = sub.add_parser("install-driver", help="copy the library into a node's driver root")
+    c.add_argument("root", metavar="DIR", help="e.g. /run/fakenvml/driver")
+    c.set_defaults(run=_install_driver)
 
     c = sub.add_parser("smi", parents=[state], help="nvidia-smi-like view, read through NVML")
     c.add_argument("-L", "--list", action="store_true", help="list GPUs with their UUIDs")

@@ -71,6 +71,18 @@ class Config(_Strict):
         return v
 
 
+def config_file(path: Path | None, env: dict[str, str] | None = None) -> Path | None:
+    """A config path, or for a directory (a ConfigMap shared by nodes) the file for this
+    node ($NODE_NAME.yaml) or else default.yaml; None when the directory has neither."""
+    if path is None or not path.is_dir():
+        return path
+    node = (os.environ if env is None else env).get("NODE_NAME", "")
+    for name in (f"{node}.yaml", "default.yaml") if node else ("default.yaml",):
+        if (path / name).is_file():
+            return path / name
+    return None
+
+
 def load(path: str | Path | None) -> Config:
     if path is None:
         return Config()

@@ -128,7 +128,11 @@ def run(conf: cfg.Config, plugin_dir: Path, dev_root: Path, metrics_port: int) -
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="gpulab-plugin", description=__doc__.splitlines()[0])
-    ap.add_argument("--config", type=Path)
+    ap.add_argument(
+        "--config",
+        type=Path,
+        help="a YAML file, or a directory holding <NODE_NAME>.yaml or default.yaml",
+    )
     ap.add_argument("--device-plugin-path", type=Path, default=DEFAULT_DIR)
     ap.add_argument(
         "--dev-root",
@@ -141,7 +145,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format="%(asctime)s %(levelname).1s %(message)s")  # fmt: skip
     try:
-        conf = cfg.load(args.config)
+        conf = cfg.load(cfg.config_file(args.config))
         cfg.XidPolicy(conf.health)  # env var errors are config errors too
     except cfg.ConfigError as e:
         print(f"gpulab-plugin: error: {e}", file=sys.stderr)

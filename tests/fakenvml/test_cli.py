@@ -468,3 +468,24 @@ def test_refusal_exits_2_with_one_line_from_a_real_process(node: Path) -> None:
     assert len(done.stderr.splitlines()) == 1
     assert done.stderr.startswith("fakenvml: error: GPU '9' not in inventory")
     assert snapshot(node) == before
+
+
+def test_init_if_absent_keeps_an_existing_state(node: Path, run: Run) -> None:
+    before = (node / "state.bin").read_bytes()
+    code, out, _ = run("init", DGX, "--if-absent", "--state-dir", node)
+    assert code == 0 and "kept" in out
+    assert (node / "state.bin").read_bytes() == before
+
+
+def test_install_driver_places_the_library_in_a_driver_root(tmp_path: Path, run: Run) -> None:
+    code, out, _ = run("install-driver", tmp_path / "driver")
+    lib = tmp_path / "driver/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1"
+    assert code == 0 and str(lib) in out
+    assert lib.read_bytes()[:4] == b"\x7fELF"
+    assert (lib.parent / "libnvidia-ml.so").resolve() == lib.resolve()
+
+
+def test_install_driver_into_an_unwritable_place_is_refused(tmp_path: Path, run: Run) -> None:
+    blocker = write(tmp_path, "not a directory", name="blocker")
+    code, _, err = run("install-driver", blocker / "driver")
+    assert code == 2 and err.count("\n") == 1 and "cannot install the library" in err

@@ -98,3 +98,13 @@ def test_missing_device_plugin_dir_exits_2(tmp_path: Path) -> None:
         capture_output=True, text=True, cwd=REPO, timeout=60,
     )  # fmt: skip
     assert res.returncode == 2 and "is not a directory" in res.stderr
+
+
+def test_config_directory_picks_the_node_file_then_default(tmp_path: Path) -> None:
+    (tmp_path / "default.yaml").write_text("replicas: 2\n")
+    (tmp_path / "seed-worker.yaml").write_text("extra_resources: {example.com/rdma: 10}\n")
+    assert cfg.config_file(tmp_path, {"NODE_NAME": "seed-worker"}) == tmp_path / "seed-worker.yaml"
+    assert cfg.config_file(tmp_path, {"NODE_NAME": "other"}) == tmp_path / "default.yaml"
+    assert cfg.config_file(tmp_path / "default.yaml", {}) == tmp_path / "default.yaml"
+    (tmp_path / "default.yaml").unlink()
+    assert cfg.config_file(tmp_path, {"NODE_NAME": "other"}) is None
