@@ -1,0 +1,1 @@
+"""clusters: lab specs -> real kind clusters with fake GPUs and the plugin under test."""

@@ -1,0 +1,222 @@
+"""A lab: a real kind cluster built from a lab spec, with fake GPUs and a plugin under test.
+
+    with Lab("seed", plugin="gpulab") as lab:      # reuses the cluster when it is up
+        lab.core.list_node()                        # kubernetes client, lab's kubeconfig
+        lab.fake_gpus("seed-worker").inject_xid(3, 79)
+
+`up()` runs the steps in order with one progress line each; `down()` deletes the cluster
+and the host-side state. Used by `make cluster`, the tests and the e2e fixtures.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+from pathlib import Path
+from types import TracebackType
+
+import yaml
+from kubernetes import client, config
+from kubernetes.client.exceptions import ApiException
+from rich.console import Console
+
+from clusters import kindconfig, spec, steps
+from fakenvml.node import NodeDir
+
+LABS_ROOT = Path(os.environ.get("GPULAB_LABS", "/var/lib/gpulab/labs"))
+PLUGINS = {
+    "gpulab": ("gpulab-plugin.yaml", "gpulab-device-plugin"),
+    "nvidia": ("nvidia-plugin.yaml", "nvidia-device-plugin"),
+}
+NVIDIA_VERSION = os.environ.get("GPULAB_NVIDIA_PLUGIN_VERSION", "v0.19.3")
+RESOURCE = "nvidia.com/gpu"
+
+
+class Lab:
+    def __init__(self, lab: str | Path | spec.Lab, plugin: str | None = None,
+                 keep: bool = True, console: Console | None = None) -> None:  # fmt: skip
+        self.lab = lab if isinstance(lab, spec.Lab) else spec.load(lab)
+        self.name = self.lab.spec.name
+        self.plugin = plugin or self.lab.spec.plugin
+        if self.plugin not in PLUGINS:
+            raise spec.SpecError(f"unknown plugin {self.plugin!r} (gpulab, nvidia)")
+        self.keep = keep
+        self.console = console or Console(stderr=True)
+        self.dir = LABS_ROOT / self.name
+        self.kubeconfig = self.dir / "kubeconfig"
+        self.images: dict[str, str] = {}
+        self._kind = ""
+        self._api: client.ApiClient | None = None
+
+    # -- context manager
+
+    def __enter__(self) -> Lab:
+        return self.up()
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:  # fmt: skip
+        if not self.keep:
+            self.down()
+
+    # -- steps
+
+    def _step(self, title: str, fn, *args):  # type: ignore[no-untyped-def]
+        t0 = time.monotonic()
+        self.console.print(f"[bold]•[/] {title} ...")
+        result = fn(*args)
+        self.console.print(f"[green]✓[/] {title} [dim]({time.monotonic() - t0:.1f}s)[/]")
+        return result
+
+    def up(self) -> Lab:
+        t0 = time.monotonic()
+        self._step("Docker engine", steps.engine)
+        self._kind = self._step("kind", steps.kind_binary)
+        image = self._step("Node image", steps.node_image)
+        wanted = ["gpulab", "workload"] + (["nvidia"] if self.plugin == "nvidia" else [])
+        self.images = self._step("Lab images", steps.lab_images, wanted)
+        if not self.exists():
+            self._step("Fake GPUs on the host", self._write_states)
+            self._step(f"Cluster {self.name}", self._create, image)
+        else:
+            self.console.print(f"[green]✓[/] Cluster {self.name} exists: reusing it")
+        self._step("Load images into the nodes", self._load_images)
+        self._step(f"Deploy fakenvml and the {self.plugin} plugin", self._deploy)
+        self._step("Wait for every GPU node's capacity", self.wait_capacity)
+        self._summary(time.monotonic() - t0)
+        return self
+
+    def exists(self) -> bool:
+        out = steps.kind(self._kind or steps.kind_binary(), "get", "clusters", capture=True)
+        return self.name in out.split() and self.kubeconfig.exists()
+
+    def _write_states(self) -> None:
+        for n in self.lab.gpu_nodes:
+            d = self.fake_gpus(n.name)
+            if d.path.exists():
+                shutil.rmtree(d.path)
+            assert n.gpu_node is not None
+            d.init(n.gpu_node)
+
+    def _create(self, image: str) -> None:
+        self.dir.mkdir(parents=True, exist_ok=True)
+        cfg_file = self.dir / "kind.yaml"
+        cfg_file.write_text(yaml.safe_dump(kindconfig.render(self.lab, image, LABS_ROOT),
+                                           sort_keys=False))  # fmt: skip
+        steps.kind(self._kind, "create", "cluster", "--name", self.name, "--config",
+                   str(cfg_file), "--kubeconfig", str(self.kubeconfig), "--wait", "0s")  # fmt: skip
+
+    def _load_images(self) -> None:
+        # kind skips nodes that already have an image with the same ID.
+        steps.kind(self._kind, "load", "docker-image", "--name", self.name,
+                   *self.images.values())  # fmt: skip
+
+    def _placeholders(self) -> dict[str, str]:
+        return {
+            "gpulab/gpulab:latest": self.images["gpulab"],
+            "gpulab/nvidia-device-plugin:latest": self.images.get(f"nvidia-{NVIDIA_VERSION}", ""),
+        }
+
+    def _plugin_config(self) -> dict:
+        data = {f"{n.name}.yaml": yaml.safe_dump({"extra_resources": n.spec.extra_resources})
+                for n in self.lab.gpu_nodes if n.spec.extra_resources}  # fmt: skip
+        return {"apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": "gpulab-plugin-config", "namespace": "kube-system"},
+                "data": data}  # fmt: skip
+
+    def _deploy(self) -> None:
+        docs = steps.manifest("fakenvml.yaml", self._placeholders())
+        other = next(p for p in PLUGINS if p != self.plugin)
+        self.delete_daemonset(PLUGINS[other][1])
+        if self.plugin == "gpulab":
+            docs.append(self._plugin_config())
+        docs += steps.manifest(PLUGINS[self.plugin][0], self._placeholders())
+        for doc in docs:
+            self.apply(doc)
+
+    def _summary(self, seconds: float) -> None:
+        gpus = sum(n.gpu_count for n in self.lab.gpu_nodes)
+        self.console.print(
+            f"[bold green]Lab {self.name} is up[/] in {seconds:.0f}s: {len(self.lab.nodes)} "
+            f"nodes, {gpus} fake GPUs, plugin {self.plugin}\n"
+            f"  export KUBECONFIG={self.kubeconfig}"
+        )
+
+    def down(self) -> None:
+        kind_bin = self._kind or steps.kind_binary()
+        steps.kind(kind_bin, "delete", "cluster", "--name", self.name)
+        shutil.rmtree(self.dir, ignore_errors=True)
+        self.console.print(f"[green]✓[/] Lab {self.name} deleted")
+
+    # -- cluster access
+
+    @property
+    def api(self) -> client.ApiClient:
+        if self._api is None:
+            self._api = config.new_client_from_config(str(self.kubeconfig))
+        return self._api
+
+    @property
+    def core(self) -> client.CoreV1Api:
+        return client.CoreV1Api(self.api)
+
+    @property
+    def apps(self) -> client.AppsV1Api:
+        return client.AppsV1Api(self.api)
+
+    def fake_gpus(self, node: str) -> NodeDir:
+        """The host side of a node's fake GPUs: inject here, the node's library sees it."""
+        return NodeDir(kindconfig.state_dir(LABS_ROOT, self.lab, node))
+
+    def apply(self, doc: dict) -> None:
+        """Create, or replace when it exists: enough for the few kinds labs deploy."""
+        kind, meta = doc["kind"], doc["metadata"]
+        ns = meta.get("namespace", "default")
+        create, replace = {
+            "DaemonSet": (self.apps.create_namespaced_daemon_set,
+                          self.apps.replace_namespaced_daemon_set),
+            "ConfigMap": (self.core.create_namespaced_config_map,
+                          self.core.replace_namespaced_config_map),
+        }[kind]  # fmt: skip
+        try:
+            create(ns, doc)
+        except ApiException as e:
+            if e.status != 409:
+                raise
+            replace(meta["name"], ns, doc)
+
+    def delete_daemonset(self, name: str, namespace: str = "kube-system") -> None:
+        try:
+            self.apps.delete_namespaced_daemon_set(name, namespace)
+        except ApiException as e:
+            if e.status != 404:
+                raise
+            return
+
+        def gone() -> tuple[bool, str]:
+            pods = self.core.list_namespaced_pod(
+                namespace, label_selector=f"app.kubernetes.io/name={name}").items  # fmt: skip
+            return not pods, f"{len(pods)} {name} pods"
+
+        steps.poll(f"{name} pods to go", gone, 120)
+
+    def capacity(self, node: str, resource: str = RESOURCE) -> tuple[int, int]:
+        """(capacity, allocatable) of `resource` on `node`, as the API server has them."""
+        status = self.core.read_node(node).status
+        cap = int((status.capacity or {}).get(resource, 0))
+        alloc = int((status.allocatable or {}).get(resource, 0))
+        return cap, alloc
+
+    def wait_capacity(self, deadline_s: float = 300) -> None:
+        want = {n.name: n.gpu_count for n in self.lab.gpu_nodes if n.spec.plugin.start}
+
+        def check() -> tuple[bool, str]:
+            try:
+                seen = {name: self.capacity(name) for name in want}
+            except (ApiException, OSError) as e:  # API server still starting
+                return False, f"API error {e}"
+            done = all(seen[n] == (c, c) for n, c in want.items())
+            return done, ", ".join(f"{n} {c}/{a}" for n, (c, a) in seen.items())
+
+        steps.poll(f"{RESOURCE} capacity = allocatable = inventory on {sorted(want)}",
+                   check, deadline_s)  # fmt: skip

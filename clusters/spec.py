@@ -1,0 +1,170 @@
+"""Lab specs (clusters/*.yaml): a validated, versioned description of a kind lab.
+
+    name: seed
+    kubernetes: v1.34.4
+    plugin: gpulab                  # plugin under test by default: gpulab | nvidia
+    node_status_update_frequency: 2s
+    nodes:
+      - role: control-plane
+      - role: worker
+        gpus: [{profile: H100-SXM5-80GB, count: 10}]   # a fakenvml inventory's `gpus:`
+        topology: {...}                               # optional, as in inventories
+        extra_resources: {example.com/rdma: 10}       # counted, served by our plugin
+        plugin: {start: true}       # false: the plugin DaemonSet skips this node until
+                                    # the node is labelled (the seeds' second worker)
+
+kind names nodes by role and order (<lab>-control-plane, <lab>-worker, <lab>-worker2,
+...), so a node's name follows from its position; `Node.name` computes it.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from fakenvml import inventory
+from fakenvml.errors import FakeNvmlError
+from fakenvml.model import Node as GpuNode
+
+LABS_DIR = Path(__file__).resolve().parent
+DEFAULT_KUBERNETES = "v1.34.4"
+_NAME = re.compile(r"[a-z0-9]([-a-z0-9]{0,30}[a-z0-9])?")
+_DURATION = re.compile(r"\d+(ms|s|m)")
+
+
+class SpecError(Exception):
+    """A lab spec that cannot become a cluster; one line naming the file and key."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class PluginPlacement(_Strict):
+    start: bool = True
+
+
+class NodeSpec(_Strict):
+    role: Literal["control-plane", "worker"] = "worker"
+    gpus: list[dict] | None = None
+    topology: dict | None = None
+    extra_resources: dict[str, int] = Field(default_factory=dict)
+    plugin: PluginPlacement = PluginPlacement()
+
+
+class LabSpec(_Strict):
+    name: str
+    kubernetes: str = DEFAULT_KUBERNETES
+    plugin: Literal["gpulab", "nvidia"] = "gpulab"
+    node_status_update_frequency: str = "2s"
+    nodes: list[NodeSpec] = Field(min_length=1)
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        if not _NAME.fullmatch(v):
+            raise ValueError(f"{v!r}: expected 1-32 lower-case letters, digits or '-'")
+        return v
+
+    @field_validator("kubernetes")
+    @classmethod
+    def _version(cls, v: str) -> str:
+        if not re.fullmatch(r"v1\.(3[3-9])\.\d+", v):
+            raise ValueError(f"{v!r}: expected a Kubernetes version v1.33.x or newer")
+        return v
+
+    @field_validator("node_status_update_frequency")
+    @classmethod
+    def _duration(cls, v: str) -> str:
+        if not _DURATION.fullmatch(v):
+            raise ValueError(f"{v!r}: expected a duration such as 2s or 500ms")
+        return v
+
+    @field_validator("nodes")
+    @classmethod
+    def _one_control_plane(cls, v: list[NodeSpec]) -> list[NodeSpec]:
+        if sum(n.role == "control-plane" for n in v) != 1:
+            raise ValueError("a lab has exactly one control-plane node")
+        return v
+
+
+class Node:
+    """A spec node with its kind name and, for GPU nodes, its fakenvml inventory."""
+
+    def __init__(self, lab: LabSpec, spec: NodeSpec, name: str) -> None:
+        self.lab, self.spec, self.name = lab, spec, name
+        self.gpu_node: GpuNode | None = None
+        if spec.gpus is not None:
+            inv: dict = {"gpus": spec.gpus}
+            if spec.topology is not None:
+                inv["topology"] = spec.topology
+            self.gpu_node = inventory.from_dict(inv, name)
+
+    @property
+    def gpu_count(self) -> int:
+        return len(self.gpu_node.gpus) if self.gpu_node else 0
+
+    @property
+    def gpu_product(self) -> str:
+        """The product label value, as GPU feature discovery writes it (spaces -> '-')."""
+        return self.gpu_node.gpus[0].name.replace(" ", "-") if self.gpu_node else ""
+
+
+class Lab:
+    """A validated spec plus derived node names; what kindconfig and the Lab runner use."""
+
+    def __init__(self, spec: LabSpec, source: Path | None = None) -> None:
+        self.spec, self.source = spec, source
+        self.nodes: list[Node] = []
+        workers = 0
+        for n in spec.nodes:
+            if n.role == "control-plane":
+                name = f"{spec.name}-control-plane"
+            else:
+                workers += 1
+                name = f"{spec.name}-worker" + (str(workers) if workers > 1 else "")
+            self.nodes.append(Node(spec, n, name))
+
+    @property
+    def gpu_nodes(self) -> list[Node]:
+        return [n for n in self.nodes if n.gpu_node]
+
+
+def _explain(err: ValidationError) -> str:
+    e = err.errors()[0]
+    loc = ".".join(str(p) for p in e["loc"]) or "spec"
+    msg = e["msg"].removeprefix("Value error, ")
+    return f"{loc}: {msg}"
+
+
+def from_dict(data: object, source: str = "lab spec") -> Lab:
+    if not isinstance(data, dict):
+        raise SpecError(f"{source}: expected a mapping with `name:` and `nodes:`")
+    try:
+        spec = LabSpec.model_validate(data)
+        return Lab(spec)
+    except ValidationError as e:
+        raise SpecError(f"{source}: {_explain(e)}") from None
+    except FakeNvmlError as e:
+        raise SpecError(f"{source}: GPU inventory: {e}") from None
+
+
+def load(name_or_path: str | Path) -> Lab:
+    """A lab by name (clusters/<name>.yaml) or by path."""
+    path = Path(name_or_path)
+    if not path.suffix:
+        path = LABS_DIR / f"{name_or_path}.yaml"
+    try:
+        data = yaml.safe_load(path.read_text())
+    except FileNotFoundError:
+        known = ", ".join(sorted(p.stem for p in LABS_DIR.glob("*.yaml")))
+        raise SpecError(f"no lab {str(name_or_path)!r} (known: {known})") from None
+    except yaml.YAMLError:
+        raise SpecError(f"{path}: malformed YAML") from None
+    lab = from_dict(data, str(path))
+    lab.source = path
+    return lab

@@ -1,0 +1,81 @@
+"""The steps that bring a lab up, in order; each is small, named, and announces itself.
+
+Shell scripts do the machine-level work (engine, kind, images: they are also what CI and
+GitHub runners call); Python does the cluster-level work through kind, the docker SDK and
+the kubernetes client. Every wait is a poll with a deadline and says what it saw.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+MANIFESTS = Path(__file__).resolve().parent / "manifests"
+
+
+class StepError(Exception):
+    """A step failed; the message says which and what was seen."""
+
+
+def script(path: str, *args: str, env: dict[str, str] | None = None) -> str:
+    """Run a repo script; its progress (stderr) streams through, its stdout is returned."""
+    res = subprocess.run(
+        [str(REPO / path), *args], stdout=subprocess.PIPE, text=True,
+        env={**os.environ, **(env or {})},
+    )  # fmt: skip
+    if res.returncode != 0:
+        raise StepError(f"{path} {' '.join(args)} failed (exit {res.returncode})")
+    return res.stdout.strip()
+
+
+def engine() -> None:
+    script("ci/docker.sh")
+
+
+def kind_binary() -> str:
+    return script("ci/kind.sh").splitlines()[-1]
+
+
+def node_image() -> str:
+    return script("ci/node-image.sh").splitlines()[-1]
+
+
+def lab_images(which: list[str]) -> dict[str, str]:
+    out = script("clusters/images/build.sh", *which)
+    return dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
+
+
+def kind(kind_bin: str, *args: str, capture: bool = False) -> str:
+    res = subprocess.run([kind_bin, *args], text=True,
+                         stdout=subprocess.PIPE if capture else None)  # fmt: skip
+    if res.returncode != 0:
+        raise StepError(f"kind {' '.join(args[:2])} failed (exit {res.returncode})")
+    return res.stdout or ""
+
+
+def manifest(name: str, images: dict[str, str]) -> list[dict]:
+    """A shipped manifest with its placeholder images replaced by the lab's local ones."""
+    text = (MANIFESTS / name).read_text()
+    for placeholder, image in images.items():
+        text = text.replace(placeholder, image)
+    return [d for d in yaml.safe_load_all(text) if d]
+
+
+def poll(what: str, check: Callable[[], tuple[bool, str]], deadline_s: float,
+         interval_s: float = 0.5) -> str:  # fmt: skip
+    """Call check() until it says done; on timeout raise with the last thing it saw."""
+    t0 = time.monotonic()
+    seen = ""
+    while True:
+        done, seen = check()
+        if done:
+            return seen
+        if time.monotonic() - t0 > deadline_s:
+            raise StepError(f"waited {deadline_s:.0f}s for {what}; last saw: {seen}")
+        time.sleep(interval_s)

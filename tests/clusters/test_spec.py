@@ -1,0 +1,75 @@
+"""Lab specs validate into labs, and labs render into kind configs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from clusters import kindconfig, spec
+
+
+@pytest.mark.parametrize(
+    ("name", "gpus"), [("seed", [10, 10]), ("hetero", [8, 4, 2]), ("single", [8]), ("wide", [256])]
+)
+def test_shipped_labs_load(name: str, gpus: list[int]) -> None:
+    lab = spec.load(name)
+    assert [n.gpu_count for n in lab.gpu_nodes] == gpus
+
+
+def test_kind_names_follow_role_and_order() -> None:
+    lab = spec.load("hetero")
+    assert [n.name for n in lab.nodes] == [
+        "hetero-control-plane", "hetero-worker", "hetero-worker2", "hetero-worker3",
+    ]  # fmt: skip
+    assert [n.gpu_product for n in lab.gpu_nodes] == [
+        "NVIDIA-A100-SXM4-80GB", "NVIDIA-H100-80GB-HBM3", "Tesla-T4",
+    ]  # fmt: skip
+
+
+def test_gpu_nodes_get_state_mounts_labels_and_fast_status_updates() -> None:
+    lab = spec.load("seed")
+    cfg = kindconfig.render(lab, "node:img", Path("/labs"))
+    cp, w1, w2 = cfg["nodes"]
+    assert cp == {"role": "control-plane", "image": "node:img"}
+    assert w1["extraMounts"] == [
+        {"hostPath": "/labs/seed/seed-worker", "containerPath": "/var/lib/fakenvml"}
+    ]
+    assert w2["labels"]["gpulab.dev/gpu-count"] == "10"
+    assert w2["labels"]["gpulab.dev/plugin"] == "true"
+    assert "nodeStatusUpdateFrequency: 2s" in cfg["kubeadmConfigPatches"][0]
+
+
+def test_plugin_start_false_leaves_the_plugin_label_off() -> None:
+    lab = spec.from_dict({"name": "x", "nodes": [
+        {"role": "control-plane"},
+        {"gpus": [{"profile": "T4", "count": 1}], "plugin": {"start": False}},
+    ]})  # fmt: skip
+    labels = kindconfig.render(lab, "i", Path("/l"))["nodes"][1]["labels"]
+    assert "gpulab.dev/plugin" not in labels and labels["gpulab.dev/fake-gpus"] == "true"
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        ({"nodes": [{"role": "control-plane"}]}, "name: Field required"),
+        ({"name": "Bad_Name", "nodes": [{"role": "control-plane"}]}, "name: 'Bad_Name'"),
+        ({"name": "x", "nodes": [{"role": "worker"}]}, "exactly one control-plane"),
+        ({"name": "x", "kubernetes": "1.20", "nodes": [{"role": "control-plane"}]}, "v1.33.x"),
+        ({"name": "x", "nodes": [{"role": "control-plane", "gpus": [{"profile": "H900"}]}]},
+         "GPU inventory: "),
+        ({"name": "x", "nodes": [{"role": "control-plane", "colour": "red"}]},
+         "Extra inputs are not permitted"),
+    ],
+)  # fmt: skip
+def test_bad_specs_are_refused_with_one_line(data: dict, message: str) -> None:
+    with pytest.raises(spec.SpecError) as e:
+        spec.from_dict(data)
+    assert message in str(e.value) and "\n" not in str(e.value)
+
+
+def test_unknown_lab_names_the_known_ones() -> None:
+    with pytest.raises(
+        spec.SpecError, match=r"no lab 'nope' \(known: hetero, seed, single, wide\)"
+    ):
+        spec.load("nope")
