@@ -5,7 +5,7 @@ BUILD := build
 ASAN_RT := $(shell gcc -print-file-name=libasan.so) $(shell gcc -print-file-name=libubsan.so)
 FUZZ_SECONDS ?= 60
 
-.PHONY: install lib lib-asan test test-unit test-asan lint bench fuzz e2e clean
+.PHONY: install lib lib-asan test test-unit test-asan lint bench fuzz e2e cluster cluster-down clean
 
 install:
 	@ci/bootstrap.sh
@@ -41,8 +41,28 @@ fuzz: install
 bench: install
 	@$(PY) -m bench.run --out $(BUILD)/bench.json
 
+LAB ?= seed
+PLUGIN ?= gpulab
+
+# A lab up (re-using what exists), fakenvml and PLUGIN deployed, capacity checked.
+cluster: install
+	@$(PY) -m clusters up $(LAB) --plugin $(PLUGIN)
+
+cluster-down: install
+	@$(PY) -m clusters down $(LAB)
+
 e2e:
-	@echo "make e2e: the cluster tier is not built yet (issues 3-5); running make test" >&2
+	@echo "make LAB ?= seed
+PLUGIN ?= gpulab
+
+# A lab up (re-using what exists), fakenvml and PLUGIN deployed, capacity checked.
+cluster: install
+	@$(PY) -m clusters up $(LAB) --plugin $(PLUGIN)
+
+cluster-down: install
+	@$(PY) -m clusters down $(LAB)
+
+e2e: the cluster tier is not built yet (issues 3-5); running make test" >&2
 	@$(MAKE) --no-print-directory test
 
 clean:
