@@ -10,6 +10,8 @@ FUZZ_SECONDS ?= 60
 install:
 	@ci/bootstrap.sh
 	@$(MAKE) --no-print-directory lib
+	@$(PY) -m plugin.api.generate >/dev/null
+	@ci/nvidia-plugin.sh >/dev/null
 
 lib:
 	@$(PY) -m fakenvml.native.build --variant release --out $(BUILD)
@@ -64,6 +66,8 @@ cluster-down: install
 
 e2e: the cluster tier is not built yet (issues 3-5); running make test" >&2
 	@$(MAKE) --no-print-directory test
+
+include ci/cluster.mk
 
 clean:
 	rm -rf $(BUILD)

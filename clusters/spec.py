@@ -31,7 +31,7 @@ from fakenvml.errors import FakeNvmlError
 from fakenvml.model import Node as GpuNode
 
 LABS_DIR = Path(__file__).resolve().parent
-DEFAULT_KUBERNETES = "v1.34.4"
+DEFAULT_KUBERNETES = "v1.34.0"
 _NAME = re.compile(r"[a-z0-9]([-a-z0-9]{0,30}[a-z0-9])?")
 _DURATION = re.compile(r"\d+(ms|s|m)")
 

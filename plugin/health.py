@@ -23,6 +23,7 @@ DBE = nv.nvmlEventTypeDoubleBitEccError
 SBE = nv.nvmlEventTypeSingleBitEccError
 RECOVERY = nv.nvmlEventTypeGpuRecoveryAction
 SetHealth = Callable[[int, bool, str], None]  # gpu index, healthy, reason
+READY_LINE = "Health monitor watching"  # tests wait for it before injecting faults
 
 
 class HealthMonitor:
@@ -67,6 +68,7 @@ class HealthMonitor:
                 self.set_health(g.index, False, f"event registration failed: {e}")
             nv.nvmlShutdown()
             return
+        log.info("%s %d GPUs for NVML events", READY_LINE, len(self.gpus))
         try:
             while not self._stop.is_set():
                 try:

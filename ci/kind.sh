@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Prints the path of a kind binary: the one on PATH when there is one, otherwise the
+# pinned release built with `go install` through the Go module proxy and cached under
+# $GPULAB_CACHE/bin/kind-<version>/ (outside the repository). Progress goes to stderr,
+# so `KIND=$(ci/kind.sh)` works.
+set -euo pipefail
+source "$(dirname "$0")/../clusters/nodeimage/lib.sh"
+
+if found=$(command -v kind); then
+  log "kind: using $found ($("$found" version 2>/dev/null || echo 'version unknown'))"
+  echo "$found"
+  exit 0
+fi
+
+bin=$GPULAB_CACHE/bin/kind-$KIND_VERSION
+if [[ ! -x $bin/kind ]]; then
+  command -v go >/dev/null || die "kind: not on PATH and no Go toolchain to build $KIND_VERSION"
+  log "kind: building sigs.k8s.io/kind@$KIND_VERSION (about 1 min cold)"
+  mkdir -p "$bin"
+  GOBIN=$bin with_ticker "kind $KIND_VERSION" nice -n 10 go install -trimpath -ldflags=-s \
+    "sigs.k8s.io/kind@$KIND_VERSION" || die "kind: go install sigs.k8s.io/kind@$KIND_VERSION failed"
+fi
+log "kind: $bin/kind ($("$bin/kind" version))"
+echo "$bin/kind"

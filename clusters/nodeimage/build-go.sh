@@ -1,0 +1,108 @@
+#!/usr/bin/env bash
+# Builds the node's Go binaries from upstream modules through the Go module proxy.
+# Usage: build-go.sh kubernetes | etcd VERSION | coredns VERSION | crictl
+# Prints the output directory ($GPULAB_CACHE/bin/<name>-<version>).
+set -euo pipefail
+source "$(dirname "$0")/lib.sh"
+
+# Some upstream modules point sibling modules at local paths with `replace` (Kubernetes'
+# staging modules, etcd's api/client/pkg), so `go install mod@version` refuses them.
+# A throwaway main module requires the module and replaces each such sibling with its
+# published twin at $2 (Kubernetes v1.34.4 -> k8s.io/api v0.34.4; etcd: same version).
+# Extra "module version" lines in $EXTRA_REQUIRES raise dependencies above what the
+# module asks for (MVS keeps the highest).
+throwaway_module() {
+  local mod=$1 sibling_version=$2 dir=$3 src
+  src=$(moddir "$mod") || die "cannot download $mod"
+  rm -rf "$dir"; mkdir -p "$dir"
+  {
+    printf 'module gpulab/build\n\n'
+    grep -E '^(go|godebug) ' "$src/go.mod"   # keep upstream's language and GODEBUG defaults
+    printf '\nrequire %s %s\n' "${mod%@*}" "${mod#*@}"
+    [[ -z ${EXTRA_REQUIRES:-} ]] || sed 's/^/require /' <<<"$EXTRA_REQUIRES"
+    local siblings
+    siblings=$(sed -n 's#^\s*\([^ ]*\) => \.\.\{0,1\}/.*#\1#p' "$src/go.mod")
+    if [[ -n $siblings ]]; then
+      printf '\nreplace (\n'
+      while read -r m; do printf '\t%s => %s %s\n' "$m" "$m" "$sibling_version"; done <<<"$siblings"
+      printf ')\n'
+    fi
+  } >"$dir/go.mod"
+}
+
+# build NAME VERSION MODULE@VERSION SIBLING_VERSION LDFLAGS PKG... : go build into the cache.
+build() {
+  local name=$1 version=$2 mod=$3 sib=$4 ldflags=$5; shift 5
+  local out=$GPULAB_CACHE/bin/$name-$version src=$GPULAB_CACHE/src/$name-$version
+  throwaway_module "$mod" "$sib" "$src"
+  rm -rf "$out"; mkdir -p "$out"
+  (cd "$src" && with_ticker "$name $version" gobuild -mod=mod -ldflags "-s -w $ldflags" -o "$out/" "$@") ||
+    die "building $name $version failed"
+}
+
+done_or() { [[ -e $GPULAB_CACHE/bin/$1/.done ]] && { echo "$GPULAB_CACHE/bin/$1"; exit 0; }; return 0; }
+finish() { touch "$GPULAB_CACHE/bin/$1/.done"; echo "$GPULAB_CACHE/bin/$1"; }
+
+kubernetes() {
+  local v=$KUBE_VERSION major minor patch
+  done_or "kubernetes-$v"
+  IFS=. read -r major minor patch <<<"${v#v}"
+  # Version stamps as hack/lib/version.sh sets them; kubeadm picks image tags from them.
+  local date ldflags="" kv
+  date=$(sed -n 's/.*"Time":"\([^"]*\)".*/\1/p' "$GOMODCACHE/cache/download/k8s.io/kubernetes/@v/$v.info" 2>/dev/null || true)
+  for kv in "gitVersion=$v" "gitMajor=$major" "gitMinor=$minor" "gitTreeState=archive" "buildDate=${date:-unknown}"; do
+    ldflags+=" -X k8s.io/client-go/pkg/version.$kv -X k8s.io/component-base/version.$kv"
+  done
+  local cmds=(kubelet kubeadm kubectl kube-apiserver kube-controller-manager kube-scheduler kube-proxy)
+  log "building Kubernetes $v (${cmds[*]}); cold: 5-25 min on 2 cores"
+  build kubernetes "$v" "k8s.io/kubernetes@$v" "v0.$minor.$patch" "$ldflags" \
+    -tags providerless,notest "${cmds[@]/#/k8s.io/kubernetes/cmd/}"
+  local got; got=$("$GPULAB_CACHE/bin/kubernetes-$v/kubeadm" version -o short)
+  [[ $got == "$v" ]] || die "kubeadm reports $got, expected $v (version ldflags not applied)"
+  finish "kubernetes-$v"
+}
+
+etcd() {
+  local v=${1:?etcd version}
+  done_or "etcd-$v"
+  log "building etcd $v (about 2 min cold)"
+  build etcd "$v" "go.etcd.io/etcd/server/v3@$v" "$v" "" go.etcd.io/etcd/server/v3
+  mv "$GPULAB_CACHE/bin/etcd-$v/v3" "$GPULAB_CACHE/bin/etcd-$v/etcd" 2>/dev/null ||
+    mv "$GPULAB_CACHE/bin/etcd-$v/server" "$GPULAB_CACHE/bin/etcd-$v/etcd"
+  "$GPULAB_CACHE/bin/etcd-$v/etcd" --version | grep -q "etcd Version: ${v#v}" || die "built etcd is not $v"
+  finish "etcd-$v"
+}
+
+coredns() {
+  local v=${1:?CoreDNS version}
+  done_or "coredns-$v"
+  log "building CoreDNS $v (about 2 min cold)"
+  build coredns "$v" "github.com/coredns/coredns@$v" "$v" "" github.com/coredns/coredns
+  "$GPULAB_CACHE/bin/coredns-$v/coredns" -version | grep -q "CoreDNS-${v#v}" || die "built CoreDNS is not $v"
+  finish "coredns-$v"
+}
+
+crictl() {
+  local v=$CRI_TOOLS_VERSION
+  done_or "crictl-$v"
+  # Not in the checksum database here: fetch without it, then check the pinned hash.
+  local sum
+  sum=$(GONOSUMDB=sigs.k8s.io/cri-tools go mod download -json "sigs.k8s.io/cri-tools@$v" |
+    sed -n 's/^\s*"Sum": "\(.*\)",$/\1/p')
+  [[ $sum == "$CRI_TOOLS_SUM" ]] || die "sigs.k8s.io/cri-tools@$v hash is '$sum', pinned $CRI_TOOLS_SUM"
+  # cri-tools v1.34.0 asks for Kubernetes v0.34.0-rc.2 modules, which the checksum
+  # database here lacks: build it against the released staging modules we use anyway.
+  local minor patch src; IFS=. read -r _ minor patch <<<"${KUBE_VERSION#v}"
+  src=$GOMODCACHE/sigs.k8s.io/cri-tools@$v
+  EXTRA_REQUIRES=$(sed -n "s#^\s*\(k8s\.io/[^ ]*\) v0\.$minor\..*#\1 v0.$minor.$patch#p" "$src/go.mod")
+  log "building crictl $v (about 1 min cold)"
+  EXTRA_REQUIRES=$EXTRA_REQUIRES GONOSUMDB=sigs.k8s.io/cri-tools build crictl "$v" "sigs.k8s.io/cri-tools@$v" "$v" \
+    "-X sigs.k8s.io/cri-tools/pkg/version.Version=$v" sigs.k8s.io/cri-tools/cmd/crictl
+  finish "crictl-$v"
+}
+
+case ${1:-} in
+  kubernetes | crictl) "$1" ;;
+  etcd | coredns) "$1" "${2:?usage: $0 $1 VERSION}" ;;
+  *) die "usage: $0 kubernetes | etcd VERSION | coredns VERSION | crictl" ;;
+esac

@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# Builds the node's Debian root filesystem with debootstrap and caches it as a tarball
+# keyed by suite and package list. Prints the tarball's path.
+set -euo pipefail
+source "$(dirname "$0")/lib.sh"
+
+# What a kind node runs besides the Kubernetes binaries: systemd as PID 1, containerd
+# and runc, the CNI plugins, and the network tools kubelet and kube-proxy call.
+PACKAGES=(
+  systemd systemd-sysv containerd runc containernetworking-plugins
+  iptables nftables iproute2 conntrack ethtool kmod mount util-linux procps
+  ca-certificates libseccomp2
+)
+
+# Bump when the steps below change what ends up in the tarball.
+RECIPE=1
+key=$(inputs_hash "$NODE_SUITE" "${PACKAGES[*]}" "recipe $RECIPE")
+out=$GPULAB_CACHE/rootfs/node-$NODE_SUITE-$key.tar
+[[ -s $out ]] && { echo "$out"; exit 0; }
+
+[[ $(id -u) -eq 0 ]] || die "rootfs: debootstrap needs root"
+command -v debootstrap >/dev/null || {
+  log "rootfs: installing debootstrap"
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq debootstrap >/dev/null
+}
+mirror=$(debian_mirror)
+[[ -n $mirror ]] || die "rootfs: no bookworm/main apt source configured to debootstrap from"
+
+dir=$GPULAB_CACHE/rootfs/node-$NODE_SUITE-$key.d
+# A failed debootstrap can leave /proc or /sys mounted in the target: unmount first.
+remove_dir() {
+  local m
+  for m in $(findmnt -rn -o TARGET | grep "^$dir/" | sort -r); do umount -l "$m" || true; done
+  rm -rf --one-file-system "$dir"
+}
+remove_dir; mkdir -p "$dir"
+log "rootfs: debootstrap $NODE_SUITE minbase + ${#PACKAGES[@]} packages (about 1 min)"
+pkgs=${PACKAGES[*]}
+logfile=$GPULAB_CACHE/rootfs/debootstrap.log
+logged() { "$@" >"$logfile" 2>&1; }
+with_ticker "debootstrap" logged debootstrap --variant=minbase --include="${pkgs// /,}" \
+  "$NODE_SUITE" "$dir" "$mirror" || die "rootfs: debootstrap failed, see $logfile"
+
+log "rootfs: trimming and packing"
+chroot "$dir" apt-get clean
+rm -rf "$dir"/var/lib/apt/lists/* "$dir"/usr/share/doc/* "$dir"/usr/share/man/* \
+  "$dir"/usr/share/locale/* "$dir"/var/log/*.log "$dir"/var/cache/debconf/*-old
+tar -C "$dir" --numeric-owner -cf "$out.tmp" .
+mv "$out.tmp" "$out"
+remove_dir
+# Older recipes' tarballs are never used again.
+find "$GPULAB_CACHE/rootfs" -maxdepth 1 -name "node-$NODE_SUITE-*.tar" ! -path "$out" -delete
+echo "$out"
