@@ -73,18 +73,28 @@ class Lab:
         self._step("Docker engine", steps.engine)
         self._kind = self._step("kind", steps.kind_binary)
         image = self._step("Node image", steps.node_image)
-        wanted = ["gpulab", "workload"] + (["nvidia"] if self.plugin == "nvidia" else [])
-        self.images = self._step("Lab images", steps.lab_images, wanted)
         if not self.exists():
             self._step("Fake GPUs on the host", self._write_states)
             self._step(f"Cluster {self.name}", self._create, image)
         else:
             self.console.print(f"[green]✓[/] Cluster {self.name} exists: reusing it")
-        self._step("Load images into the nodes", self._load_images)
-        self._step(f"Deploy fakenvml and the {self.plugin} plugin", self._deploy)
-        self._step("Wait for every GPU node's capacity", self.wait_capacity)
+        self.use_plugin(self.plugin)
         self._summary(time.monotonic() - t0)
         return self
+
+    def use_plugin(self, plugin: str) -> None:
+        """Deploy fakenvml and `plugin` (removing the other one) and wait until every GPU
+        node reports its inventory as capacity and allocatable."""
+        if plugin not in PLUGINS:
+            raise spec.SpecError(f"unknown plugin {plugin!r} (gpulab, nvidia)")
+        self.plugin = plugin
+        wanted = ["gpulab", "workload"] + (["nvidia"] if plugin == "nvidia" else [])
+        self.images = self._step("Lab images", steps.lab_images, wanted)
+        self._step("Load images into the nodes", self._load_images)
+        self._step(f"Deploy fakenvml and the {plugin} plugin", self._deploy)
+        self._step(f"Wait for the {plugin} plugin's pods", self.wait_daemonset,
+                   PLUGINS[plugin][1])  # fmt: skip
+        self._step("Wait for every GPU node's capacity", self.wait_capacity)
 
     def exists(self) -> bool:
         out = steps.kind(self._kind or steps.kind_binary(), "get", "clusters", capture=True)
@@ -108,8 +118,9 @@ class Lab:
 
     def _load_images(self) -> None:
         # kind skips nodes that already have an image with the same ID.
-        steps.kind(self._kind, "load", "docker-image", "--name", self.name,
-                   *self.images.values())  # fmt: skip
+        needed = [i for k, i in self.images.items()
+                  if not k.startswith("nvidia-") or k == f"nvidia-{NVIDIA_VERSION}"]  # fmt: skip
+        steps.kind(self._kind, "load", "docker-image", "--name", self.name, *needed)
 
     def _placeholders(self) -> dict[str, str]:
         return {
@@ -199,6 +210,18 @@ class Lab:
             return not pods, f"{len(pods)} {name} pods"
 
         steps.poll(f"{name} pods to go", gone, 120)
+
+    def wait_daemonset(self, name: str, namespace: str = "kube-system",
+                       deadline_s: float = 180) -> None:  # fmt: skip
+        """Every scheduled pod of the DaemonSet is up to date and Ready."""
+
+        def check() -> tuple[bool, str]:
+            st = self.apps.read_namespaced_daemon_set(name, namespace).status
+            want = st.desired_number_scheduled or 0
+            ready, updated = st.number_ready or 0, st.updated_number_scheduled or 0
+            return want > 0 and ready == updated == want, f"{ready}/{want} ready, {updated} updated"
+
+        steps.poll(f"DaemonSet {name}", check, deadline_s)
 
     def capacity(self, node: str, resource: str = RESOURCE) -> tuple[int, int]:
         """(capacity, allocatable) of `resource` on `node`, as the API server has them."""
