@@ -211,6 +211,43 @@ class Lab:
 
         steps.poll(f"{name} pods to go", gone, 120)
 
+    def set_plugin_on(self, node: str, on: bool, deadline_s: float = 120) -> None:
+        """Start or stop the plugin DaemonSet's pod on `node` (its gpulab.dev/plugin label)
+        and wait until the pod is there and Ready, or gone."""
+        label = f"{kindconfig.LABEL_PREFIX}/plugin"
+        self.core.patch_node(node, {"metadata": {"labels": {label: "true" if on else None}}})
+        ds = PLUGINS[self.plugin][1]
+
+        def check() -> tuple[bool, str]:
+            pods = self.core.list_namespaced_pod(
+                "kube-system", label_selector=f"app.kubernetes.io/name={ds}",
+                field_selector=f"spec.nodeName={node}").items  # fmt: skip
+            ready = [p for p in pods if p.status.phase == "Running" and all(
+                c.ready for c in p.status.container_statuses or [])]  # fmt: skip
+            return (len(ready) == 1) if on else not pods, f"{len(pods)} pods, {len(ready)} ready"
+
+        steps.poll(f"{ds} {'on' if on else 'off'} {node}", check, deadline_s)
+
+    def restart_plugin(self) -> None:
+        """Delete the plugin's pods (the DaemonSet recreates them): NVIDIA's plugin only
+        forgets an Unhealthy device when it restarts."""
+        ds = PLUGINS[self.plugin][1]
+        self.core.delete_collection_namespaced_pod(
+            "kube-system", label_selector=f"app.kubernetes.io/name={ds}", grace_period_seconds=0
+        )
+        self.wait_daemonset(ds)
+        self.wait_capacity()
+
+    def node_exec(self, node: str, *cmd: str) -> str:
+        """Run a command inside a node container (docker SDK); its output, or StepError."""
+        import docker
+
+        res = docker.from_env().containers.get(node).exec_run(list(cmd))
+        if res.exit_code != 0:
+            raise steps.StepError(f"{' '.join(cmd)} on {node} exited {res.exit_code}: "
+                                  f"{res.output.decode(errors='replace')[-500:]}")  # fmt: skip
+        return res.output.decode()
+
     def wait_daemonset(self, name: str, namespace: str = "kube-system",
                        deadline_s: float = 180) -> None:  # fmt: skip
         """Every scheduled pod of the DaemonSet is up to date and Ready."""
@@ -229,6 +266,18 @@ class Lab:
         cap = int((status.capacity or {}).get(resource, 0))
         alloc = int((status.allocatable or {}).get(resource, 0))
         return cap, alloc
+
+    def wait_allocatable(self, node: str, allocatable: int, capacity: int | None = None,
+                         deadline_s: float = 60) -> None:  # fmt: skip
+        """Poll the API until `node` reports that allocatable (and capacity, if given)."""
+
+        def check() -> tuple[bool, str]:
+            cap, alloc = self.capacity(node)
+            ok = alloc == allocatable and (capacity is None or cap == capacity)
+            return ok, f"capacity {cap}, allocatable {alloc}"
+
+        want = f"{allocatable}" + (f" of {capacity}" if capacity is not None else "")
+        steps.poll(f"{node} allocatable {want}", check, deadline_s)
 
     def wait_capacity(self, deadline_s: float = 300) -> None:
         want = {n.name: n.gpu_count for n in self.lab.gpu_nodes if n.spec.plugin.start}

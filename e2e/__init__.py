@@ -1,0 +1,1 @@
+"""e2e: pod-spec and fault suites against real kind labs, and fault-injection experiments."""

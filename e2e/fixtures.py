@@ -1,0 +1,115 @@
+"""pytest fixtures for cluster-tier suites (the `gpulab_e2e` pytest11 plugin), usable by
+any project that wants to test its own plugin in a gpulab lab:
+
+    def test_gpu_pod(lab, pods, fake_gpus): ...
+
+Options: --lab NAME (default seed), --plugins gpulab,nvidia (the suites run once per
+plugin), --keep-lab (leave the cluster up; `make e2e KEEP=1`).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator
+
+import pytest
+
+from clusters.lab import Lab
+from e2e.pods import Pods
+from fakenvml.node import NodeDir
+
+NAMESPACE = "gpulab-e2e"
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    g = parser.getgroup("gpulab-e2e")
+    g.addoption("--lab", default=os.environ.get("GPULAB_LAB", "seed"))
+    g.addoption(
+        "--plugins",
+        dest="gpulab_plugins",
+        default=os.environ.get("GPULAB_PLUGINS", "gpulab,nvidia"),
+    )
+    g.addoption("--keep-lab", action="store_true", default=bool(os.environ.get("KEEP")))
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", "plugins(*names): run only for these plugins (features others lack)"
+    )
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "plugin" in metafunc.fixturenames:
+        plugins = metafunc.config.getoption("gpulab_plugins").split(",")
+        metafunc.parametrize("plugin", plugins, scope="session")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Tests marked plugins(...) are not generated for other plugins (deselected, never
+    skipped: a scenario that a plugin cannot have is not a scenario for it)."""
+    keep, drop = [], []
+    for item in items:
+        only = item.get_closest_marker("plugins")
+        param = getattr(getattr(item, "callspec", None), "params", {}).get("plugin")
+        (drop if only and param is not None and param not in only.args else keep).append(item)
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+        items[:] = keep
+
+
+@pytest.fixture(scope="session")
+def lab_session(request: pytest.FixtureRequest) -> Iterator[Lab]:
+    """The lab, up once per session (re-used when it already runs), down at the end."""
+    lab = Lab(request.config.getoption("--lab"))
+    lab.up()
+    yield lab
+    if not request.config.getoption("--keep-lab"):
+        lab.down()
+
+
+@pytest.fixture(scope="session")
+def lab(lab_session: Lab, plugin: str) -> Lab:
+    """The lab running `plugin` (the suites are parametrized over plugins)."""
+    if lab_session.plugin != plugin:
+        lab_session.use_plugin(plugin)
+    return lab_session
+
+
+@pytest.fixture
+def fake_gpus(lab: Lab) -> Iterator[Callable[[str], NodeDir]]:
+    """fake_gpus(node) -> NodeDir: inject/recover on that node's GPUs from the host.
+    Afterwards every GPU faulted during the test is recovered, and a plugin that does not
+    recover by itself (NVIDIA's) is restarted, so the next test starts at full capacity."""
+    touched: dict[str, tuple[NodeDir, int]] = {}
+
+    def get(node: str) -> NodeDir:
+        d = lab.fake_gpus(node)
+        touched.setdefault(node, (d, len(list(d.events()))))
+        return d
+
+    yield get
+    faulted = False
+    for d, start in touched.values():
+        for gpu in sorted({r.gpu for r in d.events(start)}):
+            d.recover(gpu)
+            faulted = True
+    if faulted:
+        if lab.plugin == "nvidia":
+            lab.restart_plugin()
+        lab.wait_capacity()
+
+
+@pytest.fixture
+def pods(lab: Lab) -> Iterator[Pods]:
+    """Pod helpers in a namespace of the suite's own, emptied after each test."""
+    from kubernetes.client import V1Namespace, V1ObjectMeta
+    from kubernetes.client.exceptions import ApiException
+
+    try:
+        lab.core.create_namespace(V1Namespace(metadata=V1ObjectMeta(name=NAMESPACE)))
+    except ApiException as e:
+        if e.status != 409:
+            raise
+    p = Pods(lab.core, NAMESPACE, lab.images["workload"])
+    yield p
+    p.delete_all()

@@ -1,0 +1,136 @@
+"""Pods for the suites: apply a spec, wait with a deadline, read what the container got.
+
+Every wait names the condition it waited for and what it saw instead, e.g.
+    waited 60s for pod test-gpu-8 Running; last saw: Pending (Unschedulable: 0/3 nodes ...)
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import yaml
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+from kubernetes.stream import stream
+
+SPECS = Path(__file__).resolve().parent / "specs"
+
+
+class PodWaitError(AssertionError):
+    """A pod did not reach the awaited state; the message says what was seen."""
+
+
+def load_spec(name: str, image: str, **overrides: object) -> dict:
+    """e2e/specs/<name>.yaml with the workload image filled in."""
+    doc = yaml.safe_load((SPECS / f"{name}.yaml").read_text().replace("WORKLOAD_IMAGE", image))
+    doc["metadata"].update(overrides)
+    return doc
+
+
+class Pods:
+    def __init__(self, core: client.CoreV1Api, namespace: str, image: str) -> None:
+        self.core, self.ns, self.image = core, namespace, image
+
+    # -- lifecycle
+
+    def create(self, spec: str | dict, **meta: object) -> str:
+        doc = load_spec(spec, self.image, **meta) if isinstance(spec, str) else copy.deepcopy(spec)
+        self.core.create_namespaced_pod(self.ns, doc)
+        return doc["metadata"]["name"]
+
+    def delete(self, name: str, wait_s: float = 60) -> None:
+        try:
+            self.core.delete_namespaced_pod(name, self.ns, grace_period_seconds=0)
+        except ApiException as e:
+            if e.status == 404:
+                return
+            raise
+        self._wait(f"pod {name} deleted", lambda: (self._get(name) is None, "still there"), wait_s)
+
+    def delete_all(self, wait_s: float = 90) -> None:
+        for p in self.core.list_namespaced_pod(self.ns).items:
+            self.delete(p.metadata.name, wait_s)
+
+    # -- reading
+
+    def _get(self, name: str) -> client.V1Pod | None:
+        try:
+            return self.core.read_namespaced_pod(name, self.ns)
+        except ApiException as e:
+            if e.status == 404:
+                return None
+            raise
+
+    def get(self, name: str) -> client.V1Pod:
+        pod = self._get(name)
+        if pod is None:
+            raise PodWaitError(f"pod {name} does not exist")
+        return pod
+
+    def describe(self, name: str) -> str:
+        pod = self._get(name)
+        if pod is None:
+            return "no such pod"
+        st = pod.status
+        conds = "; ".join(f"{c.reason}: {c.message}" for c in (st.conditions or []) if c.message)
+        waiting = [
+            f"{c.name}: {c.state.waiting.reason}"
+            for c in (st.container_statuses or []) + (st.init_container_statuses or [])
+            if c.state and c.state.waiting
+        ]
+        return f"{st.phase}" + (f" ({conds})" if conds else "") + (f" {waiting}" if waiting else "")
+
+    def events(self, name: str) -> list[client.CoreV1Event]:
+        return self.core.list_namespaced_event(
+            self.ns, field_selector=f"involvedObject.name={name},involvedObject.kind=Pod"
+        ).items
+
+    def env(self, name: str, container: str | None = None) -> dict[str, str]:
+        """The container's environment, read by exec'ing `env` in it."""
+        out = stream(self.core.connect_get_namespaced_pod_exec, name, self.ns,
+                     container=container, command=["env"], stderr=True, stdin=False,
+                     stdout=True, tty=False)  # fmt: skip
+        return dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
+
+    # -- waits
+
+    def _wait(self, what: str, check: Callable[[], tuple[bool, str]], deadline_s: float) -> str:
+        t0 = time.monotonic()
+        while True:
+            done, seen = check()
+            if done:
+                return seen
+            if time.monotonic() - t0 > deadline_s:
+                raise PodWaitError(f"waited {deadline_s:.0f}s for {what}; last saw: {seen}")
+            time.sleep(0.5)
+
+    def wait_running(self, name: str, deadline_s: float = 90) -> client.V1Pod:
+        def check() -> tuple[bool, str]:
+            pod = self._get(name)
+            ready = bool(pod and pod.status.phase == "Running" and all(
+                c.ready for c in pod.status.container_statuses or []))  # fmt: skip
+            return ready, self.describe(name)
+
+        self._wait(f"pod {name} Running and ready", check, deadline_s)
+        return self.get(name)
+
+    def wait_failed_scheduling(self, name: str, text: str, deadline_s: float = 60) -> str:
+        """Wait for a FailedScheduling event containing `text`; returns its message."""
+
+        def check() -> tuple[bool, str]:
+            msgs = [e.message or "" for e in self.events(name) if e.reason == "FailedScheduling"]
+            hit = next((m for m in msgs if text in m), None)
+            return hit is not None, hit or (msgs[-1] if msgs else self.describe(name))
+
+        return self._wait(f"pod {name} FailedScheduling with {text!r}", check, deadline_s)
+
+    def wait_phase(self, name: str, phase: str, deadline_s: float = 60) -> client.V1Pod:
+        def check() -> tuple[bool, str]:
+            pod = self._get(name)
+            return bool(pod and pod.status.phase == phase), self.describe(name)
+
+        self._wait(f"pod {name} {phase}", check, deadline_s)
+        return self.get(name)

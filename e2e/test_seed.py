@@ -1,0 +1,81 @@
+"""The seeds' scenario, end to end on the `seed` lab, for each plugin under test.
+
+Two workers with 10 GPUs each; the plugin runs on the first only. test-gpu-8 runs there
+with 8 distinct UUIDs of that node; test-gpu-3 stays Pending (Insufficient nvidia.com/gpu)
+until the plugin starts on the second worker, then runs there. kubelet's checkpoint lists
+exactly what each container got.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from clusters.lab import Lab
+from e2e import checkpoint
+from e2e.pods import Pods
+
+A, B = "seed-worker", "seed-worker2"
+GPU = "nvidia.com/gpu"
+
+
+@pytest.fixture
+def plugin_on_a_only(lab: Lab) -> Iterator[None]:
+    lab.set_plugin_on(B, False)
+    yield
+    lab.set_plugin_on(B, True)
+    lab.wait_capacity()
+
+
+def uuids_of(lab: Lab, node: str) -> set[str]:
+    return {g.uuid for g in lab.fake_gpus(node).node().gpus}
+
+
+def test_both_workers_report_capacity_equal_allocatable_10(lab: Lab) -> None:
+    for node in (A, B):
+        assert lab.capacity(node) == (10, 10), node
+
+
+def test_gpu8_runs_gpu3_pends_then_runs_when_the_plugin_starts_on_b(
+    lab: Lab, pods: Pods, plugin_on_a_only: None
+) -> None:
+    # B's plugin is gone: kubelet drops allocatable to 0 at once (capacity stays 5 min).
+    lab.wait_allocatable(B, 0)
+    pods.create("test-gpu-8")
+    pod8 = pods.wait_running("test-gpu-8")
+    assert pod8.spec.node_name == A
+    visible = pods.env("test-gpu-8")["NVIDIA_VISIBLE_DEVICES"].split(",")
+    assert len(visible) == len(set(visible)) == 8
+    assert set(visible) <= uuids_of(lab, A)
+
+    pods.create("test-gpu-3")
+    message = pods.wait_failed_scheduling("test-gpu-3", f"Insufficient {GPU}")
+    assert message.startswith("0/3 nodes are available")
+    assert pods.get("test-gpu-3").status.phase == "Pending"
+
+    lab.set_plugin_on(B, True)
+    pod3 = pods.wait_running("test-gpu-3", deadline_s=120)
+    assert pod3.spec.node_name == B
+    visible3 = pods.env("test-gpu-3")["NVIDIA_VISIBLE_DEVICES"].split(",")
+    assert len(set(visible3)) == 3 and set(visible3) <= uuids_of(lab, B)
+
+    # kubelet's checkpoint on each node lists exactly the allocated IDs per container.
+    got_a = checkpoint.allocations(lab, A)
+    assert got_a[(pod8.metadata.uid, "main", GPU)] == sorted(visible)
+    got_b = checkpoint.allocations(lab, B)
+    assert got_b[(pod3.metadata.uid, "main", GPU)] == sorted(visible3)
+
+
+@pytest.mark.plugins("gpulab")  # a second resource from the same plugin: NVIDIA's has none
+def test_gpu2_rdma10_gets_both_env_entries_and_checkpoint_entries(lab: Lab, pods: Pods) -> None:
+    pods.create("test-gpu2-rdma10")
+    pod = pods.wait_running("test-gpu2-rdma10")
+    env = pods.env("test-gpu2-rdma10")
+    gpus = env["NVIDIA_VISIBLE_DEVICES"].split(",")
+    rdma = env["EXAMPLE_COM_RDMA"].split(",")
+    assert len(set(gpus)) == 2 and set(gpus) <= uuids_of(lab, pod.spec.node_name)
+    assert sorted(rdma) == sorted(f"rdma-{i}" for i in range(10))
+    got = checkpoint.allocations(lab, pod.spec.node_name)
+    assert got[(pod.metadata.uid, "main", GPU)] == sorted(gpus)
+    assert got[(pod.metadata.uid, "main", "example.com/rdma")] == sorted(rdma)
