@@ -238,6 +238,23 @@ class Lab:
         self.wait_daemonset(ds)
         self.wait_capacity()
 
+    def set_plugin_env(self, env: dict[str, str | None]) -> None:
+        """Set (or with None, remove) env vars of the plugin container; waits for the
+        rolled-out pods and full capacity."""
+        name = PLUGINS[self.plugin][1]
+        ds = self.apps.read_namespaced_daemon_set(name, "kube-system")
+        container = ds.spec.template.spec.containers[0]
+        current = {e.name: e for e in container.env or []}
+        for key, value in env.items():
+            if value is None:
+                current.pop(key, None)
+            else:
+                current[key] = client.V1EnvVar(name=key, value=value)
+        container.env = list(current.values())
+        self.apps.replace_namespaced_daemon_set(name, "kube-system", ds)
+        self.wait_daemonset(name)
+        self.wait_capacity()
+
     def node_exec(self, node: str, *cmd: str) -> str:
         """Run a command inside a node container (docker SDK); its output, or StepError."""
         import docker
@@ -256,7 +273,10 @@ class Lab:
             st = self.apps.read_namespaced_daemon_set(name, namespace).status
             want = st.desired_number_scheduled or 0
             ready, updated = st.number_ready or 0, st.updated_number_scheduled or 0
-            return want > 0 and ready == updated == want, f"{ready}/{want} ready, {updated} updated"
+            current = st.observed_generation == self.apps.read_namespaced_daemon_set(
+                name, namespace).metadata.generation  # fmt: skip
+            done = current and want > 0 and ready == updated == want
+            return done, f"{ready}/{want} ready, {updated} updated"
 
         steps.poll(f"DaemonSet {name}", check, deadline_s)
 

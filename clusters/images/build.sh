@@ -12,6 +12,9 @@ repo=$(cd "$here/../.." && pwd)
 source "$repo/clusters/nodeimage/lib.sh"
 WORK=$GPULAB_CACHE/images
 mkdir -p "$WORK"
+# One build at a time: two labs coming up together share $WORK (wheels, contexts).
+exec 9>"$WORK/.lock"
+flock 9
 
 have() { docker image inspect "$1" >/dev/null 2>&1; }
 
@@ -63,6 +66,9 @@ image_gpulab() {
     sed "s|@BASE@|$base|" "$here/gpulab.Dockerfile" >"$ctx/Dockerfile"
     log "images: gpulab: docker build $tag"
     docker_build "$tag" "$ctx"
+    # Never tag an image that cannot import its own package (a half-written context).
+    docker run --rm --entrypoint python3 "$tag" -c 'import fakenvml, plugin.main' ||
+      { docker rmi -f "$tag" >/dev/null; die "images: $tag cannot import gpulab"; }
   fi
   echo "$tag"
 }
