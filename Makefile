@@ -22,9 +22,10 @@ lib-asan:
 lint: install
 	@.venv/bin/ruff check . && .venv/bin/ruff format --check .
 
-# The whole suite, then the fakenvml suite again against the sanitizer build.
+# Every tier: unit and node tier, the fakenvml suite again under ASan+UBSan, a bounded
+# fuzz run, then the cluster tier (real kind labs) through `make e2e`.
 test: install lib-asan lint
-	@$(MAKE) --no-print-directory test-unit test-asan fuzz FUZZ_SECONDS=30
+	@$(MAKE) --no-print-directory test-unit test-asan fuzz e2e FUZZ_SECONDS=30
 
 test-unit:
 	@echo "==> tests (release library)"

@@ -25,7 +25,7 @@ import grpc
 from fakenvml import inventory
 from fakenvml.node import NodeDir
 from plugin.api.v1beta1 import HEALTHY
-from plugin.standin import Kubelet, nvidia
+from plugin.standin import Kubelet, gpulab, nvidia
 from plugin.standin.process import PluginProcess
 
 Row = dict[str, object]
@@ -50,6 +50,14 @@ class Subject:
 
 def nvidia_subject(version: str) -> Subject:
     return Subject(f"nvidia {version}", functools.partial(nvidia.command, version))
+
+
+def gpulab_subject() -> Subject:
+    return Subject("gpulab", gpulab.command, ready=gpulab.ready)
+
+
+def all_subjects() -> list[Subject]:
+    return [*(nvidia_subject(v) for v in nvidia.versions()), gpulab_subject()]
 
 
 def _pct(values: Sequence[float], p: float) -> float:

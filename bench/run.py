@@ -14,7 +14,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from bench import fakenvml_bench
+from bench import fakenvml_bench, plugin_bench
 
 
 def main() -> None:
@@ -24,6 +24,8 @@ def main() -> None:
     console = Console()
     with console.status("fakenvml benchmarks"):
         rows = fakenvml_bench.run()
+    with console.status("device plugin benchmarks (NVIDIA's and ours, node tier)"):
+        rows += plugin_bench.run(plugin_bench.all_subjects())
     table = Table(title="gpulab benchmarks")
     for col in ("metric", "value", "unit", "aim"):
         table.add_column(col, justify="right" if col == "value" else "left")

@@ -57,6 +57,34 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         items[:] = keep
 
 
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """A table a person reads at a glance: scenario x plugin -> result and seconds."""
+    rows: dict[str, dict[str, str]] = {}
+    plugins: list[str] = []
+    for outcome in ("passed", "failed", "error"):
+        for rep in terminalreporter.stats.get(outcome, []):
+            if rep.when != "call" and outcome != "error":
+                continue
+            nodeid = rep.nodeid
+            if "[" not in nodeid or not nodeid.startswith("e2e/"):
+                continue
+            base, param = nodeid.split("[", 1)
+            plugin = param.rstrip("]").split("-")[-1]
+            if plugin not in plugins:
+                plugins.append(plugin)
+            mark = "PASS" if outcome == "passed" else "FAIL"
+            rows.setdefault(base.split("::")[-1], {})[plugin] = f"{mark} {rep.duration:5.1f}s"
+    if not rows:
+        return
+    tr = terminalreporter
+    tr.section("gpulab e2e: scenario x plugin")
+    width = max(len(r) for r in rows)
+    tr.write_line(f"{'scenario':<{width}}  " + "  ".join(f"{p:<12}" for p in plugins))
+    for name, results in rows.items():
+        cells = "  ".join(f"{results.get(p, '-'):<12}" for p in plugins)
+        tr.write_line(f"{name:<{width}}  {cells}")
+
+
 @pytest.fixture(scope="session")
 def lab_session(request: pytest.FixtureRequest) -> Iterator[Lab]:
     """The lab, up once per session (re-used when it already runs), down at the end."""
