@@ -54,19 +54,12 @@ cluster: install
 cluster-down: install
 	@$(PY) -m clusters down $(LAB)
 
-e2e:
-	@echo "make LAB ?= seed
-PLUGIN ?= gpulab
-
-# A lab up (re-using what exists), fakenvml and PLUGIN deployed, capacity checked.
-cluster: install
-	@$(PY) -m clusters up $(LAB) --plugin $(PLUGIN)
-
-cluster-down: install
-	@$(PY) -m clusters down $(LAB)
-
-e2e: the cluster tier is not built yet (issues 3-5); running make test" >&2
-	@$(MAKE) --no-print-directory test
+# The cluster tier: labs up, suites for both plugins (JUnit XML + a summary table), labs
+# down unless KEEP=1.
+E2E_JUNIT ?= $(BUILD)/e2e-junit.xml
+e2e: install
+	@echo "==> e2e: cluster-tier suites for gpulab and nvidia (seed lab)"
+	@KEEP=$(KEEP) $(PY) -m pytest -q -p no:cacheprovider e2e --junitxml=$(E2E_JUNIT)
 
 include ci/cluster.mk
 
