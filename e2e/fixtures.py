@@ -39,7 +39,11 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
-    if "plugin" in metafunc.fixturenames:
+    own = any(
+        "plugin" in str(m.args[0]).replace(" ", "").split(",")
+        for m in metafunc.definition.iter_markers("parametrize")
+    )
+    if "plugin" in metafunc.fixturenames and not own:  # a test may parametrize it itself
         plugins = metafunc.config.getoption("gpulab_plugins").split(",")
         metafunc.parametrize("plugin", plugins, scope="session")
 
