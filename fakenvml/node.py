@@ -105,9 +105,14 @@ class NodeDir:
         return rec
 
     def inject_ecc(self, gpu: str | int, double_bit: bool, count: int = 1) -> Record:
+        """ECC error events; a double-bit error also makes the driver ask for a GPU reset
+        (the pending row remap or page retirement applies then)."""
         if not 0 < count < 2**32:
             raise FakeNvmlError(f"ECC error count must be positive, not {count}")
-        return self._append(gpu, Kind.ECC_DBE if double_bit else Kind.ECC_SBE, count)
+        rec = self._append(gpu, Kind.ECC_DBE if double_bit else Kind.ECC_SBE, count)
+        if double_bit:
+            self._append(rec.gpu, Kind.RECOVERY_ACTION, xids.RecoveryAction.GPU_RESET)
+        return rec
 
     def lose(self, gpu: str | int) -> Record:
         return self._append(gpu, Kind.LOST)

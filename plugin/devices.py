@@ -8,10 +8,12 @@ million-call matrix at start-up.
 from __future__ import annotations
 
 import functools
+import logging
 from dataclasses import dataclass
 
 import pynvml as nv
 
+log = logging.getLogger("gpulab-plugin")
 LINK_PROBE = 36  # NVML_NVLINK_MAX_LINKS; real boards answer INVALID_ARGUMENT past the last
 
 
@@ -72,9 +74,15 @@ class Topology:
 
 
 def discover() -> list[Gpu]:
+    """Every GPU NVML can reach. A GPU already lost has no identity to advertise (its
+    handle lookup fails), so it is left out, with a warning, instead of failing start-up."""
     gpus = []
     for i in range(nv.nvmlDeviceGetCount()):
-        h = nv.nvmlDeviceGetHandleByIndex(i)
+        try:
+            h = nv.nvmlDeviceGetHandleByIndex(i)
+        except nv.NVMLError_GpuIsLost:
+            log.warning("GPU %d is lost; not advertising it", i)
+            continue
         gpus.append(
             Gpu(i, nv.nvmlDeviceGetUUID(h), nv.nvmlDeviceGetMinorNumber(h),
                 nv.nvmlDeviceGetPciInfo(h).busId, _numa(h), nv.nvmlDeviceGetName(h))

@@ -68,6 +68,7 @@ class HealthMonitor:
                 self.set_health(g.index, False, f"event registration failed: {e}")
             nv.nvmlShutdown()
             return
+        self._probe()  # after registering: a fault from here on is an event we will see
         log.info("%s %d GPUs for NVML events", READY_LINE, len(self.gpus))
         try:
             while not self._stop.is_set():
@@ -80,6 +81,24 @@ class HealthMonitor:
         finally:
             nv.nvmlEventSetFree(es)
             nv.nvmlShutdown()
+
+    def _probe(self) -> None:
+        """Health that outlives events: a GPU lost, or one the driver wants reset. Read at
+        every start, so a restarted plugin does not hand out a GPU that failed before."""
+        field = nv.NVML_FI_DEV_GET_GPU_RECOVERY_ACTION
+        for g in self.gpus:
+            try:
+                h = nv.nvmlDeviceGetHandleByUUID(g.uuid)
+                (value,) = nv.nvmlDeviceGetFieldValues(h, [field])
+            except nv.NVMLError_GpuIsLost:
+                self.set_health(g.index, False, "GPU is lost")
+                continue
+            except nv.NVMLError as e:
+                log.warning("Cannot read the recovery action of %s: %s", g.uuid, e)
+                continue
+            action = value.value.uiVal if value.nvmlReturn == nv.NVML_SUCCESS else 0
+            if action != nv.NVML_GPU_RECOVERY_ACTION_NONE:
+                self.set_health(g.index, False, f"driver asks for recovery action {action}")
 
     def _on_error(self, err: nv.NVMLError) -> None:
         if err.value == nv.NVML_ERROR_TIMEOUT:
@@ -117,7 +136,9 @@ class HealthMonitor:
                 log.info("Skipping event Xid=%d on Device=%s (ignored Xid)", data, uuid)
         elif kind == DBE and self.double_bit_ecc:
             self.set_health(gpu.index, False, "double-bit ECC error")
-        elif kind == RECOVERY and data == nv.NVML_GPU_RECOVERY_ACTION_NONE and self.recover:
-            log.info("Device=%s recovered (recovery action NONE); marking device as healthy.",
-                     uuid)  # fmt: skip
-            self.set_health(gpu.index, True, "")
+        elif kind == RECOVERY and data == nv.NVML_GPU_RECOVERY_ACTION_NONE:
+            if self.recover:
+                log.info("Device=%s recovered (recovery action NONE); marking it healthy.", uuid)
+                self.set_health(gpu.index, True, "")
+        elif kind == RECOVERY:
+            self.set_health(gpu.index, False, f"driver asks for recovery action {data}")

@@ -85,6 +85,13 @@ class Plugins:
         for p in self.plugins:
             p.register(stop)
 
+    def reregister(self, stop: threading.Event) -> None:
+        """kubelet restarted: serve again and register, keeping every device's health."""
+        for p in self.plugins:
+            p.stop()
+            p.serve()
+        self.register(stop)
+
     def stop(self) -> None:
         for p in self.plugins:
             p.stop()
@@ -95,7 +102,7 @@ def run(conf: cfg.Config, plugin_dir: Path, dev_root: Path, metrics_port: int) -
     metrics = Metrics()
     if metrics_port:
         metrics.serve(metrics_port)
-    stop, restart = threading.Event(), threading.Event()
+    stop, restart, reregister = threading.Event(), threading.Event(), threading.Event()
 
     def on_signal(signum: int, _frame: object) -> None:
         log.info("Received signal \"%s\", %s.", signal.Signals(signum).name,
@@ -117,8 +124,11 @@ def run(conf: cfg.Config, plugin_dir: Path, dev_root: Path, metrics_port: int) -
             while not (stop.is_set() or restart.is_set()):
                 for event in inotify.read(timeout=200):
                     if event.name == "kubelet.sock":
-                        log.info("inotify: %s created, restarting.", plugin_dir / event.name)
-                        restart.set()
+                        log.info("inotify: %s created, re-registering.", plugin_dir / event.name)
+                        reregister.set()
+                if reregister.is_set() and not stop.is_set():
+                    reregister.clear()
+                    plugins.reregister(stop)
             plugins.stop()
     finally:
         nv.nvmlShutdown()

@@ -47,6 +47,7 @@ moddir() { go mod download -json "$1" | sed -n 's/^\s*"Dir": "\(.*\)",$/\1/p'; }
 
 # The machine's own Debian mirror (from apt's configuration), so no host is written here.
 debian_mirror() {
+  if [[ -n ${DEBIAN_MIRROR:-} ]]; then echo "$DEBIAN_MIRROR"; return; fi  # e.g. Ubuntu CI
   apt-cache policy | awk '$3 == "bookworm/main" { print $2; exit }'
 }
 

@@ -209,6 +209,7 @@ def test_events_json_is_one_object_per_line(node: Path, run: Run) -> None:
     assert [(r["seq"], r["kind"], r["gpu"], r["data"]) for r in records] == [
         (1, "xid", 4, 31),
         (2, "ecc-double", 4, 1),
+        (3, "recovery-action", 4, 1),  # the driver then asks for a GPU reset
     ]
     assert records[0]["uuid"] == uuids(node)[4] and records[0]["gpu_instance"] is None
     assert records[1]["monotonic_ns"] > records[0]["monotonic_ns"]

@@ -138,10 +138,10 @@ def test_fallen_off_the_bus_is_xid_79_then_lost(nvml: object, state: NodeDir) ->
 
 
 def test_journal_numbers_and_timestamps_every_fault(state: NodeDir) -> None:
-    recs = [state.inject_xid(0, 31), state.lose(1), state.recover(1), state.inject_ecc(2, True)]
+    recs = [state.inject_xid(0, 31), state.lose(1), state.recover(1), state.inject_ecc(2, False)]
     journal = list(state.events())
     assert [r.seq for r in journal] == [1, 2, 3, 4]
-    assert [r.kind for r in journal] == [Kind.XID, Kind.LOST, Kind.RECOVER, Kind.ECC_DBE]
+    assert [r.kind for r in journal] == [Kind.XID, Kind.LOST, Kind.RECOVER, Kind.ECC_SBE]
     assert journal == recs
     state.inject_xid(0, 79)  # the Xid, then the recovery action the driver asks for
     assert [(r.kind, r.data) for r in state.events(start=4)] == [

@@ -36,6 +36,7 @@ class Subject:
     lost_marks_every_device: bool
     recovers: bool
     prefers_on_64_gpus: bool
+    keeps_health_across_restarts: bool
 
     @property
     def version(self) -> str:
@@ -43,8 +44,8 @@ class Subject:
 
 
 SUBJECTS = [
-    *(Subject(f"nvidia-{v}", nvidia.SOCKET, True, False, False) for v in nvidia.versions()),
-    Subject("gpulab", gpulab.SOCKET, False, True, True),
+    *(Subject(f"nvidia-{v}", nvidia.SOCKET, True, False, False, False) for v in nvidia.versions()),
+    Subject("gpulab", gpulab.SOCKET, False, True, True, True),
 ]
 pytestmark = pytest.mark.parametrize("subject", SUBJECTS, ids=lambda s: s.name)
 
@@ -190,6 +191,24 @@ def test_reregisters_when_kubelet_sock_is_recreated(gpus8: Running, kubelet: Kub
     kubelet.wait_registered(R, count=2, timeout=30)
     res = kubelet.wait_health(R, [], after=before)
     assert sorted(res.healthy) == sorted(gpus8.uuids)
+
+
+def test_unhealthy_gpu_stays_unhealthy_across_a_kubelet_restart(
+    subject: Subject, gpus8: Running, kubelet: Kubelet
+) -> None:
+    """Ours re-registers with the health it had (it keeps its state; its start-up probe
+    reads the driver's recovery action too); NVIDIA's restarts its plugins and lists the
+    faulty GPU Healthy again, so kubelet may hand it to the next pod."""
+    sick = gpus8.uuids[1]
+    before = kubelet.resource(R).updates
+    gpus8.node.inject_xid(1, 79)
+    kubelet.wait_health(R, [sick], after=before)
+    after_fault = kubelet.resource(R).updates
+    kubelet.restart()
+    kubelet.wait_registered(R, count=2, timeout=30)
+    expected = [sick] if subject.keeps_health_across_restarts else []
+    res = kubelet.wait_health(R, expected, after=after_fault)
+    assert res.unhealthy == set(expected)
 
 
 def test_recovery(subject: Subject, gpus8: Running, kubelet: Kubelet) -> None:

@@ -1,0 +1,477 @@
+"""Fault-injection experiments: a scripted scenario on a lab, as a validated YAML file.
+
+    name: xid-storm
+    lab: hetero
+    plugin: gpulab                     # `gpulab experiment run --plugin` overrides it
+    duration: 20s                      # sampling runs from t=0 to here
+    timeline:                          # actions at offsets from t=0
+      - {at: 0s, do: create_pod, spec: experiments/gpu-1, name: bystander, node: hetero-worker2}
+      - {at: 5s, do: xid, node: hetero-worker, gpu: 3, code: 79, count: 300, over: 1s}
+    expect:                            # checked against what was recorded
+      - {check: allocatable, node: hetero-worker, equals: 7}            # at: end
+      - {check: allocatable, node: hetero-worker2, equals: 4, during: [0s, end]}
+      - {check: changes, node: hetero-worker, of: allocatable, equals: 1}
+      - {check: plugin_log, node: hetero-worker, event: update, max: 1}
+      - {check: pod, name: bystander, phase: Running, during: [4s, end]}
+
+Actions (`do:`): xid, ecc, lost, recover, create_pod, delete_pod, restart_kubelet,
+stop_plugin / start_plugin (on a node), restart_plugin. Checks (`check:`): allocatable,
+capacity, changes, plugin_log, pod, devices_healthy. Times are `1.5s`, `500ms`, `1m` or
+seconds as a number; expectations take `at: <time>|end` or `during: [<time>, <time>|end]`.
+
+`load()` turns every problem into one ExperimentError line naming the file and the key;
+`check_lab()` then checks node names, GPU indexes and pod specs against the lab spec.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Annotated, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from clusters import spec as labspec
+from e2e.pods import SPECS
+
+EXPERIMENTS = Path(__file__).resolve().parent / "experiments"
+PLUGINS = ("gpulab", "nvidia")
+_TIME = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m)")
+_UNIT = {"ms": 0.001, "s": 1.0, "m": 60.0}
+END = "end"
+
+
+class ExperimentError(Exception):
+    """An experiment file that cannot run; one line naming the file and the key."""
+
+
+def seconds(v: object) -> float:
+    """`1.5s`, `500ms`, `1m` or a plain number of seconds -> seconds."""
+    if isinstance(v, bool):
+        raise ValueError(f"{v!r}: expected a time such as 2s, 500ms or 1.5")
+    if isinstance(v, int | float):
+        if v < 0:
+            raise ValueError(f"{v!r}: times are offsets from t=0 and cannot be negative")
+        return float(v)
+    m = _TIME.fullmatch(str(v).strip())
+    if not m:
+        raise ValueError(f"{v!r}: expected a time such as 2s, 500ms or 1.5")
+    return float(m.group(1)) * _UNIT[m.group(2)]
+
+
+def _time_or_end(v: object) -> float | str:
+    return END if v == END else seconds(v)
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+# -- actions
+
+
+class _Action(_Strict):
+    at: float
+
+    @field_validator("at", mode="before")
+    @classmethod
+    def _at(cls, v: object) -> float:
+        return seconds(v)
+
+    def describe(self) -> str:
+        raise NotImplementedError
+
+
+class _OnGpu(_Action):
+    node: str
+    gpu: int = Field(ge=0)
+
+
+class Xid(_OnGpu):
+    """`count` Xids spread evenly over `over` (a burst), or one."""
+
+    do: Literal["xid"]
+    code: int = Field(gt=0, lt=2**32)
+    count: int = Field(default=1, ge=1, le=100_000)
+    over: float = 0.0
+
+    @field_validator("over", mode="before")
+    @classmethod
+    def _over(cls, v: object) -> float:
+        return seconds(v)
+
+    def describe(self) -> str:
+        burst = f"{self.count}x " if self.count > 1 else ""
+        span = f" over {self.over * 1000:.0f} ms" if self.count > 1 else ""
+        return f"{burst}Xid {self.code} on {self.node} GPU {self.gpu}{span}"
+
+
+class Ecc(_OnGpu):
+    do: Literal["ecc"]
+    double_bit: bool = True
+    count: int = Field(default=1, ge=1)
+
+    def describe(self) -> str:
+        return f"{'double' if self.double_bit else 'single'}-bit ECC on {self.node} GPU {self.gpu}"
+
+
+class Lost(_OnGpu):
+    do: Literal["lost"]
+
+    def describe(self) -> str:
+        return f"{self.node} GPU {self.gpu} lost"
+
+
+class Recover(_OnGpu):
+    do: Literal["recover"]
+
+    def describe(self) -> str:
+        return f"recover {self.node} GPU {self.gpu}"
+
+
+class CreatePod(_Action):
+    """A pod from e2e/specs/<spec>.yaml or inline (`pod:`), optionally pinned to a node
+    and with its first container's GPU count replaced; `count` creates name-1..name-N."""
+
+    do: Literal["create_pod"]
+    name: str
+    spec: str | None = None
+    pod: dict | None = None
+    node: str | None = None
+    gpus: int | None = Field(default=None, ge=0)
+    count: int = Field(default=1, ge=1, le=100)
+
+    @model_validator(mode="after")
+    def _one_source(self) -> CreatePod:
+        if (self.spec is None) == (self.pod is None):
+            raise ValueError("give exactly one of `spec:` (a file under e2e/specs) or `pod:`")
+        return self
+
+    @property
+    def names(self) -> list[str]:
+        if self.count == 1:
+            return [self.name]
+        return [f"{self.name}-{i}" for i in range(1, self.count + 1)]
+
+    def describe(self) -> str:
+        gpus = f" ({self.gpus} GPUs)" if self.gpus is not None else ""
+        where = f" on {self.node}" if self.node else ""
+        return f"create pod {', '.join(self.names)}{gpus}{where}"
+
+
+class DeletePod(_Action):
+    do: Literal["delete_pod"]
+    name: str
+
+    def describe(self) -> str:
+        return f"delete pod {self.name}"
+
+
+class RestartKubelet(_Action):
+    do: Literal["restart_kubelet"]
+    node: str
+
+    def describe(self) -> str:
+        return f"restart kubelet on {self.node}"
+
+
+class PluginOnNode(_Action):
+    """Stop or start the plugin's pod on one node (two verbs: YAML 1.1 reads `on:` as true)."""
+
+    do: Literal["stop_plugin", "start_plugin"]
+    node: str
+
+    @property
+    def on(self) -> bool:
+        return self.do == "start_plugin"
+
+    def describe(self) -> str:
+        return f"plugin {'started' if self.on else 'stopped'} on {self.node}"
+
+
+class RestartPlugin(_Action):
+    do: Literal["restart_plugin"]
+
+    def describe(self) -> str:
+        return "restart the plugin's pods"
+
+
+Action = Annotated[
+    Xid
+    | Ecc
+    | Lost
+    | Recover
+    | CreatePod
+    | DeletePod
+    | RestartKubelet
+    | PluginOnNode
+    | RestartPlugin,
+    Field(discriminator="do"),
+]
+FAULTS = (Xid, Ecc, Lost, Recover)
+
+
+# -- expectations
+
+
+class _Check(_Strict):
+    at: float | str | None = None  # a time or `end`; neither at nor during: at the end
+    during: tuple[float | str, float | str] | None = None
+
+    @field_validator("at", mode="before")
+    @classmethod
+    def _at(cls, v: object) -> float | str | None:
+        return None if v is None else _time_or_end(v)
+
+    @field_validator("during", mode="before")
+    @classmethod
+    def _during(cls, v: object) -> tuple[float | str, float | str] | None:
+        if v is None:
+            return None
+        if not isinstance(v, list | tuple) or len(v) != 2:
+            raise ValueError(f"{v!r}: expected [from, to], e.g. [0s, end]")
+        return _time_or_end(v[0]), _time_or_end(v[1])
+
+    @model_validator(mode="after")
+    def _one_window(self) -> _Check:
+        if self.during and self.at is not None:
+            raise ValueError("give `at:` or `during:`, not both")
+        a, b = self.during or (0.0, 0.0)
+        if a == END or (b != END and float(a) > float(b)):
+            raise ValueError(f"during: [{a}, {b}] ends before it starts")
+        return self
+
+    def when(self) -> str:
+        if self.during:
+            a, b = (x if x == END else f"{x:g}s" for x in self.during)
+            return f"during [{a}, {b}]"
+        return "at end" if self.at in (None, END) else f"at {self.at:g}s"
+
+
+class _Count(_Strict):
+    equals: int | None = Field(default=None, ge=0)
+    min: int | None = Field(default=None, ge=0)
+    max: int | None = Field(default=None, ge=0)
+
+    @model_validator(mode="after")
+    def _bound(self) -> _Count:
+        if self.equals is None and self.min is None and self.max is None:
+            raise ValueError("give `equals:`, `min:` or `max:`")
+        return self
+
+    def bound(self) -> str:
+        if self.equals is not None:
+            return f"= {self.equals}"
+        parts = ([f"≥ {self.min}"] if self.min is not None else []) + (
+            [f"≤ {self.max}"] if self.max is not None else []
+        )
+        return " and ".join(parts)
+
+    def holds(self, n: int) -> bool:
+        return (
+            (self.equals is None or n == self.equals)
+            and (self.min is None or n >= self.min)
+            and (self.max is None or n <= self.max)
+        )
+
+
+class Allocatable(_Check):
+    check: Literal["allocatable"]
+    node: str
+    equals: int = Field(ge=0)
+
+    def describe(self) -> str:
+        return f"allocatable of {self.node} = {self.equals} {self.when()}"
+
+
+class Capacity(_Check):
+    check: Literal["capacity"]
+    node: str
+    equals: int = Field(ge=0)
+
+    def describe(self) -> str:
+        return f"capacity of {self.node} = {self.equals} {self.when()}"
+
+
+class Changes(_Count):
+    """How many times the node's value changed in the API during the run."""
+
+    check: Literal["changes"]
+    node: str
+    of: Literal["allocatable", "capacity"] = "allocatable"
+
+    def describe(self) -> str:
+        return f"{self.of} of {self.node} changes {self.bound()} times"
+
+
+class PluginLog(_Count):
+    """Lines of the plugin on `node` during the run: `update` (a ListAndWatch update:
+    "device marked (un)healthy"), `xid` (an Xid acted on), `registered` (with kubelet)."""
+
+    check: Literal["plugin_log"]
+    node: str
+    event: Literal["update", "xid", "registered"]
+
+    def describe(self) -> str:
+        return f"plugin on {self.node} logs {self.bound()} `{self.event}` lines"
+
+
+class PodPhase(_Check):
+    check: Literal["pod"]
+    name: str
+    phase: Literal["Pending", "Running", "Succeeded", "Failed", "Absent"]
+    node: str | None = None
+
+    def describe(self) -> str:
+        where = f" on {self.node}" if self.node else ""
+        return f"pod {self.name} {self.phase}{where} {self.when()}"
+
+
+class DevicesHealthy(_Strict):
+    """No pod Running at the end holds a GPU that the plugin had marked Unhealthy before
+    the pod was created and that was not recovered before the pod ran."""
+
+    check: Literal["devices_healthy"]
+
+    def describe(self) -> str:
+        return "no Running pod holds a GPU that was faulty when it was placed"
+
+
+Expectation = Annotated[
+    Allocatable | Capacity | Changes | PluginLog | PodPhase | DevicesHealthy,
+    Field(discriminator="check"),
+]
+
+
+class Experiment(_Strict):
+    name: str
+    description: str = ""
+    lab: str = "hetero"
+    plugin: Literal["gpulab", "nvidia"] = "gpulab"
+    duration: float
+    sample_interval: float = 0.15
+    namespace: str = "gpulab-exp"
+    timeline: list[Action] = Field(min_length=1)
+    expect: list[Expectation] = Field(default_factory=list)
+
+    @field_validator("duration", "sample_interval", mode="before")
+    @classmethod
+    def _times(cls, v: object) -> float:
+        return seconds(v)
+
+    @field_validator("sample_interval")
+    @classmethod
+    def _interval(cls, v: float) -> float:
+        if not 0.05 <= v <= 2.0:
+            raise ValueError(f"{v:g}s: sample every 50ms to 2s")
+        return v
+
+    @model_validator(mode="after")
+    def _fits(self) -> Experiment:
+        for i, a in enumerate(self.timeline):
+            if a.at > self.duration:
+                raise ValueError(f"timeline[{i}] at {a.at:g}s is after duration {self.duration:g}s")
+        for i, e in enumerate(self.expect):
+            times = [*(e.during or ())] if isinstance(e, _Check) and e.during else []
+            times += [e.at] if isinstance(e, _Check) and e.at is not None else []
+            if any(t != END and t > self.duration for t in times):
+                raise ValueError(f"expect[{i}] looks past duration {self.duration:g}s")
+        names = [n for a in self.timeline if isinstance(a, CreatePod) for n in a.names]
+        if dup := sorted({n for n in names if names.count(n) > 1}):
+            raise ValueError(f"pod names created twice: {', '.join(dup)}")
+        return self
+
+    def actions(self) -> list[Action]:
+        """The timeline in time order (stable for equal times)."""
+        return sorted(self.timeline, key=lambda a: a.at)
+
+
+def _explain(err: ValidationError) -> str:
+    e = err.errors()[0]
+    parts: list[str] = []
+    for p in e["loc"]:
+        if isinstance(p, int):
+            parts[-1:] = [f"{parts[-1]}[{p}]"] if parts else [f"[{p}]"]
+        else:
+            parts.append(str(p))
+    # Discriminated unions add the tag to the path ("timeline[2].xid.code"): keep it, it
+    # says which kind of action the key belongs to.
+    msg = e["msg"].removeprefix("Value error, ")
+    return f"{'.'.join(parts)}: {msg}" if parts else msg  # a whole-file check names its keys
+
+
+def from_dict(data: object, source: str = "experiment") -> Experiment:
+    if not isinstance(data, dict):
+        raise ExperimentError(f"{source}: expected a mapping with `name:`, `timeline:` ...")
+    try:
+        return Experiment.model_validate(data)
+    except ValidationError as e:
+        raise ExperimentError(f"{source}: {_explain(e)}") from None
+
+
+def load(path: str | Path) -> Experiment:
+    """An experiment by path, or by name under e2e/experiments/."""
+    p = Path(path)
+    if not p.suffix:
+        p = EXPERIMENTS / f"{path}.yaml"
+    try:
+        data = yaml.safe_load(p.read_text())
+    except FileNotFoundError:
+        known = ", ".join(sorted(x.stem for x in EXPERIMENTS.glob("*.yaml")))
+        raise ExperimentError(f"no experiment {str(path)!r} (shipped: {known})") from None
+    except yaml.YAMLError as e:
+        where = getattr(e, "problem_mark", None)
+        line = f" at line {where.line + 1}" if where else ""
+        raise ExperimentError(f"{p}: malformed YAML{line}") from None
+    return from_dict(data, str(p))
+
+
+def check_lab(exp: Experiment, source: str = "experiment") -> labspec.Lab:
+    """The experiment's lab spec, after checking every node, GPU and pod spec it names."""
+    try:
+        lab = labspec.load(exp.lab)
+    except labspec.SpecError as e:
+        raise ExperimentError(f"{source}: lab: {e}") from None
+    gpus = {n.name: n.gpu_count for n in lab.gpu_nodes}
+    nodes = {n.name for n in lab.nodes}
+
+    def fail(where: str, msg: str) -> None:
+        raise ExperimentError(f"{source}: {where}: {msg}")
+
+    def gpu_node(where: str, node: str) -> None:
+        if node not in gpus:
+            fail(
+                where,
+                f"node {node!r} has no fake GPUs in lab {exp.lab} "
+                f"(GPU nodes: {', '.join(sorted(gpus))})",
+            )
+
+    for i, a in enumerate(exp.timeline):
+        where = f"timeline[{i}] ({a.do})"
+        if isinstance(a, FAULTS):
+            gpu_node(where, a.node)
+            if a.gpu >= gpus[a.node]:
+                fail(where, f"GPU {a.gpu} not in inventory of node {a.node} (0-{gpus[a.node] - 1})")
+        elif isinstance(a, RestartKubelet | PluginOnNode):
+            gpu_node(where, a.node)
+        elif isinstance(a, CreatePod):
+            if a.spec is not None and not (SPECS / f"{a.spec}.yaml").is_file():
+                fail(where, f"no pod spec e2e/specs/{a.spec}.yaml")
+            if a.node is not None and a.node not in nodes:
+                fail(where, f"no node {a.node!r} in lab {exp.lab} ({', '.join(sorted(nodes))})")
+    created = {n for a in exp.timeline if isinstance(a, CreatePod) for n in a.names}
+    for i, a in enumerate(exp.timeline):
+        if isinstance(a, DeletePod) and a.name not in created:
+            fail(f"timeline[{i}] (delete_pod)", f"pod {a.name!r} is not created by the timeline")
+    for i, e in enumerate(exp.expect):
+        where = f"expect[{i}] ({e.check})"
+        if isinstance(e, Allocatable | Capacity | Changes | PluginLog):
+            gpu_node(where, e.node)
+        elif isinstance(e, PodPhase) and e.name not in created:
+            fail(
+                where,
+                f"pod {e.name!r} is not created by the timeline "
+                f"({', '.join(sorted(created)) or 'none'})",
+            )
+    return lab

@@ -1,0 +1,431 @@
+"""What an experiment run observed, and what follows from it.
+
+A Recording is plain data (JSON in the report directory as recording.json), so reports
+can be re-rendered and tested without a cluster. Every time is in seconds since t=0 on
+the host's realtime clock: the fault journal's realtime_ns, containerd's log timestamps
+(kind nodes share the host's clock) and the sampler's own clock all read it.
+
+Layers of a fault, each found by its own rule:
+- injected: the journal record's realtime (exact);
+- plugin saw it: the plugin's "XidCriticalError: Xid=N on Device=<uuid>" line, matched in
+  order per GPU (one line per Xid acted on; ignored Xids have none);
+- plugin update: the plugin's "device marked (un)healthy: <uuid>" line (one per
+  ListAndWatch update it sends), given to the earliest fault on that GPU within
+  ATTRIBUTION_S before it that has none yet, so a burst's absorbed Xids show no update;
+- API: the first node sample after the update whose allocatable moved the expected way
+  (down for a fault, up for a recovery); each change is given to one update only. Its
+  resolution is the sampling interval.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import statistics
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from e2e import experiments as ex
+from e2e.experiments import END
+
+ATTRIBUTION_S = 5.0
+UNHEALTHY_KINDS = {"xid", "ecc_dbe", "lost"}
+
+
+@dataclass
+class Fault:
+    seq: int
+    t: float
+    node: str
+    gpu: int
+    uuid: str
+    kind: str  # xid | ecc_dbe | ecc_sbe | lost | recover
+    data: int = 0  # Xid code, ECC count
+    action: int = -1  # index into Recording.actions
+
+    def label(self) -> str:
+        return {
+            "xid": f"Xid {self.data}",
+            "ecc_dbe": "ECC double-bit",
+            "ecc_sbe": "ECC single-bit",
+            "lost": "GPU lost",
+            "recover": "recover",
+        }[self.kind]
+
+
+@dataclass
+class ActionRun:
+    index: int
+    do: str
+    text: str
+    at: float  # planned
+    start: float
+    end: float
+    node: str = ""
+    error: str = ""
+
+
+@dataclass
+class Sample:
+    t: float
+    nodes: dict[str, list]  # node -> [capacity, allocatable, resourceVersion]
+    pods: dict[str, list]  # pod -> [phase, node]
+
+
+@dataclass
+class LogLine:
+    t: float
+    node: str
+    event: str  # update | xid | registered | restart
+    device: str = ""
+    healthy: bool | None = None
+    xid: int | None = None
+    text: str = ""
+
+
+@dataclass
+class PodInfo:
+    name: str
+    created: float
+    node: str = ""
+    phase: str = "Absent"
+    reason: str = ""  # status.reason, or the last FailedScheduling message
+    devices: list[str] = field(default_factory=list)  # NVIDIA_VISIBLE_DEVICES
+
+
+@dataclass
+class Recording:
+    experiment: dict
+    plugin: str
+    started: str  # ISO time of t=0
+    t0_ns: int
+    nodes: dict[str, dict]  # node -> {gpus, product, uuids}
+    actions: list[ActionRun] = field(default_factory=list)
+    faults: list[Fault] = field(default_factory=list)
+    samples: list[Sample] = field(default_factory=list)
+    log: list[LogLine] = field(default_factory=list)
+    pods: list[PodInfo] = field(default_factory=list)
+    sample_errors: int = 0
+
+    # -- persistence
+
+    def save(self, path: Path) -> None:
+        path.write_text(json.dumps(asdict(self), separators=(",", ":")))
+
+    @classmethod
+    def load(cls, path: Path) -> Recording:
+        d = json.loads(path.read_text())
+        return cls(
+            **{
+                k: v
+                for k, v in d.items()
+                if k not in ("actions", "faults", "samples", "log", "pods")
+            },
+            actions=[ActionRun(**a) for a in d["actions"]],
+            faults=[Fault(**f) for f in d["faults"]],
+            samples=[Sample(**s) for s in d["samples"]],
+            log=[LogLine(**x) for x in d["log"]],
+            pods=[PodInfo(**p) for p in d["pods"]],
+        )
+
+    @property
+    def spec(self) -> ex.Experiment:
+        return ex.Experiment.model_validate(self.experiment)
+
+    @property
+    def end(self) -> float:
+        return self.samples[-1].t if self.samples else 0.0
+
+    # -- reading the samples
+
+    def series(self, node: str, what: str = "allocatable") -> list[tuple[float, int]]:
+        """(t, value) at every sample where the node's value changed (the first included)."""
+        i = 0 if what == "capacity" else 1
+        out: list[tuple[float, int]] = []
+        for s in self.samples:
+            if node in s.nodes and (not out or s.nodes[node][i] != out[-1][1]):
+                out.append((s.t, s.nodes[node][i]))
+        return out
+
+    def node_writes(self, node: str) -> int:
+        """Updates of the Node object seen during the run (resourceVersion changes)."""
+        rvs = [s.nodes[node][2] for s in self.samples if node in s.nodes]
+        return sum(1 for a, b in itertools.pairwise(rvs) if a != b)
+
+    def pod_phases(self, pod: str) -> list[tuple[float, str, str]]:
+        """(t, phase, node) at every change; phase Absent where the pod did not exist."""
+        out: list[tuple[float, str, str]] = []
+        for s in self.samples:
+            phase, node = s.pods.get(pod, ["Absent", ""])
+            if not out or (phase, node) != out[-1][1:]:
+                out.append((s.t, phase, node))
+        return out
+
+    def gpu_of(self, uuid: str) -> tuple[str, int] | None:
+        base = uuid.split("::")[0]
+        for node, info in self.nodes.items():
+            if base in info["uuids"]:
+                return node, info["uuids"].index(base)
+        return None
+
+    def pod_names(self) -> list[str]:
+        names = [p.name for p in self.pods]
+        for s in self.samples:
+            names += [n for n in s.pods if n not in names]
+        return names
+
+
+# -- per-fault layers
+
+
+@dataclass
+class Trace:
+    fault: Fault
+    seen: float | None = None  # plugin's Xid line
+    update: float | None = None  # plugin's ListAndWatch update line
+    api: float | None = None  # allocatable changed in the API
+    api_value: tuple[int, int] | None = None  # (before, after)
+
+    @property
+    def to_plugin(self) -> float | None:
+        return None if self.update is None else self.update - self.fault.t
+
+    @property
+    def to_api(self) -> float | None:
+        return None if self.api is None or self.update is None else self.api - self.update
+
+    @property
+    def total(self) -> float | None:
+        return None if self.api is None else self.api - self.fault.t
+
+
+def traces(rec: Recording) -> list[Trace]:
+    # Time order: seq numbers are per node journal.
+    out = [Trace(f) for f in sorted(rec.faults, key=lambda f: (f.t, f.node, f.seq))]
+    by_gpu: dict[tuple[str, str], list[Trace]] = {}
+    for tr in out:
+        by_gpu.setdefault((tr.fault.node, tr.fault.uuid), []).append(tr)
+
+    lines = sorted(rec.log, key=lambda x: x.t)
+    for ln in lines:
+        if ln.event != "xid":
+            continue
+        base = ln.device.split("::")[0]
+        cands = [
+            tr
+            for tr in by_gpu.get((ln.node, base), [])
+            if tr.fault.kind == "xid"
+            and tr.fault.data == ln.xid
+            and tr.seen is None
+            and tr.fault.t <= ln.t + 0.005
+        ]
+        if cands:
+            cands[0].seen = ln.t
+    for ln in lines:
+        if ln.event != "update" or ln.healthy is None:
+            continue
+        base = ln.device.split("::")[0]
+        want = {"recover"} if ln.healthy else UNHEALTHY_KINDS
+        cands = [
+            tr
+            for tr in by_gpu.get((ln.node, base), [])
+            if tr.fault.kind in want
+            and tr.update is None
+            and 0 <= ln.t - tr.fault.t + 0.005 <= ATTRIBUTION_S
+            and (tr.fault.kind != "xid" or tr.seen is not None)
+        ]
+        if cands:
+            cands[0].update = ln.t
+
+    claimed: set[tuple[str, float]] = set()
+    for tr in out:
+        if tr.update is None:
+            continue
+        node, down = tr.fault.node, tr.fault.kind != "recover"
+        before = rec_value(rec, node, tr.update)
+        for t, v in rec.series(node):
+            if t <= tr.update or (node, t) in claimed or before is None:
+                continue
+            if (v < before) if down else (v > before):
+                tr.api, tr.api_value = t, (before, v)
+                claimed.add((node, t))
+            break
+    return out
+
+
+def rec_value(rec: Recording, node: str, t: float, what: str = "allocatable") -> int | None:
+    """The node's value in the last sample at or before t."""
+    i = 0 if what == "capacity" else 1
+    val = None
+    for s in rec.samples:
+        if s.t > t:
+            break
+        if node in s.nodes:
+            val = s.nodes[node][i]
+    return val
+
+
+@dataclass
+class Disruption:
+    """A kubelet restart or plugin stop/start/restart: the node's allocatable in the API
+    before it, at its first change after it, at its lowest, and where it settled."""
+
+    action: ActionRun
+    node: str
+    before: int | None
+    changed: tuple[float, int] | None = None
+    low: int | None = None
+    settled: tuple[float, int] | None = None
+    registered: float | None = None
+
+
+def disruptions(rec: Recording) -> list[Disruption]:
+    kinds = ("restart_kubelet", "stop_plugin", "start_plugin", "restart_plugin")
+    acts = [a for a in rec.actions if a.do in kinds]
+    out = []
+    for i, a in enumerate(acts):
+        for node in [a.node] if a.node else list(rec.nodes):
+            # Up to the next disruption of the same node: its changes are that one's.
+            until = next((b.start for b in acts[i + 1 :] if not b.node or b.node == node),
+                         float("inf"))  # fmt: skip
+            d = Disruption(a, node, rec_value(rec, node, a.start))
+            after = [(t, v) for t, v in rec.series(node) if a.start < t <= until]
+            if after:
+                d.changed, d.settled = after[0], after[-1]
+                d.low = min(v for _, v in after)
+            d.registered = next(
+                (x.t for x in rec.log
+                 if x.node == node and x.event == "registered" and a.start <= x.t <= until),
+                None,
+            )  # fmt: skip
+            out.append(d)
+    return out
+
+
+def layer_stats(trs: list[Trace]) -> dict[str, tuple[int, float, float, float] | None]:
+    """n, min, median, max in ms for each layer, over the faults that reached it."""
+    out: dict[str, tuple[int, float, float, float] | None] = {}
+    for name, get in (
+        ("injected → plugin update", lambda t: t.to_plugin),
+        ("plugin update → API allocatable", lambda t: t.to_api),
+        ("injected → API allocatable", lambda t: t.total),
+    ):
+        xs = [v * 1000 for tr in trs if (v := get(tr)) is not None]
+        out[name] = (len(xs), min(xs), statistics.median(xs), max(xs)) if xs else None
+    return out
+
+
+# -- expectations
+
+
+@dataclass
+class Outcome:
+    passed: bool
+    text: str
+    observed: str
+
+
+def _window(rec: Recording, e: ex._Check) -> tuple[float, float]:
+    def t(x: float | str) -> float:
+        return rec.end if x == END else float(x)
+
+    if e.during:
+        return t(e.during[0]), t(e.during[1])
+    at = END if e.at is None else e.at
+    return t(at), t(at)
+
+
+def _values(rec: Recording, e: ex._Check, get) -> list[tuple[float, object]]:  # type: ignore[no-untyped-def]
+    """The values in force over the expectation's window: the one at its start, then
+    every sample inside it."""
+    a, b = _window(rec, e)
+    first = None
+    inside = []
+    for s in rec.samples:
+        if s.t <= a:
+            first = (s.t, get(s))
+        elif s.t <= b:
+            inside.append((s.t, get(s)))
+    return ([first] if first else []) + inside
+
+
+def evaluate(rec: Recording) -> list[Outcome]:
+    exp = rec.spec
+    return [_evaluate(rec, e) for e in exp.expect]
+
+
+def _evaluate(rec: Recording, e: ex.Expectation) -> Outcome:
+    if isinstance(e, ex.Allocatable | ex.Capacity):
+        i = 0 if isinstance(e, ex.Capacity) else 1
+        vals = _values(rec, e, lambda s: s.nodes.get(e.node, [None, None])[i])
+        if not vals:
+            return Outcome(False, e.describe(), "no samples in that window")
+        bad = [(t, v) for t, v in vals if v != e.equals]
+        seen = sorted({v for _, v in vals}, key=str)
+        obs = ", ".join(map(str, seen))
+        if bad and e.during:
+            obs += f" (first {bad[0][1]} at {bad[0][0]:.2f}s)"
+        return Outcome(not bad, e.describe(), obs)
+    if isinstance(e, ex.Changes):
+        n = len(rec.series(e.node, e.of)) - 1
+        vals = " → ".join(str(v) for _, v in rec.series(e.node, e.of))
+        return Outcome(e.holds(n), e.describe(), f"{max(n, 0)} ({vals})")
+    if isinstance(e, ex.PluginLog):
+        n = sum(
+            1 for x in rec.log if x.node == e.node and x.event == e.event and 0 <= x.t <= rec.end
+        )
+        return Outcome(e.holds(n), e.describe(), str(n))
+    if isinstance(e, ex.PodPhase):
+        vals = _values(rec, e, lambda s: tuple(s.pods.get(e.name, ["Absent", ""])))
+        if not vals:
+            return Outcome(False, e.describe(), "no samples in that window")
+        bad = [(t, v) for t, v in vals if v[0] != e.phase or (e.node and v[1] != e.node)]
+        last = vals[-1][1]
+        obs = f"{last[0]}" + (f" on {last[1]}" if last[1] else "")
+        if bad:
+            t, v = bad[0]
+            obs = f"{v[0]}{' on ' + v[1] if v[1] else ''} at {t:.2f}s"
+            info = next((p for p in rec.pods if p.name == e.name), None)
+            if info and info.reason:
+                obs += f" ({info.reason})"
+        return Outcome(not bad, e.describe(), obs)
+    if isinstance(e, ex.DevicesHealthy):
+        return _devices_healthy(rec, e)
+    raise TypeError(f"unknown expectation {e!r}")
+
+
+def _devices_healthy(rec: Recording, e: ex.DevicesHealthy) -> Outcome:
+    """A GPU counts as faulty from the plugin's first Unhealthy update for it until a
+    `recover` reaches its hardware. A plugin or kubelet restart does not make it healthy:
+    the hardware is as broken as before, whatever a fresh plugin believes."""
+    bad, checked = [], 0
+    for p in rec.pods:
+        if p.phase != "Running" or not p.devices:
+            continue
+        running = next((t for t, ph, _ in rec.pod_phases(p.name) if ph == "Running"), rec.end)
+        checked += 1
+        for dev in p.devices:
+            base = dev.split("::")[0]
+            where = rec.gpu_of(base)
+            marked = [
+                x.t
+                for x in rec.log
+                if x.event == "update"
+                and x.healthy is False
+                and x.device.split("::")[0] == base
+                and x.t <= p.created
+            ]
+            if not marked or where is None:
+                continue
+            recovered = any(
+                f.kind == "recover" and (f.node, f.gpu) == where and marked[-1] < f.t <= running
+                for f in rec.faults
+            )
+            if not recovered:
+                bad.append(
+                    f"{p.name} got {where[0]} GPU {where[1]}, Unhealthy since {marked[-1]:.2f}s"
+                )
+    if not checked:
+        return Outcome(False, e.describe(), "no Running pod with devices to check")
+    obs = "; ".join(bad) if bad else f"{checked} Running pods, none holds a faulty GPU"
+    return Outcome(not bad, e.describe(), obs)

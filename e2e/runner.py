@@ -1,0 +1,406 @@
+"""Run an experiment on a lab: reset, sample, play the timeline, collect, reset.
+
+    lab = Lab("hetero", plugin="gpulab").up()
+    rec = Runner(experiments.load("xid-storm"), lab).run()
+
+The timeline plays in this thread at its offsets; a sampler thread reads every GPU
+node's capacity/allocatable and the experiment's pods from the API every
+`sample_interval`. Plugin logs are read with containerd's timestamps, before a plugin pod
+goes away and at the end. Before and after, every GPU faulted is recovered, plugins are
+back on their nodes and the experiment's pods are gone, so runs do not leak into each
+other.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+import time
+from datetime import UTC, datetime
+
+from kubernetes import client, config
+from kubernetes.client import V1Namespace, V1ObjectMeta
+from kubernetes.client.exceptions import ApiException
+from rich.console import Console
+
+from clusters import kindconfig
+from clusters.lab import PLUGINS, RESOURCE, Lab
+from clusters.steps import StepError, poll
+from e2e import experiments as ex
+from e2e.pods import Pods, load_spec
+from e2e.recording import ActionRun, Fault, LogLine, PodInfo, Recording, Sample
+from fakenvml.journal import Kind, Record
+
+# One line per ListAndWatch update, in both plugins' words (NVIDIA: server.go; ours: main.py).
+UPDATE = re.compile(r"'[^']+' device marked (?P<health>healthy|unhealthy): (?P<dev>[^\s,]+)")
+XID = re.compile(r"XidCriticalError: Xid=(?P<xid>\d+) on Device=(?P<dev>[^\s;,]+)")
+REGISTERED = re.compile(r"Registered device plugin for '(?P<res>[^']+)' with Kubelet")
+RESTART = re.compile(r"inotify: \S*kubelet\.sock created, restarting")
+FAULT_KINDS = {
+    Kind.XID: "xid",
+    Kind.ECC_DBE: "ecc_dbe",
+    Kind.ECC_SBE: "ecc_sbe",
+    Kind.LOST: "lost",
+    Kind.FALLEN_OFF_BUS: "lost",
+    Kind.RECOVER: "recover",
+}
+
+
+def parse_log(text: str, node: str, t0_ns: int) -> list[LogLine]:
+    """The lines that mark a layer, from `kubectl logs --timestamps` output."""
+    out = []
+    for raw in text.splitlines():
+        stamp, _, line = raw.partition(" ")
+        t_ns = _stamp_ns(stamp)
+        if t_ns is None:
+            continue
+        t = (t_ns - t0_ns) / 1e9
+        if m := UPDATE.search(line):
+            out.append(
+                LogLine(t, node, "update", m["dev"], m["health"] == "healthy", text=line.strip())
+            )
+        elif m := XID.search(line):
+            out.append(LogLine(t, node, "xid", m["dev"], xid=int(m["xid"]), text=line.strip()))
+        elif m := REGISTERED.search(line):
+            if m["res"] == RESOURCE:
+                out.append(LogLine(t, node, "registered", text=line.strip()))
+        elif RESTART.search(line):
+            out.append(LogLine(t, node, "restart", text=line.strip()))
+    return out
+
+
+def _stamp_ns(stamp: str) -> int | None:
+    """RFC 3339 with nanoseconds (containerd's) -> epoch ns; None for anything else."""
+    if len(stamp) < 20 or stamp[-1] != "Z":
+        return None
+    try:
+        secs = datetime.strptime(stamp[:19], "%Y-%m-%dT%H:%M:%S").replace(tzinfo=UTC)
+    except ValueError:
+        return None
+    frac = stamp[20:-1] if stamp[19] == "." else ""
+    return int(secs.timestamp()) * 10**9 + int((frac + "000000000")[:9] or 0)
+
+
+class Sampler(threading.Thread):
+    """Polls the API (its own client: the kubernetes client is not shared across threads)."""
+
+    def __init__(
+        self, lab: Lab, nodes: list[str], namespace: str, interval: float, t0_ns: int
+    ) -> None:
+        super().__init__(name="sampler", daemon=True)
+        self.core = client.CoreV1Api(config.new_client_from_config(str(lab.kubeconfig)))
+        self.nodes, self.ns, self.interval, self.t0_ns = set(nodes), namespace, interval, t0_ns
+        self.samples: list[Sample] = []
+        self.errors = 0
+        self.stop = threading.Event()
+
+    def run(self) -> None:
+        next_at = time.monotonic()
+        while not self.stop.is_set():
+            self._sample()
+            next_at += self.interval
+            # A slow API must not make samples pile up: skip the slots already missed.
+            next_at = max(next_at, time.monotonic())
+            self.stop.wait(next_at - time.monotonic())
+
+    def _sample(self) -> None:
+        try:
+            a = time.time_ns()
+            nodes = self.core.list_node(_request_timeout=5).items
+            b = time.time_ns()
+            pods = self.core.list_namespaced_pod(self.ns, _request_timeout=5).items
+        except Exception:  # an API hiccup is a gap in the samples, not a failed run
+            self.errors += 1
+            return
+        seen = {}
+        for n in nodes:
+            if n.metadata.name in self.nodes:
+                cap = int((n.status.capacity or {}).get(RESOURCE, 0))
+                alloc = int((n.status.allocatable or {}).get(RESOURCE, 0))
+                seen[n.metadata.name] = [cap, alloc, n.metadata.resource_version]
+        phases = {}
+        for p in pods:
+            phase = "Terminating" if p.metadata.deletion_timestamp else p.status.phase
+            phases[p.metadata.name] = [phase, p.spec.node_name or ""]
+        # The node list is what the layers are timed by: stamp the middle of its request.
+        self.samples.append(Sample(round(((a + b) / 2 - self.t0_ns) / 1e9, 4), seen, phases))
+
+
+class Runner:
+    def __init__(
+        self, exp: ex.Experiment, lab: Lab, console: Console | None = None, reset_after: bool = True
+    ) -> None:
+        self.exp, self.lab = exp, lab
+        self.console = console or Console(stderr=True)
+        self.reset_after = reset_after
+        self.gpu_nodes = [n.name for n in lab.lab.gpu_nodes]
+        self.pods = Pods(lab.core, exp.namespace, lab.images["workload"])
+        self.logs: dict[str, tuple[str, str]] = {}  # pod uid -> (node, text)
+        self.created: dict[str, float] = {}
+        self.t0_ns = 0
+        self._stop = threading.Event()
+
+    # -- the run
+
+    def run(self) -> Recording:
+        exp = self.exp
+        if self.lab.plugin != exp.plugin:
+            self.lab.use_plugin(exp.plugin)
+        self._say(f"Experiment {exp.name} on {self.lab.name} with the {exp.plugin} plugin")
+        self._reset("before the run")
+        rec = Recording(exp.model_dump(mode="json"), exp.plugin, "", 0, self._inventories())
+        self.t0_ns = time.time_ns()
+        rec.t0_ns = self.t0_ns
+        rec.started = datetime.fromtimestamp(self.t0_ns / 1e9, UTC).isoformat(timespec="seconds")
+        sampler = Sampler(self.lab, self.gpu_nodes, exp.namespace, exp.sample_interval, self.t0_ns)
+        sampler.start()
+        try:
+            for i, action in enumerate(exp.actions()):
+                self._until(action.at)
+                rec.actions.append(self._play(i, action, rec))
+            self._until(exp.duration)
+        finally:
+            sampler.stop.set()
+            sampler.join(timeout=10)
+        rec.samples, rec.sample_errors = sampler.samples, sampler.errors
+        self._say(f"t={self._now():.1f}s: collecting plugin logs and pods")
+        self._snapshot_logs()
+        rec.log = sorted(
+            (
+                ln
+                for node, text in self.logs.values()
+                for ln in parse_log(text, node, self.t0_ns)
+                if ln.t >= 0
+            ),
+            key=lambda x: x.t,
+        )
+        rec.pods = self._pod_infos()
+        if self.reset_after:
+            self._reset("after the run")
+        return rec
+
+    def _now(self) -> float:
+        return (time.time_ns() - self.t0_ns) / 1e9
+
+    def _until(self, at: float) -> None:
+        """Wait for a point on the timeline (a schedule, not a condition)."""
+        self._stop.wait(max(0.0, at - self._now()))
+
+    def _say(self, msg: str) -> None:
+        self.console.print(f"[bold]•[/] {msg}")
+
+    # -- actions
+
+    def _play(self, i: int, a: ex.Action, rec: Recording) -> ActionRun:
+        start = self._now()
+        late = start - a.at
+        self._say(
+            f"t={start:6.2f}s {a.describe()}"
+            + (f" [yellow](+{late:.1f}s late)[/]" if late > 0.5 else "")
+        )
+        run = ActionRun(i, a.do, a.describe(), a.at, start, start, getattr(a, "node", "") or "")
+        try:
+            self._do(a, i, rec)
+        except (ApiException, StepError, OSError, ValueError) as e:
+            run.error = f"{type(e).__name__}: {str(e).splitlines()[0][:200]}"
+            self.console.print(f"[red]✗[/] {a.describe()}: {run.error}")
+        run.end = self._now()
+        return run
+
+    def _do(self, a: ex.Action, i: int, rec: Recording) -> None:
+        if isinstance(a, ex.Xid):
+            self._burst(a, i, rec)
+        elif isinstance(a, ex.Ecc):
+            r = self.lab.fake_gpus(a.node).inject_ecc(a.gpu, a.double_bit, a.count)
+            rec.faults.append(self._fault(r, a.node, i, rec))
+        elif isinstance(a, ex.Lost):
+            rec.faults.append(self._fault(self.lab.fake_gpus(a.node).lose(a.gpu), a.node, i, rec))
+        elif isinstance(a, ex.Recover):
+            r = self.lab.fake_gpus(a.node).recover(a.gpu)
+            rec.faults.append(self._fault(r, a.node, i, rec))
+        elif isinstance(a, ex.CreatePod):
+            for name in a.names:
+                self.created[name] = self._now()
+                self.pods.create(self._pod_doc(a, name))
+        elif isinstance(a, ex.DeletePod):
+            self.lab.core.delete_namespaced_pod(a.name, self.exp.namespace, grace_period_seconds=0)
+        elif isinstance(a, ex.RestartKubelet):
+            self.lab.node_exec(a.node, "systemctl", "restart", "kubelet")
+        elif isinstance(a, ex.PluginOnNode):
+            if not a.on:
+                self._snapshot_logs(a.node)  # the pod's log goes with it
+            self.lab.set_plugin_on(a.node, a.on)
+        elif isinstance(a, ex.RestartPlugin):
+            self._snapshot_logs()  # the old pods' logs go with them
+            self._restart_plugin()
+
+    def _burst(self, a: ex.Xid, i: int, rec: Recording) -> None:
+        d = self.lab.fake_gpus(a.node)
+        start = time.monotonic()
+        step = a.over / (a.count - 1) if a.count > 1 else 0.0
+        for k in range(a.count):
+            self._stop.wait(max(0.0, start + k * step - time.monotonic()))
+            rec.faults.append(self._fault(d.inject_xid(a.gpu, a.code), a.node, i, rec))
+
+    def _fault(self, r: Record, node: str, i: int, rec: Recording) -> Fault:
+        uuid = rec.nodes[node]["uuids"][r.gpu]
+        return Fault(
+            r.seq,
+            (r.realtime_ns - self.t0_ns) / 1e9,
+            node,
+            r.gpu,
+            uuid,
+            FAULT_KINDS[r.kind],
+            r.data,
+            i,
+        )
+
+    def _pod_doc(self, a: ex.CreatePod, name: str) -> dict:
+        image = self.lab.images["workload"]
+        if a.spec is not None:
+            doc = load_spec(a.spec, image)
+        else:
+            import yaml
+
+            doc = yaml.safe_load(yaml.safe_dump(a.pod).replace("WORKLOAD_IMAGE", image))
+        doc.setdefault("metadata", {})["name"] = name
+        if a.node:
+            doc["spec"].setdefault("nodeSelector", {})["kubernetes.io/hostname"] = a.node
+        if a.gpus is not None:
+            res = doc["spec"]["containers"][0].setdefault("resources", {})
+            for k in ("limits", "requests"):
+                res.setdefault(k, {})[RESOURCE] = a.gpus
+        # The kubernetes client validates quantities as strings; YAML authors write `2`.
+        for c in doc["spec"].get("containers", []) + doc["spec"].get("initContainers", []):
+            for k, v in (c.get("resources") or {}).items():
+                c["resources"][k] = {r: str(q) for r, q in (v or {}).items()}
+        return doc
+
+    def _ensure_namespace(self) -> None:
+        try:
+            self.lab.core.create_namespace(
+                V1Namespace(metadata=V1ObjectMeta(name=self.exp.namespace))
+            )
+        except ApiException as e:
+            if e.status != 409:
+                raise
+
+    # -- collection
+
+    def _plugin_pods(self, node: str | None = None) -> list[client.V1Pod]:
+        ds = PLUGINS[self.lab.plugin][1]
+        sel = f"spec.nodeName={node}" if node else None
+        return self.lab.core.list_namespaced_pod(
+            "kube-system", label_selector=f"app.kubernetes.io/name={ds}", field_selector=sel
+        ).items
+
+    def _snapshot_logs(self, node: str | None = None) -> None:
+        for p in self._plugin_pods(node):
+            try:
+                text = self.lab.core.read_namespaced_pod_log(
+                    p.metadata.name,
+                    "kube-system",
+                    container=p.spec.containers[0].name,
+                    timestamps=True,
+                )
+            except ApiException:
+                continue  # not started yet: nothing logged
+            self.logs[p.metadata.uid] = (p.spec.node_name, text)
+
+    def _pod_infos(self) -> list[PodInfo]:
+        out = []
+        for name, created in self.created.items():
+            info = PodInfo(name, round(created, 4))
+            try:
+                pod = self.pods.get(name)
+            except AssertionError:
+                out.append(info)
+                continue
+            info.node, info.phase = pod.spec.node_name or "", pod.status.phase
+            info.reason = pod.status.reason or ""
+            if pod.status.phase == "Pending":
+                msgs = [e.message for e in self.pods.events(name) if e.reason == "FailedScheduling"]
+                # The scheduler's verdict, without its preemption epilogue.
+                info.reason = (msgs[-1] or "").split(". ")[0] if msgs else info.reason
+            if pod.status.phase == "Running":
+                try:
+                    visible = self.pods.env(name).get("NVIDIA_VISIBLE_DEVICES", "")
+                    info.devices = [d for d in visible.split(",") if d]
+                except (ApiException, OSError) as e:
+                    info.reason = f"env not readable: {e}"
+            out.append(info)
+        return out
+
+    def _inventories(self) -> dict[str, dict]:
+        out = {}
+        for n in self.lab.lab.gpu_nodes:
+            gpus = self.lab.fake_gpus(n.name).node().gpus
+            out[n.name] = {
+                "gpus": len(gpus),
+                "product": n.gpu_product,
+                "uuids": [g.uuid for g in gpus],
+            }
+        return out
+
+    # -- reset
+
+    def _reset(self, when: str) -> None:
+        """Every GPU healthy, the plugin on every node it starts on, no experiment pods,
+        and the API showing capacity = allocatable = inventory."""
+        t0 = time.monotonic()
+        self._ensure_namespace()
+        self.pods.delete_all()
+        label = f"{kindconfig.LABEL_PREFIX}/plugin"
+        for n in self.lab.lab.gpu_nodes:
+            labels = self.lab.core.read_node(n.name).metadata.labels or {}
+            if n.spec.plugin.start and labels.get(label) != "true":
+                self.lab.set_plugin_on(n.name, True)
+        recovered = 0
+        for n in self.gpu_nodes:
+            d = self.lab.fake_gpus(n)
+            for gpu in faulted(list(d.events())):
+                d.recover(gpu)
+                recovered += 1
+        restarted = False
+        if recovered and self.lab.plugin == "nvidia":
+            self._restart_plugin()  # NVIDIA's plugin never returns a GPU to Healthy
+            restarted = True
+        try:
+            self.lab.wait_capacity(deadline_s=60)
+        except StepError:
+            if restarted:
+                raise
+            # A plugin that lost track (e.g. stale health after a kubelet restart).
+            self._restart_plugin()
+            self.lab.wait_capacity(deadline_s=120)
+        self.console.print(
+            f"[green]✓[/] Lab reset {when}: {recovered} GPUs recovered "
+            f"[dim]({time.monotonic() - t0:.1f}s)[/]"
+        )
+
+    def _restart_plugin(self) -> None:
+        ds = PLUGINS[self.lab.plugin][1]
+        self.lab.core.delete_collection_namespaced_pod(
+            "kube-system", label_selector=f"app.kubernetes.io/name={ds}", grace_period_seconds=0
+        )
+        # The DaemonSet controller needs a moment to see the deletions: wait for new pods.
+        poll(
+            f"{ds} pods recreated",
+            lambda: (
+                all(p.metadata.deletion_timestamp is None for p in self._plugin_pods()),
+                "old pods",
+            ),
+            60,
+        )
+        self.lab.wait_daemonset(ds)
+
+
+def faulted(records: list[Record]) -> list[int]:
+    """GPUs with a fault (Xid, ECC, lost, a recovery action) since their last recover."""
+    bad: set[int] = set()
+    for r in records:
+        if r.kind == Kind.RECOVER:
+            bad.discard(r.gpu)
+        elif r.kind != Kind.RECOVERY_ACTION or r.data != 0:
+            bad.add(r.gpu)
+    return sorted(bad)

@@ -1,0 +1,54 @@
+"""Cluster tier: the xid-storm experiment, run for real on the `hetero` lab with our plugin.
+
+Its expectations must all pass and its report (markdown + PNG) must exist; the per-layer
+latencies land in the JUnit XML. Reports go to $GPULAB_REPORTS (default out/experiments),
+which CI uploads. The lab is deleted afterwards unless --keep-lab / KEEP=1.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from clusters.lab import Lab
+from e2e import experiments, report
+from e2e.recording import layer_stats, traces
+from e2e.runner import Runner
+
+REPO = Path(__file__).resolve().parents[1]
+REPORTS = Path(os.environ.get("GPULAB_REPORTS", REPO / "out" / "experiments"))
+
+
+@pytest.fixture(scope="module")
+def hetero(request: pytest.FixtureRequest) -> Iterator[Lab]:
+    lab = Lab("hetero", plugin="gpulab")
+    lab.up()
+    yield lab
+    if not (request.config.getoption("--keep-lab", default=False) or os.environ.get("KEEP")):
+        lab.down()
+
+
+# A cold machine builds the cluster and images first (minutes); the run itself is ~30 s.
+@pytest.mark.timeout(900)
+def test_xid_storm_marks_the_gpu_once_and_reports_it(
+    hetero: Lab, record_property: Callable[[str, object], None]
+) -> None:
+    exp = experiments.load("xid-storm")
+    experiments.check_lab(exp)
+    rec = Runner(exp, hetero).run()
+    out = REPORTS / f"{exp.name}-{exp.plugin}"
+    outcomes = report.write(rec, out)
+
+    for name, st in layer_stats(traces(rec)).items():
+        if st is not None:
+            record_property(f"{name} median (ms)", round(st[2], 1))
+    failed = [f"{o.text} (observed: {o.observed})" for o in outcomes if not o.passed]
+    assert not failed, f"expectations failed, see {out / 'report.md'}: " + "; ".join(failed)
+    assert (out / "report.md").read_text().startswith("# xid-storm · gpulab plugin · ✅ PASS")
+    assert (out / "timeline.png").stat().st_size > 20_000
+    # 300 Xids were injected and the plugin saw every one of them.
+    assert sum(f.kind == "xid" for f in rec.faults) == 300
+    assert sum(x.event == "xid" for x in rec.log) == 300
