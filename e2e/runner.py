@@ -35,7 +35,7 @@ from fakenvml.journal import Kind, Record
 UPDATE = re.compile(r"'[^']+' device marked (?P<health>healthy|unhealthy): (?P<dev>[^\s,]+)")
 XID = re.compile(r"XidCriticalError: Xid=(?P<xid>\d+) on Device=(?P<dev>[^\s;,]+)")
 REGISTERED = re.compile(r"Registered device plugin for '(?P<res>[^']+)' with Kubelet")
-RESTART = re.compile(r"inotify: \S*kubelet\.sock created, restarting")
+RESTART = re.compile(r"inotify: \S*kubelet\.sock created, (restarting|re-registering)")
 FAULT_KINDS = {
     Kind.XID: "xid",
     Kind.ECC_DBE: "ecc_dbe",

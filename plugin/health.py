@@ -136,9 +136,7 @@ class HealthMonitor:
                 log.info("Skipping event Xid=%d on Device=%s (ignored Xid)", data, uuid)
         elif kind == DBE and self.double_bit_ecc:
             self.set_health(gpu.index, False, "double-bit ECC error")
-        elif kind == RECOVERY and data == nv.NVML_GPU_RECOVERY_ACTION_NONE:
-            if self.recover:
-                log.info("Device=%s recovered (recovery action NONE); marking it healthy.", uuid)
-                self.set_health(gpu.index, True, "")
-        elif kind == RECOVERY:
-            self.set_health(gpu.index, False, f"driver asks for recovery action {data}")
+        elif kind == RECOVERY and data == nv.NVML_GPU_RECOVERY_ACTION_NONE and self.recover:
+            # Marking unhealthy is the Xid policy's job (DP_* rules); this only heals.
+            log.info("Device=%s recovered (recovery action NONE); marking it healthy.", uuid)
+            self.set_health(gpu.index, True, "")

@@ -1,0 +1,114 @@
+"""Suites on the `hetero` lab (A100 x8, H100 x4, T4 x2 on three workers), for each plugin:
+per-node capacity, scheduling by GPU product, multi-container and init-container pods,
+and devices freed by a deleted pod."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from clusters.lab import Lab
+from e2e.fixtures import NAMESPACE
+from e2e.pods import Pods
+
+GPU = "nvidia.com/gpu"
+NODE_A = "hetero-worker"
+NODES = {"hetero-worker": 8, "hetero-worker2": 4, "hetero-worker3": 2}
+
+
+@pytest.fixture(scope="session")
+def hetero_session(request: pytest.FixtureRequest) -> Iterator[Lab]:
+    lab = Lab("hetero")
+    lab.up()
+    yield lab
+    if not request.config.getoption("--keep-lab"):
+        lab.down()
+
+
+@pytest.fixture(scope="session")
+def hetero(hetero_session: Lab, plugin: str) -> Lab:
+    if hetero_session.plugin != plugin:
+        hetero_session.use_plugin(plugin)
+    return hetero_session
+
+
+@pytest.fixture
+def hpods(hetero: Lab) -> Iterator[Pods]:
+    from kubernetes.client import V1Namespace, V1ObjectMeta
+    from kubernetes.client.exceptions import ApiException
+
+    try:
+        hetero.core.create_namespace(V1Namespace(metadata=V1ObjectMeta(name=NAMESPACE)))
+    except ApiException as e:
+        if e.status != 409:
+            raise
+    p = Pods(hetero.core, NAMESPACE, hetero.images["workload"])
+    yield p
+    p.delete_all()
+
+
+def container(name: str, image: str, gpus: int) -> dict:
+    return {"name": name, "image": image, "imagePullPolicy": "Never",
+            "resources": {"limits": {GPU: str(gpus)}, "requests": {GPU: str(gpus)}}}  # fmt: skip
+
+
+def pod(name: str, containers: list[dict], init: list[dict] | None = None,
+        selector: dict | None = None) -> dict:  # fmt: skip
+    spec: dict = {"restartPolicy": "Never", "terminationGracePeriodSeconds": 0,
+                  "containers": containers}  # fmt: skip
+    if init:
+        spec["initContainers"] = init
+    if selector:
+        spec["nodeSelector"] = selector
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": spec}
+
+
+def test_each_node_reports_its_own_capacity(hetero: Lab) -> None:
+    for node, count in NODES.items():
+        assert hetero.capacity(node) == (count, count), node
+    assert hetero.capacity("hetero-control-plane") == (0, 0)
+
+
+@pytest.mark.parametrize(
+    ("product", "node"),
+    [("NVIDIA-A100-SXM4-80GB", "hetero-worker"), ("NVIDIA-H100-80GB-HBM3", "hetero-worker2"),
+     ("Tesla-T4", "hetero-worker3")],
+)  # fmt: skip
+def test_pods_land_on_the_gpu_product_they_select(
+    hetero: Lab, hpods: Pods, product: str, node: str
+) -> None:
+    image = hetero.images["workload"]
+    name = f"on-{product.lower()}"[:50].replace(".", "-")
+    hpods.create(pod(name, [container("main", image, 1)], selector={
+        "gpulab.dev/gpu-product": product}))  # fmt: skip
+    assert hpods.wait_running(name).spec.node_name == node
+    visible = hpods.env(name)["NVIDIA_VISIBLE_DEVICES"].split(",")
+    assert set(visible) <= {g.uuid for g in hetero.fake_gpus(node).node().gpus}
+
+
+def test_sidecar_and_main_get_different_devices_and_init_runs_first(
+    hetero: Lab, hpods: Pods
+) -> None:
+    image = hetero.images["workload"]
+    init = {**container("init", image, 1), "command": ["/bin/sh", "-c", "env"]}
+    both = [container("main", image, 2), container("sidecar", image, 1)]
+    hpods.create(pod("multi", both, init=[init], selector={"kubernetes.io/hostname": NODE_A}))
+    p = hpods.wait_running("multi")
+    main = set(hpods.env("multi", "main")["NVIDIA_VISIBLE_DEVICES"].split(","))
+    side = set(hpods.env("multi", "sidecar")["NVIDIA_VISIBLE_DEVICES"].split(","))
+    assert len(main) == 2 and len(side) == 1 and not main & side
+    assert p.status.init_container_statuses[0].state.terminated.exit_code == 0
+
+
+def test_deleting_a_pod_frees_its_devices_for_the_next(hetero: Lab, hpods: Pods) -> None:
+    image = hetero.images["workload"]
+    t4 = {"gpulab.dev/gpu-product": "Tesla-T4"}
+    hpods.create(pod("first", [container("main", image, 2)], selector=t4))
+    first = set(hpods.env(hpods.wait_running("first").metadata.name)["NVIDIA_VISIBLE_DEVICES"]
+                .split(","))  # fmt: skip
+    hpods.create(pod("second", [container("main", image, 2)], selector=t4))
+    hpods.wait_failed_scheduling("second", f"Insufficient {GPU}")
+    hpods.delete("first")
+    hpods.wait_running("second", deadline_s=120)
+    assert set(hpods.env("second")["NVIDIA_VISIBLE_DEVICES"].split(",")) == first
