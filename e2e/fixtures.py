@@ -61,23 +61,33 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         items[:] = keep
 
 
+def summary_key(nodeid: str, plugins: list[str]) -> tuple[str, str] | None:
+    """('scenario [other params]', plugin) for an e2e test id, or None."""
+    if "[" not in nodeid or not nodeid.startswith("e2e/"):
+        return None
+    base, param = nodeid.rstrip("]").split("[", 1)
+    tokens = param.split("-")
+    plugin = next((t for t in reversed(tokens) if t in plugins), None)
+    if plugin is None:
+        return None
+    tokens.remove(plugin)
+    name = base.split("::")[-1] + (f" [{'-'.join(tokens)}]" if tokens else "")
+    return name, plugin
+
+
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     """A table a person reads at a glance: scenario x plugin -> result and seconds."""
+    plugins = terminalreporter.config.getoption("gpulab_plugins").split(",")
     rows: dict[str, dict[str, str]] = {}
-    plugins: list[str] = []
     for outcome in ("passed", "failed", "error"):
         for rep in terminalreporter.stats.get(outcome, []):
             if rep.when != "call" and outcome != "error":
                 continue
-            nodeid = rep.nodeid
-            if "[" not in nodeid or not nodeid.startswith("e2e/"):
+            key = summary_key(rep.nodeid, plugins)
+            if key is None:
                 continue
-            base, param = nodeid.split("[", 1)
-            plugin = param.rstrip("]").split("-")[-1]
-            if plugin not in plugins:
-                plugins.append(plugin)
             mark = "PASS" if outcome == "passed" else "FAIL"
-            rows.setdefault(base.split("::")[-1], {})[plugin] = f"{mark} {rep.duration:5.1f}s"
+            rows.setdefault(key[0], {})[key[1]] = f"{mark} {rep.duration:5.1f}s"
     if not rows:
         return
     tr = terminalreporter

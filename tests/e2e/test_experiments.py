@@ -276,3 +276,14 @@ def test_cli_validate_passes_shipped_files_and_refuses_bad_ones(tmp_path: Path) 
     bad = tmp_path / "bad.yaml"
     bad.write_text("name: bad\nduration: 5s\ntimeline: []\n")
     assert main(["experiment", "validate", str(bad)]) == 2
+
+
+def test_e2e_summary_splits_scenario_params_from_the_plugin() -> None:
+    from e2e.fixtures import summary_key
+
+    plugins = ["gpulab", "nvidia"]
+    assert summary_key("e2e/test_seed.py::test_x[nvidia]", plugins) == ("test_x", "nvidia")
+    assert summary_key("e2e/test_hetero.py::test_p[Tesla-T4-hetero-worker3-gpulab]", plugins) == (
+        "test_p [Tesla-T4-hetero-worker3]", "gpulab",
+    )  # fmt: skip
+    assert summary_key("tests/x.py::test_y[gpulab]", plugins) is None
