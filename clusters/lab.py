@@ -230,12 +230,24 @@ class Lab:
 
     def restart_plugin(self) -> None:
         """Delete the plugin's pods (the DaemonSet recreates them): NVIDIA's plugin only
-        forgets an Unhealthy device when it restarts."""
+        forgets an Unhealthy device when it restarts. Waits for the *new* pods to be Ready
+        (the DaemonSet's status still counts the old ones for a moment)."""
         ds = PLUGINS[self.plugin][1]
+        selector = f"app.kubernetes.io/name={ds}"
+        old = {p.metadata.uid for p in self.core.list_namespaced_pod(
+            "kube-system", label_selector=selector).items}  # fmt: skip
         self.core.delete_collection_namespaced_pod(
-            "kube-system", label_selector=f"app.kubernetes.io/name={ds}", grace_period_seconds=0
-        )
-        self.wait_daemonset(ds)
+            "kube-system", label_selector=selector, grace_period_seconds=0)  # fmt: skip
+
+        def new_pods_ready() -> tuple[bool, str]:
+            pods = self.core.list_namespaced_pod("kube-system", label_selector=selector).items
+            fresh = [p for p in pods if p.metadata.uid not in old]
+            ready = [p for p in fresh if p.status.phase == "Running" and all(
+                c.ready for c in p.status.container_statuses or [])]  # fmt: skip
+            done = len(ready) == len(old) and len(pods) == len(fresh)
+            return done, f"{len(ready)}/{len(old)} new pods ready, {len(pods)} pods"
+
+        steps.poll(f"{ds} pods restarted", new_pods_ready, 180)
         self.wait_capacity()
 
     def set_plugin_env(self, env: dict[str, str | None]) -> None:

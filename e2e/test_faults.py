@@ -174,6 +174,7 @@ def test_kubelet_restart_keeps_running_pods_devices(lab: Lab, pods: Pods) -> Non
     pod = pods.wait_running("test-gpu-3")
     node = pod.spec.node_name
     before = checkpoint.allocations(lab, node)[(pod.metadata.uid, "main", GPU)]
+    lab.set_plugin_on(node, True)  # already on: waits until its pod is Running and Ready
     registered = registrations(lab, node)
     lab.node_exec(node, "systemctl", "restart", "kubelet")
 
