@@ -1,17 +1,24 @@
-# gpulab — `make e2e` and `make test` set up everything they need on a fresh machine.
+# gpulab — `make e2e` and `make test` set up everything they need on a fresh machine:
+# `make infra` first (engine, kind, node image, lab images, NVIDIA's plugin builds, as
+# ordered steps with status lines), then the tests, which only use what it built.
 SHELL := /bin/bash
 PY := .venv/bin/python
 BUILD := build
 ASAN_RT := $(shell gcc -print-file-name=libasan.so) $(shell gcc -print-file-name=libubsan.so)
 FUZZ_SECONDS ?= 60
 
-.PHONY: install lib lib-asan test test-unit test-asan lint bench fuzz e2e cluster cluster-down clean
+.PHONY: install infra lib lib-asan test test-unit test-asan lint lint-workflows bench fuzz e2e \
+	cluster cluster-down clean e2e-suites
 
+# apt packages, the venv, the fake library, the gRPC code: what every tier needs.
 install:
 	@ci/bootstrap.sh
 	@$(MAKE) --no-print-directory lib
 	@$(PY) -m plugin.api.generate >/dev/null
-	@ci/nvidia-plugin.sh >/dev/null
+
+# What the node and cluster tiers need, built outside any test (idempotent; seconds warm).
+infra: install
+	@$(PY) -m clusters.infra
 
 lib:
 	@$(PY) -m fakenvml.native.build --variant release --out $(BUILD)
@@ -19,13 +26,17 @@ lib:
 lib-asan:
 	@$(PY) -m fakenvml.native.build --variant asan --out $(BUILD)
 
-lint: install
+lint: install lint-workflows
 	@.venv/bin/ruff check . && .venv/bin/ruff format --check .
+
+# actionlint (built from the Go module proxy, with shellcheck for the run: scripts).
+lint-workflows:
+	@ci/actionlint.sh
 
 # Every tier: unit and node tier, the fakenvml suite again under ASan+UBSan, a bounded
 # fuzz run, then the cluster tier (real kind labs) through `make e2e`.
-test: install lib-asan lint
-	@$(MAKE) --no-print-directory test-unit test-asan fuzz e2e FUZZ_SECONDS=30
+test: infra lib-asan lint
+	@$(MAKE) --no-print-directory test-unit test-asan fuzz e2e-suites FUZZ_SECONDS=30
 
 test-unit:
 	@echo "==> tests (release library)"
@@ -42,13 +53,14 @@ fuzz: install
 	@$(PY) -m fakenvml.native.fuzz --seconds $(FUZZ_SECONDS) --out $(BUILD)
 
 bench: install
+	@$(PY) -m clusters.infra nvidia-plugins
 	@$(PY) -m bench.run --out $(BUILD)/bench.json
 
 LAB ?= seed
 PLUGIN ?= gpulab
 
 # A lab up (re-using what exists), fakenvml and PLUGIN deployed, capacity checked.
-cluster: install
+cluster: infra
 	@$(PY) -m clusters up $(LAB) --plugin $(PLUGIN)
 
 cluster-down: install
@@ -57,7 +69,10 @@ cluster-down: install
 # The cluster tier: labs up, suites for both plugins (JUnit XML + a summary table), labs
 # down unless KEEP=1.
 E2E_JUNIT ?= $(BUILD)/e2e-junit.xml
-e2e: install
+e2e: infra
+	@$(MAKE) --no-print-directory e2e-suites
+
+e2e-suites:
 	@echo "==> e2e: cluster-tier suites for gpulab and nvidia (seed lab)"
 	@KEEP=$(KEEP) $(PY) -m pytest -q -p no:cacheprovider e2e --junitxml=$(E2E_JUNIT)
 

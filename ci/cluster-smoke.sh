@@ -49,13 +49,12 @@ workload_image() {
   if ! docker image inspect "$WORKLOAD" >/dev/null 2>&1; then
     local bb dir a
     bb=$(command -v busybox) || die "smoke: busybox is needed for the workload image (apt-get install busybox-static)"
-    file -L "$bb" 2>/dev/null | grep -q 'statically linked' || die "smoke: $bb is not static (install busybox-static)"
+    has_output 'statically linked' file -L "$bb" || die "smoke: $bb is not static (install busybox-static)"
     dir=$(mktemp -d)
     mkdir -p "$dir/bin"
     cp "$bb" "$dir/bin/busybox"
     for a in sh env sleep ping nslookup wget cat; do ln -s busybox "$dir/bin/$a"; done
-    tar -C "$dir" --owner=0 --group=0 -c . |
-      docker import --change 'CMD ["/bin/sh", "-c", "env; exec sleep 3600"]' - "$WORKLOAD" >/dev/null
+    tar_image "$WORKLOAD" "$dir" --change 'CMD ["/bin/sh", "-c", "env; exec sleep 3600"]'
     rm -rf "$dir"
   fi
   "$KIND" load docker-image "$WORKLOAD" --name "$NAME" >/dev/null

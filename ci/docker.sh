@@ -30,7 +30,10 @@ install_engine() {
   command -v apt-get >/dev/null || die "no working engine and no apt-get to install one"
   # The machine's own Debian mirror, so no host name is written here.
   local mirror
-  mirror=$(apt-cache policy | awk '$3 == "bookworm/main" { print $2; exit }')
+  # Read whole (no awk `exit`): under pipefail an early-exiting reader can fail the pipe.
+  local policy
+  policy=$(apt-cache policy)
+  mirror=$(awk '$3 == "bookworm/main" && !m { m = $2 } END { print m }' <<<"$policy")
   [[ -n $mirror ]] || die "no bookworm/main apt source found to derive a trixie source from"
   if [[ ! -e /etc/apt/sources.list.d/gpulab-trixie.sources ]]; then
     log "adding the trixie apt suite ($mirror), pinned below bookworm"

@@ -18,8 +18,11 @@
 # dependencies.
 set -euo pipefail
 
-# Keep in step with plugin/standin/nvidia.py (VERSIONS), which the tests parametrize over.
-VERSIONS=(v0.19.3 v0.17.4)
+# shellcheck source=../clusters/versions.env
+source "$(dirname "$0")/../clusters/versions.env"
+# The pinned versions (clusters/versions.env), or $GPULAB_NVIDIA_PLUGIN_VERSIONS.
+versions=${GPULAB_NVIDIA_PLUGIN_VERSIONS:-$NVIDIA_PLUGIN_VERSIONS}
+read -ra VERSIONS <<<"${versions//,/ }"
 MODULE=github.com/NVIDIA/k8s-device-plugin
 GPULAB_CACHE=${GPULAB_CACHE:-/var/cache/gpulab}
 
@@ -29,7 +32,7 @@ export GOCACHE="$GPULAB_CACHE/go/build"
 # Never download a toolchain: the installed go (>= 1.26) is newer than every pinned
 # release needs (v0.17.4: 1.23, v0.19.3: 1.25, v0.20.0: 1.26).
 export GOTOOLCHAIN=local
-export GOFLAGS=-buildvcs=false
+export GOFLAGS="-buildvcs=false -modcacherw"
 # The plugin binds NVML through cgo (dlopen at run time; no NVIDIA headers or libraries).
 export CGO_ENABLED=1
 # go-nvml calls NVML functions that nvml.h marks deprecated: hundreds of warnings, no news.
@@ -79,7 +82,9 @@ build() {
   mkdir -p "$dir"
   local src mode start=$SECONDS
   # Build into a scratch dir and move the binary in whole, so a killed build never leaves
-  # a half-written binary that later runs would take as cached.
+  # a half-written binary that later runs would take as cached; scratch dirs of killed
+  # builds go first.
+  rm -rf "$dir"/.build.*
   tmp=$(mktemp -d "$dir/.build.XXXXXX")
   if [[ -n $gitdir ]]; then
     log "$version: source from $gitdir (tag $version, vendored dependencies)"

@@ -4,8 +4,13 @@
         lab.core.list_node()                        # kubernetes client, lab's kubeconfig
         lab.fake_gpus("seed-worker").inject_xid(3, 79)
 
-`up()` runs the steps in order with one progress line each; `down()` deletes the cluster
-and the host-side state. Used by `make cluster`, the tests and the e2e fixtures.
+`up()` runs the steps in order with one progress line each (✓ or ✗ and seconds); `down()`
+deletes the cluster and the host-side state. Used by `make cluster`, the tests and the e2e
+fixtures. A lab only *uses* the infrastructure `make infra` built (clusters/infra.py): when
+some of it is missing, `up()` fails at once with one line naming that command.
+
+Kind's Retain rule: when `up()` fails after it created the cluster, it deletes the
+half-made cluster again, unless KEEP=1 (or retain=True) asks to keep it for a post-mortem.
 """
 
 from __future__ import annotations
@@ -21,7 +26,7 @@ from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 from rich.console import Console
 
-from clusters import kindconfig, spec, steps
+from clusters import infra, kindconfig, spec, steps, versions
 from fakenvml.node import NodeDir
 
 LABS_ROOT = Path(os.environ.get("GPULAB_LABS", "/var/lib/gpulab/labs"))
@@ -29,20 +34,24 @@ PLUGINS = {
     "gpulab": ("gpulab-plugin.yaml", "gpulab-device-plugin"),
     "nvidia": ("nvidia-plugin.yaml", "nvidia-device-plugin"),
 }
-NVIDIA_VERSION = os.environ.get("GPULAB_NVIDIA_PLUGIN_VERSION", "v0.19.3")
+NVIDIA_VERSION = os.environ.get("GPULAB_NVIDIA_PLUGIN_VERSION",
+                                versions.nvidia_plugin_versions()[0])  # fmt: skip
 RESOURCE = "nvidia.com/gpu"
 
 
 class Lab:
     def __init__(self, lab: str | Path | spec.Lab, plugin: str | None = None,
-                 keep: bool = True, console: Console | None = None) -> None:  # fmt: skip
+                 keep: bool = True, console: Console | None = None,
+                 retain: bool | None = None) -> None:  # fmt: skip
         self.lab = lab if isinstance(lab, spec.Lab) else spec.load(lab)
         self.name = self.lab.spec.name
         self.plugin = plugin or self.lab.spec.plugin
         if self.plugin not in PLUGINS:
             raise spec.SpecError(f"unknown plugin {self.plugin!r} (gpulab, nvidia)")
         self.keep = keep
-        self.console = console or Console(stderr=True)
+        # Keep a cluster that failed to come up (kind's --retain); KEEP=1 by default.
+        self.retain = os.environ.get("KEEP", "") not in ("", "0") if retain is None else retain
+        self.console = console or Console(stderr=True, soft_wrap=True)
         self.dir = LABS_ROOT / self.name
         self.kubeconfig = self.dir / "kubeconfig"
         self.images: dict[str, str] = {}
@@ -63,22 +72,43 @@ class Lab:
 
     def _step(self, title: str, fn, *args):  # type: ignore[no-untyped-def]
         t0 = time.monotonic()
-        self.console.print(f"[bold]•[/] {title} ...")
-        result = fn(*args)
-        self.console.print(f"[green]✓[/] {title} [dim]({time.monotonic() - t0:.1f}s)[/]")
+        self.console.print(f"[bold]•[/] {title} ...", highlight=False)
+        try:
+            result = fn(*args)
+        except BaseException as e:
+            why = str(e).splitlines()[0] if str(e) else type(e).__name__
+            self.console.print(f"[red]✗[/] {title} [dim]({time.monotonic() - t0:.1f}s)[/]: "
+                               f"{why}", highlight=False)  # fmt: skip
+            raise
+        self.console.print(f"[green]✓[/] {title} [dim]({time.monotonic() - t0:.1f}s)[/]",
+                           highlight=False)  # fmt: skip
         return result
 
     def up(self) -> Lab:
+        """The lab running its plugin. Reuses the cluster when it is up; a cluster this call
+        created is deleted again if a later step fails (unless retained)."""
         t0 = time.monotonic()
-        self._step("Docker engine", steps.engine)
-        self._kind = self._step("kind", steps.kind_binary)
-        image = self._step("Node image", steps.node_image)
-        if not self.exists():
-            self._step("Fake GPUs on the host", self._write_states)
-            self._step(f"Cluster {self.name}", self._create, image)
-        else:
-            self.console.print(f"[green]✓[/] Cluster {self.name} exists: reusing it")
-        self.use_plugin(self.plugin)
+        self.products = self._step("Infrastructure (built by `make infra`)", infra.require,
+                                   ["node", "gpulab", "workload"])  # fmt: skip
+        self._kind = self.products.kind
+        created = False
+        try:
+            if not self.exists():
+                self._step("Fake GPUs on the host", self._write_states)
+                created = True
+                self._step(f"Cluster {self.name}", self._create, self.products.node_image)
+            else:
+                self.console.print(f"[green]✓[/] Cluster {self.name} exists: reusing it")
+            self.use_plugin(self.plugin)
+        except BaseException:
+            if created and not self.retain:
+                self.console.print(f"[yellow]![/] deleting the half-made cluster {self.name} "
+                                   "(KEEP=1 keeps it)")  # fmt: skip
+                self.down()
+            elif created:
+                self.console.print(f"[yellow]![/] keeping the failed cluster {self.name} "
+                                   f"(KEEP=1): export KUBECONFIG={self.kubeconfig}")  # fmt: skip
+            raise
         self._summary(time.monotonic() - t0)
         return self
 
@@ -88,16 +118,23 @@ class Lab:
         if plugin not in PLUGINS:
             raise spec.SpecError(f"unknown plugin {plugin!r} (gpulab, nvidia)")
         self.plugin = plugin
-        wanted = ["gpulab", "workload"] + (["nvidia"] if plugin == "nvidia" else [])
-        self.images = self._step("Lab images", steps.lab_images, wanted)
+        wanted = ["gpulab", "workload"]
+        if plugin == "nvidia":
+            wanted.append(f"nvidia-{NVIDIA_VERSION}")
+        self.images = self._step("Lab images (built by `make infra`)", self._lab_images, wanted)
         self._step("Load images into the nodes", self._load_images)
         self._step(f"Deploy fakenvml and the {plugin} plugin", self._deploy)
         self._step(f"Wait for the {plugin} plugin's pods", self.wait_daemonset,
                    PLUGINS[plugin][1])  # fmt: skip
         self._step("Wait for every GPU node's capacity", self.wait_capacity)
 
+    def _lab_images(self, wanted: list[str]) -> dict[str, str]:
+        products = infra.require(wanted)
+        self._kind = products.kind
+        return {k: products.images[k] for k in wanted}
+
     def exists(self) -> bool:
-        out = steps.kind(self._kind or steps.kind_binary(), "get", "clusters", capture=True)
+        out = steps.kind(self._kind_bin(), "get", "clusters", capture=True)
         return self.name in out.split() and self.kubeconfig.exists()
 
     def _write_states(self) -> None:
@@ -118,9 +155,7 @@ class Lab:
 
     def _load_images(self) -> None:
         # kind skips nodes that already have an image with the same ID.
-        needed = [i for k, i in self.images.items()
-                  if not k.startswith("nvidia-") or k == f"nvidia-{NVIDIA_VERSION}"]  # fmt: skip
-        steps.kind(self._kind, "load", "docker-image", "--name", self.name, *needed)
+        steps.kind(self._kind, "load", "docker-image", "--name", self.name, *self.images.values())
 
     def _placeholders(self) -> dict[str, str]:
         return {
@@ -153,9 +188,15 @@ class Lab:
             f"  export KUBECONFIG={self.kubeconfig}"
         )
 
+    def _kind_bin(self) -> str:
+        if not self._kind:
+            self._kind = infra.Products.load().kind
+        if not self._kind:
+            raise infra.InfraMissing(f"kind is not built; {infra.MAKE_INFRA}")
+        return self._kind
+
     def down(self) -> None:
-        kind_bin = self._kind or steps.kind_binary()
-        steps.kind(kind_bin, "delete", "cluster", "--name", self.name)
+        steps.kind(self._kind_bin(), "delete", "cluster", "--name", self.name)
         shutil.rmtree(self.dir, ignore_errors=True)
         self.console.print(f"[green]✓[/] Lab {self.name} deleted")
 

@@ -1,13 +1,12 @@
-"""The steps that bring a lab up, in order; each is small, named, and announces itself.
+"""Small pieces the lab's steps are made of: kind, manifests, polls with deadlines.
 
-Shell scripts do the machine-level work (engine, kind, images: they are also what CI and
-GitHub runners call); Python does the cluster-level work through kind, the docker SDK and
-the kubernetes client. Every wait is a poll with a deadline and says what it saw.
+The machine-level work (engine, kind, images) is clusters/infra.py's (`make infra`); labs
+do the cluster-level work through kind, the docker SDK and the kubernetes client. Every
+wait is a poll with a deadline and says what it saw.
 """
 
 from __future__ import annotations
 
-import os
 import subprocess
 import time
 from collections.abc import Callable
@@ -21,34 +20,6 @@ MANIFESTS = Path(__file__).resolve().parent / "manifests"
 
 class StepError(Exception):
     """A step failed; the message says which and what was seen."""
-
-
-def script(path: str, *args: str, env: dict[str, str] | None = None) -> str:
-    """Run a repo script; its progress (stderr) streams through, its stdout is returned."""
-    res = subprocess.run(
-        [str(REPO / path), *args], stdout=subprocess.PIPE, text=True,
-        env={**os.environ, **(env or {})},
-    )  # fmt: skip
-    if res.returncode != 0:
-        raise StepError(f"{path} {' '.join(args)} failed (exit {res.returncode})")
-    return res.stdout.strip()
-
-
-def engine() -> None:
-    script("ci/docker.sh")
-
-
-def kind_binary() -> str:
-    return script("ci/kind.sh").splitlines()[-1]
-
-
-def node_image() -> str:
-    return script("ci/node-image.sh").splitlines()[-1]
-
-
-def lab_images(which: list[str]) -> dict[str, str]:
-    out = script("clusters/images/build.sh", *which)
-    return dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
 
 
 def kind(kind_bin: str, *args: str, capture: bool = False) -> str:

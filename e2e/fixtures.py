@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
+from clusters.infra import InfraMissing
 from clusters.lab import Lab
 from e2e.pods import Pods
 from fakenvml.node import NodeDir
@@ -99,11 +100,19 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
         tr.write_line(f"{name:<{width}}  {cells}")
 
 
+def bring_up(lab: Lab) -> Lab:
+    """lab.up(), or a one-line failure naming `make infra` when infrastructure is missing
+    (fixtures never build it: no test timeout may wrap a build)."""
+    try:
+        return lab.up()
+    except InfraMissing as e:
+        pytest.fail(str(e), pytrace=False)
+
+
 @pytest.fixture(scope="session")
 def lab_session(request: pytest.FixtureRequest) -> Iterator[Lab]:
     """The lab, up once per session (re-used when it already runs), down at the end."""
-    lab = Lab(request.config.getoption("--lab"))
-    lab.up()
+    lab = bring_up(Lab(request.config.getoption("--lab")))
     yield lab
     if not request.config.getoption("--keep-lab"):
         lab.down()

@@ -15,6 +15,7 @@ import pytest
 
 from clusters.lab import Lab
 from e2e import experiments, report
+from e2e.fixtures import bring_up
 from e2e.recording import layer_stats, traces
 from e2e.runner import Runner
 
@@ -24,8 +25,7 @@ REPORTS = Path(os.environ.get("GPULAB_REPORTS", REPO / "out" / "experiments"))
 
 @pytest.fixture(scope="module")
 def hetero(request: pytest.FixtureRequest) -> Iterator[Lab]:
-    lab = Lab("hetero", plugin="gpulab")
-    lab.up()
+    lab = bring_up(Lab("hetero", plugin="gpulab"))
     yield lab
     if not (request.config.getoption("--keep-lab", default=False) or os.environ.get("KEEP")):
         lab.down()

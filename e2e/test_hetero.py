@@ -9,7 +9,7 @@ from collections.abc import Iterator
 import pytest
 
 from clusters.lab import Lab
-from e2e.fixtures import NAMESPACE
+from e2e.fixtures import NAMESPACE, bring_up
 from e2e.pods import Pods
 
 GPU = "nvidia.com/gpu"
@@ -19,8 +19,7 @@ NODES = {"hetero-worker": 8, "hetero-worker2": 4, "hetero-worker3": 2}
 
 @pytest.fixture(scope="session")
 def hetero_session(request: pytest.FixtureRequest) -> Iterator[Lab]:
-    lab = Lab("hetero")
-    lab.up()
+    lab = bring_up(Lab("hetero"))
     yield lab
     if not request.config.getoption("--keep-lab"):
         lab.down()

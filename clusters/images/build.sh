@@ -3,8 +3,10 @@
 #   base       Debian bookworm minbase + python3 (the glibc userland the others share)
 #   gpulab     gpulab's Python package (fakenvml CLI, our plugin) + libnvidia-ml.so.1
 #   workload   what the pod specs run: busybox, prints its env, sleeps (a few MB)
-#   nvidia-<v> NVIDIA's device plugin binary (ci/nvidia-plugin.sh) on the base image
-# Every image is tagged with a hash of its inputs, so a warm run only checks tags.
+#   nvidia     NVIDIA's device plugin binaries (ci/nvidia-plugin.sh) on the base image,
+#              one `nvidia-<version>=image` line per pinned version
+# Every image is tagged with a hash of its inputs, so a warm run only checks tags. Tags
+# appear only on finished, checked images (temporary tags first; see lib.sh).
 # usage: clusters/images/build.sh [base|gpulab|workload|nvidia]...   (default: all)
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -15,49 +17,69 @@ mkdir -p "$WORK"
 # One build at a time: two labs coming up together share $WORK (wheels, contexts).
 exec 9>"$WORK/.lock"
 flock 9
+clean_partials
 
 have() { docker image inspect "$1" >/dev/null 2>&1; }
 
-# Build context from a Dockerfile and files; the classic builder uses local images only.
+# docker_build TAG CONTEXT [CHECK-CMD...]: the classic builder (local images only) builds
+# under a temporary tag; TAG is set only when the build and the optional check (run in
+# the image) pass.
 docker_build() {
-  local tag=$1 ctx=$2
-  DOCKER_BUILDKIT=0 docker build -q -t "$tag" "$ctx" >/dev/null 2>"$WORK/build.log" ||
+  local tag=$1 ctx=$2 tmp=gpulab/partial:$$-$RANDOM; shift 2
+  DOCKER_BUILDKIT=0 docker build -q -t "$tmp" "$ctx" >/dev/null 2>"$WORK/build.log" ||
     die "images: building $tag failed, see $WORK/build.log"
+  if (($#)) && ! docker run --rm --entrypoint "$1" "$tmp" "${@:2}"; then
+    docker rmi -f "$tmp" >/dev/null
+    die "images: $tag fails its check: $*"
+  fi
+  docker tag "$tmp" "$tag" && docker rmi "$tmp" >/dev/null
 }
 
 image_base() {
   local packages="python3 ca-certificates"
-  local tag=gpulab/base:bookworm-$(inputs_hash "$packages" "$NODE_SUITE")
+  local tag
+  tag=gpulab/base:bookworm-$(inputs_hash "$packages" "$NODE_SUITE")
   if ! have "$tag"; then
-    command -v debootstrap >/dev/null || DEBIAN_FRONTEND=noninteractive apt-get install -y -qq debootstrap >/dev/null
-    local dir=$WORK/base.d mirror
+    local dir mirror
     mirror=$(debian_mirror)
-    rm -rf "$dir"
+    [[ -n $mirror ]] || die "images: no bookworm/main apt source configured to debootstrap from"
+    dir=$(fresh_tmp "$WORK/base")
     log "images: base: debootstrap $NODE_SUITE minbase + $packages (about 1 min)"
-    with_ticker debootstrap debootstrap --variant=minbase --include="${packages// /,}" \
-      "$NODE_SUITE" "$dir" "$mirror" >"$WORK/debootstrap.log" 2>&1 ||
+    with_ticker debootstrap cached_debootstrap "$WORK/debootstrap.log" --variant=minbase \
+      --include="${packages// /,}" "$NODE_SUITE" "$dir" "$mirror" ||
       die "images: debootstrap failed, see $WORK/debootstrap.log"
     chroot "$dir" apt-get clean
     rm -rf "$dir"/var/lib/apt/lists/* "$dir"/usr/share/doc/* "$dir"/usr/share/man/* \
       "$dir"/usr/share/locale/*
-    tar -C "$dir" --numeric-owner -c . | docker import - "$tag" >/dev/null
+    tar_image "$tag" "$dir"
     rm -rf "$dir"
   fi
   echo "$tag"
+}
+
+# The gpulab image's key: what `python -m clusters.infra tree-key` hashes (the fakenvml
+# and plugin packages, pyproject.toml, the library, the Dockerfile). clusters/infra.py
+# passes it in; fixtures compare it with the checkout's to catch a stale image.
+tree_key() {
+  if [[ -n ${GPULAB_TREE_KEY:-} ]]; then echo "$GPULAB_TREE_KEY"; return; fi
+  (cd "$repo" && .venv/bin/python -m clusters.infra tree-key)
 }
 
 image_gpulab() {
   local base lib=$repo/build/release/libnvidia-ml.so.1
   base=$(image_base)
   [[ -f $lib ]] || die "images: $lib missing; run make install first"
-  local wheels=$WORK/wheels
-  rm -rf "$wheels"; mkdir -p "$wheels"
-  log "images: gpulab: building wheels"
-  "$repo/.venv/bin/pip" wheel -q --disable-pip-version-check -w "$wheels" "$repo" >/dev/null
-  local tag=gpulab/gpulab:$(inputs_hash "$base" "$wheels" "$lib" "$here/gpulab.Dockerfile")
+  local tag key
+  key=$(tree_key) || die "images: cannot compute the gpulab tree key"
+  tag=gpulab/gpulab:$(inputs_hash "$base" "$key")
   if ! have "$tag"; then
-    local ctx=$WORK/gpulab.ctx
-    rm -rf "$ctx"; mkdir -p "$ctx/site" "$ctx/lib"
+    local wheels=$WORK/wheels ctx
+    rm -rf "$wheels"; mkdir -p "$wheels"
+    log "images: gpulab: building wheels"
+    "$repo/.venv/bin/pip" wheel -q --disable-pip-version-check -w "$wheels" "$repo" >/dev/null ||
+      die "images: pip wheel of $repo failed"
+    ctx=$(fresh_tmp "$WORK/gpulab.ctx")
+    mkdir -p "$ctx/site" "$ctx/lib"
     # Install on the host into a tree the image copies: the base has no pip, and the
     # wheels are cp311 like the image's python3.
     "$repo/.venv/bin/pip" install -q --disable-pip-version-check --no-deps --no-compile \
@@ -65,53 +87,57 @@ image_gpulab() {
     cp "$lib" "$ctx/lib/"
     sed "s|@BASE@|$base|" "$here/gpulab.Dockerfile" >"$ctx/Dockerfile"
     log "images: gpulab: docker build $tag"
-    docker_build "$tag" "$ctx"
     # Never tag an image that cannot import its own package (a half-written context).
-    docker run --rm --entrypoint python3 "$tag" -c 'import fakenvml, plugin.main' ||
-      { docker rmi -f "$tag" >/dev/null; die "images: $tag cannot import gpulab"; }
+    docker_build "$tag" "$ctx" python3 -c 'import fakenvml, plugin.main'
+    rm -rf "$ctx"
   fi
   echo "$tag"
 }
 
 image_workload() {
-  local deb_dir=$WORK/busybox
+  local deb_dir=$WORK/busybox debs
   mkdir -p "$deb_dir"
-  if ! ls "$deb_dir"/busybox-static_*.deb >/dev/null 2>&1; then
+  debs=("$deb_dir"/busybox-static_*.deb)
+  if [[ ! -e ${debs[0]} ]]; then
     log "images: workload: fetching busybox-static"
     (cd "$deb_dir" && apt-get download busybox-static >/dev/null 2>&1) ||
       die "images: apt-get download busybox-static failed"
+    debs=("$deb_dir"/busybox-static_*.deb)
   fi
-  local deb
-  deb=$(ls "$deb_dir"/busybox-static_*.deb | head -1)
-  local tag=gpulab/workload:$(inputs_hash "$deb" "$here/workload.sh")
+  local deb=${debs[0]}
+  local tag
+  tag=gpulab/workload:$(inputs_hash "$deb" "$here/workload.sh")
   if ! have "$tag"; then
-    local root=$WORK/workload.d
-    rm -rf "$root"; mkdir -p "$root/x" "$root/rootfs/bin"
+    local root
+    root=$(fresh_tmp "$WORK/workload")
+    mkdir -p "$root/x" "$root/rootfs/bin"
     dpkg-deb -x "$deb" "$root/x"
     cp "$root/x/bin/busybox" "$root/rootfs/bin/busybox"
     for app in sh env sleep cat ls; do ln -s busybox "$root/rootfs/bin/$app"; done
     install -m 0755 "$here/workload.sh" "$root/rootfs/bin/workload"
-    tar -C "$root/rootfs" --numeric-owner -c . |
-      docker import --change 'ENTRYPOINT ["/bin/workload"]' - "$tag" >/dev/null
+    tar_image "$tag" "$root/rootfs" --change 'ENTRYPOINT ["/bin/workload"]'
     rm -rf "$root"
   fi
   echo "$tag"
 }
 
 image_nvidia() {
-  local base version bin
+  local base version bin bins
   base=$(image_base)
-  for bin in $("$repo/ci/nvidia-plugin.sh"); do
+  bins=$("$repo/ci/nvidia-plugin.sh") || die "images: ci/nvidia-plugin.sh failed"
+  for bin in $bins; do
     version=$(basename "$(dirname "$bin")")
-    local tag=gpulab/nvidia-device-plugin:$version-$(inputs_hash "$base" "$bin")
+    local tag
+    tag=gpulab/nvidia-device-plugin:$version-$(inputs_hash "$base" "$bin")
     if ! have "$tag"; then
-      local ctx=$WORK/nvidia.ctx
-      rm -rf "$ctx"; mkdir -p "$ctx"
+      local ctx
+      ctx=$(fresh_tmp "$WORK/nvidia.ctx")
       cp "$bin" "$ctx/nvidia-device-plugin"
       printf 'FROM %s\nCOPY nvidia-device-plugin /usr/bin/nvidia-device-plugin\nENTRYPOINT ["/usr/bin/nvidia-device-plugin"]\n' \
         "$base" >"$ctx/Dockerfile"
       log "images: nvidia: docker build $tag"
-      docker_build "$tag" "$ctx"
+      docker_build "$tag" "$ctx" /usr/bin/test -x /usr/bin/nvidia-device-plugin
+      rm -rf "$ctx"
     fi
     echo "nvidia-$version=$tag"
   done

@@ -30,18 +30,25 @@ throwaway_module() {
   } >"$dir/go.mod"
 }
 
-# build NAME VERSION MODULE@VERSION SIBLING_VERSION LDFLAGS PKG... : go build into the cache.
+# build NAME VERSION MODULE@VERSION SIBLING_VERSION LDFLAGS PKG... : go build into $OUT, a
+# temporary directory that `finish` publishes as $GPULAB_CACHE/bin/NAME-VERSION.
 build() {
   local name=$1 version=$2 mod=$3 sib=$4 ldflags=$5; shift 5
-  local out=$GPULAB_CACHE/bin/$name-$version src=$GPULAB_CACHE/src/$name-$version
+  local src=$GPULAB_CACHE/src/$name-$version
   throwaway_module "$mod" "$sib" "$src"
-  rm -rf "$out"; mkdir -p "$out"
-  (cd "$src" && with_ticker "$name $version" gobuild -mod=mod -ldflags "-s -w $ldflags" -o "$out/" "$@") ||
+  OUT=$(fresh_tmp "$GPULAB_CACHE/bin/$name-$version")
+  (cd "$src" && with_ticker "$name $version" gobuild -mod=mod -ldflags "-s -w $ldflags" -o "$OUT/" "$@") ||
     die "building $name $version failed"
 }
 
+# A product directory counts as built only with its .done (written before the rename, so
+# older caches' half-built directories without one are rebuilt too).
 done_or() { [[ -e $GPULAB_CACHE/bin/$1/.done ]] && { echo "$GPULAB_CACHE/bin/$1"; exit 0; }; return 0; }
-finish() { touch "$GPULAB_CACHE/bin/$1/.done"; echo "$GPULAB_CACHE/bin/$1"; }
+finish() {
+  touch "$OUT/.done"
+  publish_dir "$OUT" "$GPULAB_CACHE/bin/$1"
+  echo "$GPULAB_CACHE/bin/$1"
+}
 
 kubernetes() {
   local v=$KUBE_VERSION major minor patch
@@ -57,7 +64,7 @@ kubernetes() {
   log "building Kubernetes $v (${cmds[*]}); cold: 5-25 min on 2 cores"
   build kubernetes "$v" "k8s.io/kubernetes@$v" "v0.$minor.$patch" "$ldflags" \
     -tags providerless,notest "${cmds[@]/#/k8s.io/kubernetes/cmd/}"
-  local got; got=$("$GPULAB_CACHE/bin/kubernetes-$v/kubeadm" version -o short)
+  local got; got=$("$OUT/kubeadm" version -o short)
   [[ $got == "$v" ]] || die "kubeadm reports $got, expected $v (version ldflags not applied)"
   finish "kubernetes-$v"
 }
@@ -67,9 +74,8 @@ etcd() {
   done_or "etcd-$v"
   log "building etcd $v (about 2 min cold)"
   build etcd "$v" "go.etcd.io/etcd/server/v3@$v" "$v" "" go.etcd.io/etcd/server/v3
-  mv "$GPULAB_CACHE/bin/etcd-$v/v3" "$GPULAB_CACHE/bin/etcd-$v/etcd" 2>/dev/null ||
-    mv "$GPULAB_CACHE/bin/etcd-$v/server" "$GPULAB_CACHE/bin/etcd-$v/etcd"
-  "$GPULAB_CACHE/bin/etcd-$v/etcd" --version | grep -q "etcd Version: ${v#v}" || die "built etcd is not $v"
+  mv "$OUT/v3" "$OUT/etcd" 2>/dev/null || mv "$OUT/server" "$OUT/etcd"
+  has_output "etcd Version: ${v#v}" "$OUT/etcd" --version || die "built etcd is not $v"
   finish "etcd-$v"
 }
 
@@ -78,7 +84,7 @@ coredns() {
   done_or "coredns-$v"
   log "building CoreDNS $v (about 2 min cold)"
   build coredns "$v" "github.com/coredns/coredns@$v" "$v" "" github.com/coredns/coredns
-  "$GPULAB_CACHE/bin/coredns-$v/coredns" -version | grep -q "CoreDNS-${v#v}" || die "built CoreDNS is not $v"
+  has_output "CoreDNS-${v#v}" "$OUT/coredns" -version || die "built CoreDNS is not $v"
   finish "coredns-$v"
 }
 
@@ -87,8 +93,9 @@ crictl() {
   done_or "crictl-$v"
   # Not in the checksum database here: fetch without it, then check the pinned hash.
   local sum
-  sum=$(GONOSUMDB=sigs.k8s.io/cri-tools go mod download -json "sigs.k8s.io/cri-tools@$v" |
-    sed -n 's/^\s*"Sum": "\(.*\)",$/\1/p')
+  sum=$(GONOSUMDB=sigs.k8s.io/cri-tools go mod download -json "sigs.k8s.io/cri-tools@$v") ||
+    die "cannot download sigs.k8s.io/cri-tools@$v"
+  sum=$(sed -n 's/^\s*"Sum": "\(.*\)",$/\1/p' <<<"$sum")
   [[ $sum == "$CRI_TOOLS_SUM" ]] || die "sigs.k8s.io/cri-tools@$v hash is '$sum', pinned $CRI_TOOLS_SUM"
   # cri-tools v1.34.0 asks for Kubernetes v0.34.0-rc.2 modules, which the checksum
   # database here lacks: build it against the released staging modules we use anyway.

@@ -1,38 +1,46 @@
 #!/usr/bin/env bash
 # Builds a kind-compatible node image for $KUBE_VERSION from package registries only
 # (Debian packages + Go modules), for machines that cannot pull kindest/node.
-# Prints the image name. Every step caches its product under $GPULAB_CACHE; a warm run
-# only checks keys. Steps, in order:
-#   1. binaries   Kubernetes, etcd, CoreDNS, crictl from their Go modules; pause from C
-#   2. rootfs     Debian root filesystem with systemd, containerd, runc, CNI plugins
-#   3. images     control-plane images (kube-*, etcd, CoreDNS, pause) as one image tar
-#   4. node       rootfs + binaries + node files + images pre-loaded into containerd,
-#                 imported into Docker as $NODE_IMAGE
+# Every step caches its product under $GPULAB_CACHE (atomically: see lib.sh); a warm run
+# only checks keys. Steps, in order (`build.sh STEP...` runs some; the default is all):
+#   kubernetes  kubelet, kubeadm, kube-* from the k8s.io/kubernetes module (the long one)
+#   components  etcd, CoreDNS, crictl from their Go modules, pause from C
+#   rootfs      Debian root filesystem with systemd, containerd, runc, CNI plugins
+#   images      control-plane images (kube-*, etcd, CoreDNS, pause) as one image tar
+#   node        rootfs + binaries + node files + images pre-loaded into containerd,
+#               imported into Docker as $NODE_IMAGE (printed)
+# clusters/infra.py runs them as separate steps, each with its own status line and log.
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 
-NODE_IMAGE=${NODE_IMAGE:-gpulab/kind-node:$KUBE_VERSION}
 WORK=$GPULAB_CACHE/work
 BIN=$GPULAB_CACHE/bin
 
-# ---- 1. binaries ------------------------------------------------------------------------
+# ---- kubernetes, components ----------------------------------------------------------
 declare -A IMAGE   # component -> image reference kubeadm will ask for
-step_binaries() {
-  log "[1/4] binaries"
+step_kubernetes() {
   KUBE_BIN=$("$NODEIMAGE_DIR/build-go.sh" kubernetes)
-  # kubeadm decides which images (and so which etcd/CoreDNS/pause versions) a cluster
-  # uses; build exactly those.
-  local ref name
+}
+
+# kubeadm decides which images (and so which etcd/CoreDNS/pause versions) a cluster uses;
+# build exactly those.
+read_image_list() {
+  local ref name list
+  list=$("$KUBE_BIN/kubeadm" config images list --kubernetes-version "$KUBE_VERSION" 2>/dev/null) ||
+    die "kubeadm config images list failed"
   while read -r ref; do
     name=${ref##*/}; name=${name%%:*}
     IMAGE[$name]=$ref
-  done < <("$KUBE_BIN/kubeadm" config images list --kubernetes-version "$KUBE_VERSION" 2>/dev/null)
+  done <<<"$list"
   for name in kube-apiserver kube-controller-manager kube-scheduler kube-proxy etcd coredns pause; do
     [[ -n ${IMAGE[$name]:-} ]] || die "kubeadm $KUBE_VERSION lists no $name image"
   done
   ETCD_VERSION=v${IMAGE[etcd]##*:}; ETCD_VERSION=${ETCD_VERSION%-*}   # 3.6.5-0 -> v3.6.5
   COREDNS_VERSION=${IMAGE[coredns]##*:}
   PAUSE_VERSION=${IMAGE[pause]##*:}
+}
+
+step_components() {
   ETCD_BIN=$("$NODEIMAGE_DIR/build-go.sh" etcd "$ETCD_VERSION")
   COREDNS_BIN=$("$NODEIMAGE_DIR/build-go.sh" coredns "$COREDNS_VERSION")
   CRICTL_BIN=$("$NODEIMAGE_DIR/build-go.sh" crictl)
@@ -46,15 +54,14 @@ step_binaries() {
     fi
     local src; src=$(moddir "k8s.io/kubernetes@$KUBE_VERSION") || die "cannot download k8s.io/kubernetes@$KUBE_VERSION"
     mkdir -p "$PAUSE_BIN"
-    gcc -Os -Wall -Werror -static -DVERSION="v$PAUSE_VERSION" -o "$PAUSE_BIN/pause.tmp" \
+    gcc -Os -Wall -Werror -static -DVERSION="v$PAUSE_VERSION" -o "$PAUSE_BIN/pause.tmp.$$" \
       "$src/build/pause/linux/pause.c" || die "building pause failed"
-    mv "$PAUSE_BIN/pause.tmp" "$PAUSE_BIN/pause"
+    publish_file "$PAUSE_BIN/pause.tmp.$$" "$PAUSE_BIN/pause"
   fi
 }
 
-# ---- 2. rootfs --------------------------------------------------------------------------
+# ---- rootfs -----------------------------------------------------------------------------
 step_rootfs() {
-  log "[2/4] rootfs"
   ROOTFS_TAR=$("$NODEIMAGE_DIR/rootfs.sh")
   ROOT=$WORK/node-root
 }
@@ -65,19 +72,21 @@ ensure_root() {
   local stamp=$WORK/node-root.from
   [[ -d $ROOT && $(cat "$stamp" 2>/dev/null) == "$ROOTFS_TAR" ]] && return 0
   clear_root
+  rm -f "$stamp"
   mkdir -p "$ROOT"
-  tar -C "$ROOT" --numeric-owner -xf "$ROOTFS_TAR"
+  tar -C "$ROOT" --numeric-owner -xf "$ROOTFS_TAR" || die "extracting $ROOTFS_TAR failed"
   echo "$ROOTFS_TAR" >"$stamp"
 }
 
 # Removes $ROOT, first unmounting whatever an interrupted preload left mounted in it.
 clear_root() {
-  local m
-  for m in $(findmnt -rn -o TARGET | grep "^$ROOT/" | sort -r); do umount -l "$m" || true; done
+  local m mounts
+  mounts=$(findmnt -rn -o TARGET)
+  for m in $(grep "^$ROOT/" <<<"$mounts" | sort -r); do umount -l "$m" || true; done
   rm -rf --one-file-system "$ROOT"
 }
 
-# ---- 3. images --------------------------------------------------------------------------
+# ---- images -----------------------------------------------------------------------------
 # Files every image gets: users, name resolution order, CA bundle, a writable /tmp.
 image_base() {
   local dir=$1
@@ -103,25 +112,14 @@ copy_with_libs() {
   done
 }
 
-# docker_import REF [--change ...]: imports a rootfs tar from stdin as REF; the image REF
-# named before is removed when nothing else uses it, so rebuilds leave no dangling images.
-docker_import() {
-  local ref=$1 old new; shift
-  old=$(docker image inspect -f '{{.Id}}' "$ref" 2>/dev/null || true)
-  docker import "$@" - "$ref" >/dev/null || die "docker import of $ref failed"
-  new=$(docker image inspect -f '{{.Id}}' "$ref")
-  if [[ -n $old && $old != "$new" ]]; then docker rmi "$old" >/dev/null 2>&1 || true; fi
-}
-
 # make_image REF DIR DOCKERFILE_CHANGE...
 make_image() {
   local ref=$1 dir=$2 c changes=(); shift 2
   for c in 'ENV PATH=/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin' "$@"; do changes+=(--change "$c"); done
-  tar -C "$dir" --numeric-owner --owner=0 --group=0 -c . | docker_import "$ref" "${changes[@]}"
+  tar_image "$ref" "$dir" "${changes[@]}"
 }
 
 step_images() {
-  log "[3/4] control-plane images"
   local key
   # Cache keys name their inputs by file name (each already carries a version or key).
   key=$(inputs_hash "${IMAGE[@]}" "rootfs=${ROOTFS_TAR##*/}" "$(declare -f image_base copy_with_libs make_image step_images)")
@@ -157,13 +155,13 @@ step_images() {
   make_image "${IMAGE[coredns]}" "$dir/coredns" 'ENTRYPOINT ["/coredns"]'
   make_image "${IMAGE[pause]}" "$dir/pause" 'ENTRYPOINT ["/pause"]' 'USER 65535:65535'
   mkdir -p "$(dirname "$IMAGES_TAR")"
-  docker save -o "$IMAGES_TAR.tmp" "${IMAGE[@]}" || die "docker save of the control-plane images failed"
-  mv "$IMAGES_TAR.tmp" "$IMAGES_TAR"
+  docker save -o "$IMAGES_TAR.tmp.$$" "${IMAGE[@]}" || die "docker save of the control-plane images failed"
+  publish_file "$IMAGES_TAR.tmp.$$" "$IMAGES_TAR"
   rm -rf "$dir"
   find "$(dirname "$IMAGES_TAR")" -maxdepth 1 -name "control-plane-$KUBE_VERSION-*.tar" ! -path "$IMAGES_TAR" -delete
 }
 
-# ---- 4. node ----------------------------------------------------------------------------
+# ---- node ---------------------------------------------------------------------------------
 # Loads the image tar into the node's containerd at build time, as kind's own node images
 # do: the rootfs's containerd runs chrooted on a private socket, `ctr import --no-unpack`
 # stores content and metadata only (containerd unpacks on first use inside the node).
@@ -192,7 +190,6 @@ EOF
 }
 
 step_node() {
-  log "[4/4] node image $NODE_IMAGE"
   local key
   key=$(inputs_hash "rootfs=${ROOTFS_TAR##*/}" "images=${IMAGES_TAR##*/}" "kube=${KUBE_BIN##*/}" \
     "crictl=${CRICTL_BIN##*/}" "$NODEIMAGE_DIR/files" \
@@ -227,7 +224,7 @@ step_node() {
   preload_images
 
   log "  docker import"
-  tar -C "$ROOT" --numeric-owner -c . | docker_import "$NODE_IMAGE" \
+  tar_image "$NODE_IMAGE" "$ROOT" \
     --change 'ENV container=docker' \
     --change 'STOPSIGNAL SIGRTMIN+3' \
     --change 'ENTRYPOINT ["/usr/local/bin/entrypoint", "/sbin/init"]' \
@@ -242,10 +239,20 @@ docker info >/dev/null 2>&1 || die "no Docker engine answers; run ci/docker.sh f
 mkdir -p "$GPULAB_CACHE"
 exec 9>"$GPULAB_CACHE/.node-image.lock"
 flock -n 9 || { log "another node-image build holds $GPULAB_CACHE/.node-image.lock; waiting"; flock 9; }
-start=$SECONDS
-step_binaries
-step_rootfs
-step_images
-step_node
-log "node image $NODE_IMAGE ready ($((SECONDS - start)) s)"
-echo "$NODE_IMAGE"
+clean_partials
+
+# Each step re-derives what it needs from the earlier ones' cached products (a warm
+# lookup is a stamp check), so steps run alone or together alike.
+[[ $# -gt 0 ]] || set -- kubernetes components rootfs images node
+for step in "$@"; do
+  case $step in
+    kubernetes) step_kubernetes ;;
+    components) step_kubernetes; read_image_list; step_components ;;
+    rootfs) step_rootfs ;;
+    images) step_kubernetes; read_image_list; step_components; step_rootfs; step_images ;;
+    node)
+      step_kubernetes; read_image_list; step_components; step_rootfs; step_images; step_node
+      echo "$NODE_IMAGE" ;;
+    *) die "unknown step '$step' (kubernetes, components, rootfs, images, node)" ;;
+  esac
+done

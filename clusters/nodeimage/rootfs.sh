@@ -19,35 +19,31 @@ out=$GPULAB_CACHE/rootfs/node-$NODE_SUITE-$key.tar
 [[ -s $out ]] && { echo "$out"; exit 0; }
 
 [[ $(id -u) -eq 0 ]] || die "rootfs: debootstrap needs root"
-command -v debootstrap >/dev/null || {
-  log "rootfs: installing debootstrap"
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq debootstrap >/dev/null
-}
 mirror=$(debian_mirror)
 [[ -n $mirror ]] || die "rootfs: no bookworm/main apt source configured to debootstrap from"
 
 dir=$GPULAB_CACHE/rootfs/node-$NODE_SUITE-$key.d
 # A failed debootstrap can leave /proc or /sys mounted in the target: unmount first.
 remove_dir() {
-  local m
-  for m in $(findmnt -rn -o TARGET | grep "^$dir/" | sort -r); do umount -l "$m" || true; done
+  local m mounts
+  mounts=$(findmnt -rn -o TARGET)
+  for m in $(grep "^$dir/" <<<"$mounts" | sort -r); do umount -l "$m" || true; done
   rm -rf --one-file-system "$dir"
 }
 remove_dir; mkdir -p "$dir"
 log "rootfs: debootstrap $NODE_SUITE minbase + ${#PACKAGES[@]} packages (about 1 min)"
 pkgs=${PACKAGES[*]}
 logfile=$GPULAB_CACHE/rootfs/debootstrap.log
-logged() { "$@" >"$logfile" 2>&1; }
-with_ticker "debootstrap" logged debootstrap --variant=minbase --include="${pkgs// /,}" \
+with_ticker "debootstrap" cached_debootstrap "$logfile" --variant=minbase --include="${pkgs// /,}" \
   "$NODE_SUITE" "$dir" "$mirror" || die "rootfs: debootstrap failed, see $logfile"
 
 log "rootfs: trimming and packing"
 chroot "$dir" apt-get clean
 rm -rf "$dir"/var/lib/apt/lists/* "$dir"/usr/share/doc/* "$dir"/usr/share/man/* \
   "$dir"/usr/share/locale/* "$dir"/var/log/*.log "$dir"/var/cache/debconf/*-old
-tar -C "$dir" --numeric-owner -cf "$out.tmp" .
-mv "$out.tmp" "$out"
+tar -C "$dir" --numeric-owner -cf "$out.tmp.$$" . || die "rootfs: packing failed"
+publish_file "$out.tmp.$$" "$out"
 remove_dir
 # Older recipes' tarballs are never used again.
-find "$GPULAB_CACHE/rootfs" -maxdepth 1 -name "node-$NODE_SUITE-*.tar" ! -path "$out" -delete
+find "$GPULAB_CACHE/rootfs" -maxdepth 1 -name "node-$NODE_SUITE-*.tar*" ! -path "$out" -delete
 echo "$out"

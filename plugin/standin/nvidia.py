@@ -2,7 +2,7 @@
 
     argv, env = nvidia.command("v0.19.3", kubelet.dir, node.path, workdir)
 
-The binary comes from ci/nvidia-plugin.sh (built once into a cache outside the repo). It
+The binary comes from `make infra` (ci/nvidia-plugin.sh, into a cache outside the repo). It
 dlopens libnvidia-ml.so.1 from `<container driver root>/usr/lib/x86_64-linux-gnu` first,
 so a driver root holding a link to our library is all it needs; its plugin socket path is
 compiled in (/var/lib/kubelet/device-plugins), hence the private mount namespace.
@@ -11,21 +11,14 @@ compiled in (/var/lib/kubelet/device-plugins), hence the private mount namespace
 from __future__ import annotations
 
 import os
-import subprocess
 from pathlib import Path
 
+from clusters import versions as pins
 from fakenvml import library
 from fakenvml.node import STATE_DIR_ENV
 from plugin.standin.process import DEFAULT_DIR, in_private_mount, kubelet_env
 
-REPO = Path(__file__).resolve().parents[2]
-BUILD_SCRIPT = REPO / "ci" / "nvidia-plugin.sh"
 CACHE = Path(os.environ.get("GPULAB_CACHE", "/var/cache/gpulab")) / "nvidia-device-plugin"
-
-# Newest first. Keep in step with VERSIONS in ci/nvidia-plugin.sh. v0.20.0 is not served
-# by the Go module proxy this lab can reach; see that script for building it from a clone.
-VERSIONS: tuple[str, ...] = ("v0.19.3", "v0.17.4")
-VERSIONS_ENV = "GPULAB_NVIDIA_PLUGIN_VERSIONS"  # e.g. "v0.20.0,v0.17.4" overrides
 
 # The settings under which the plugin runs on a library alone (no driver files, no
 # /dev/nvidia*): see shared/design/FACTS.md.
@@ -41,9 +34,10 @@ SOCKET = "nvidia-gpu.sock"
 
 
 def versions() -> tuple[str, ...]:
-    """The versions the suites run: $GPULAB_NVIDIA_PLUGIN_VERSIONS, else VERSIONS."""
-    given = os.environ.get(VERSIONS_ENV, "")
-    return tuple(v.strip() for v in given.split(",") if v.strip()) or VERSIONS
+    """The versions the suites run, newest first (clusters/versions.env, or
+    $GPULAB_NVIDIA_PLUGIN_VERSIONS). v0.20.0 is not served by the Go module proxy here;
+    ci/nvidia-plugin.sh --git builds it from a clone."""
+    return pins.nvidia_plugin_versions()
 
 
 def cached(version: str) -> Path | None:
@@ -52,19 +46,12 @@ def cached(version: str) -> Path | None:
 
 
 def binary(version: str) -> Path:
-    """The cached binary, built by ci/nvidia-plugin.sh first when it is missing."""
+    """The binary `make infra` built; RuntimeError naming that command when it is not
+    there (tests never build: a cold build takes minutes)."""
     path = cached(version)
     if path is None:
-        # Progress goes to our stderr: a cold build takes minutes and should say so.
-        done = subprocess.run(
-            [str(BUILD_SCRIPT), version], stdout=subprocess.PIPE, text=True, check=False
-        )
-        if done.returncode != 0:
-            raise RuntimeError(
-                f"ci/nvidia-plugin.sh {version} failed (exit {done.returncode}); "
-                "its output above says why"
-            )
-        path = Path(done.stdout.strip().splitlines()[-1])
+        raise RuntimeError(f"NVIDIA's plugin {version} is not built "
+                           f"({CACHE / version}); run `make infra`")  # fmt: skip
     return path
 
 

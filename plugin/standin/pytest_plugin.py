@@ -117,7 +117,10 @@ def nvidia_plugin(
     from plugin.standin import nvidia
 
     def run(version: str, node: NodeDir, env: dict[str, str] | None = None) -> PluginProcess:
-        argv, full = nvidia.command(version, kubelet.dir, node.path, tmp_path, env)
+        try:
+            argv, full = nvidia.command(version, kubelet.dir, node.path, tmp_path, env)
+        except RuntimeError as e:  # not built: one line naming `make infra`, no traceback
+            pytest.fail(str(e), pytrace=False)
         return run_plugin(argv, full, inherit_env=False)
 
     return run

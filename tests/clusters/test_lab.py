@@ -4,19 +4,20 @@ kind cluster, and both workers report their 10 fake GPUs with each plugin."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
 from clusters.lab import Lab
-from clusters.steps import poll
+from clusters.steps import StepError, poll
+from e2e.fixtures import bring_up
 
 WORKERS = ("seed-worker", "seed-worker2")
 
 
 @pytest.fixture(scope="module")
 def seed() -> Iterator[Lab]:
-    lab = Lab("seed", plugin="gpulab")
-    lab.up()
+    lab = bring_up(Lab("seed", plugin="gpulab"))
     yield lab
     lab.down()
 
@@ -40,3 +41,35 @@ def test_host_side_injection_reaches_the_node(seed: Lab) -> None:
 
     poll("seed-worker2 allocatable 9 after Xid 79", check, 30)
     assert seed.capacity("seed-worker") == (10, 10)
+
+
+@pytest.mark.parametrize("retain", [False, True], ids=["deleted", "kept-with-KEEP"])
+def test_a_failed_up_deletes_the_cluster_it_created_unless_retained(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    retain: bool,
+) -> None:
+    """kind's Retain rule: a step failing after `kind create` (here the deploy, refused by
+    the test) leaves no half-made cluster behind, unless KEEP=1 asks to keep it."""
+    path = tmp_path / "failup.yaml"
+    path.write_text(
+        "name: failup\nnodes:\n  - role: control-plane\n"
+        "    gpus: [{profile: H100-SXM5-80GB, count: 2}]\n"
+    )
+    lab = Lab(path, plugin="gpulab", retain=retain)
+
+    def refuse() -> None:
+        raise StepError("deploy refused by the test")
+
+    monkeypatch.setattr(lab, "_deploy", refuse)
+    try:
+        with pytest.raises(StepError, match="deploy refused by the test"):
+            lab.up()
+        err = capsys.readouterr().err
+        assert "✗ Deploy fakenvml and the gpulab plugin" in err
+        assert lab.exists() is retain
+        assert ("deleting the half-made cluster failup" in err) is not retain
+    finally:
+        if lab.exists():
+            lab.down()

@@ -1,0 +1,401 @@
+"""The infrastructure the cluster tier needs, as one ordered list of steps (`make infra`).
+
+    python -m clusters.infra                  # every step; seconds when warm
+    python -m clusters.infra nvidia-plugins   # only some groups (see GROUPS)
+    python -m clusters.infra tree-key         # the gpulab image's input key
+
+Each step runs one script in a process group of its own, with the script's output in a
+log file under $GPULAB_CACHE/logs: one status line per step (✓ or ✗ and seconds), a line a
+minute while a step runs long, and on failure the log's last lines and its path. An
+interrupted run kills the whole group, so no orphaned build goes on writing into the cache.
+
+What the steps made is recorded in $GPULAB_CACHE/infra.json. Labs and test fixtures only
+*use* it, through `require()`: when something is missing they fail at once with one line
+that names `make infra`. No test ever builds, so no test timeout ever wraps a build.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from rich.console import Console
+
+from clusters import versions
+from clusters.steps import StepError
+
+REPO = Path(__file__).resolve().parents[1]
+MAKE_INFRA = "run `make infra`"
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get("GPULAB_CACHE", "/var/cache/gpulab"))
+
+
+def manifest_path() -> Path:
+    return cache_dir() / "infra.json"
+
+
+class InfraError(Exception):
+    """A step failed; the message names the step and its log."""
+
+
+class InfraMissing(StepError):
+    """Something the cluster tier needs is not there; the message says what makes it."""
+
+
+@dataclass
+class Products:
+    """What `make infra` made, as labs and fixtures need it."""
+
+    kind: str = ""
+    node_image: str = ""
+    images: dict[str, str] = field(default_factory=dict)  # base, gpulab, workload, nvidia-<v>
+    nvidia: dict[str, str] = field(default_factory=dict)  # version -> binary
+    tree_key: str = ""  # the checkout state the gpulab image was built from
+
+    @classmethod
+    def load(cls) -> Products:
+        path = manifest_path()
+        try:
+            data = json.loads(path.read_text())
+            return cls(**{k: data[k] for k in asdict(cls()) if k in data})
+        except FileNotFoundError:
+            return cls()
+        except (ValueError, TypeError) as e:
+            raise InfraMissing(f"{path} is unreadable ({e}); {MAKE_INFRA}") from e
+
+    def save(self) -> None:
+        path = manifest_path()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".tmp.{os.getpid()}")
+        tmp.write_text(json.dumps(asdict(self), indent=2) + "\n")
+        os.replace(tmp, path)
+
+
+def tree_key() -> str:
+    """A hash of everything the gpulab image is made of: the fakenvml and plugin packages,
+    pyproject.toml (the pins), the built library and the Dockerfile."""
+    h = hashlib.sha256()
+    files: list[Path] = [
+        REPO / "pyproject.toml",
+        REPO / "clusters/images/gpulab.Dockerfile",
+        REPO / "build/release/libnvidia-ml.so.1",
+    ]
+    for pkg in ("fakenvml", "plugin"):
+        files += sorted(
+            p
+            for p in (REPO / pkg).rglob("*")
+            if p.is_file() and "__pycache__" not in p.parts and p.suffix != ".pyc"
+        )
+    for p in files:
+        h.update(str(p.relative_to(REPO)).encode() + b"\0")
+        h.update(p.read_bytes() if p.exists() else b"<missing>")
+    return h.hexdigest()[:16]
+
+
+# -- running steps -----------------------------------------------------------------------
+
+
+class Runner:
+    """Runs steps in order with one status line each; stops at the first failure."""
+
+    TICK_S = 60
+
+    def __init__(self, console: Console | None = None) -> None:
+        self.console = console or Console(stderr=True, soft_wrap=True)
+        self.logs = cache_dir() / "logs"
+        self.products = Products.load()
+        self.times: dict[str, float] = {}
+
+    def step(self, title: str, fn: Callable[[], str | None]) -> str | None:
+        t0 = time.monotonic()
+        try:
+            result = fn()
+        except InfraError as e:
+            self.console.print(f"[red]✗[/] {title} [dim]({time.monotonic() - t0:.1f}s)[/]")
+            self.console.print(f"  {e}", highlight=False)
+            raise
+        except KeyboardInterrupt:
+            self.console.print(f"[red]✗[/] {title}: interrupted")
+            raise
+        self.times[title] = time.monotonic() - t0
+        note = f" [dim]→ {result}[/]" if result else ""
+        self.console.print(
+            f"[green]✓[/] {title}{note} [dim]({self.times[title]:.1f}s)[/]", highlight=False
+        )
+        return result
+
+    def script(
+        self, title: str, log_name: str, path: str, *args: str, env: dict[str, str] | None = None
+    ) -> str:
+        """Run a repo script in its own process group; stderr to the step's log, stdout
+        returned (the product). A line a minute while it runs."""
+        self.logs.mkdir(parents=True, exist_ok=True)
+        log, out = self.logs / f"{log_name}.log", self.logs / f"{log_name}.out"
+        t0 = time.monotonic()
+        with log.open("w") as err, out.open("w") as products:
+            proc = subprocess.Popen(
+                [str(REPO / path), *args],
+                stdout=products,
+                stderr=err,
+                text=True,
+                env={**os.environ, **(env or {})},
+                start_new_session=True,
+                cwd=REPO,
+            )
+            try:
+                self._wait(proc, title, log, t0)
+            except BaseException:
+                _kill_group(proc)
+                raise
+        if proc.returncode != 0:
+            tail = "\n".join("    " + line for line in _tail(log, 8))
+            raise InfraError(
+                f"{path} {' '.join(args)} exited {proc.returncode}; last lines of {log}:\n{tail}"
+            )
+        return out.read_text().strip()
+
+    def _wait(self, proc: subprocess.Popen[str], title: str, log: Path, t0: float) -> None:
+        while True:
+            try:
+                proc.wait(timeout=self.TICK_S)
+                return
+            except subprocess.TimeoutExpired:
+                last = (_tail(log, 1) or [""])[0]
+                mins = (time.monotonic() - t0) / 60
+                self.console.print(
+                    f"  … {title}: {mins:.0f} min [dim]{last[:100]}[/]", highlight=False
+                )
+
+
+def _kill_group(proc: subprocess.Popen[str]) -> None:
+    """SIGTERM the step's process group (the script and every build it started), then
+    SIGKILL what is left after 5 s."""
+    for sig, wait_s in ((signal.SIGTERM, 5.0), (signal.SIGKILL, 5.0)):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            proc.wait(timeout=wait_s)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
+def _tail(path: Path, n: int) -> list[str]:
+    try:
+        return path.read_text(errors="replace").splitlines()[-n:]
+    except OSError:
+        return []
+
+
+# -- the steps ---------------------------------------------------------------------------
+
+GROUPS = ("engine", "kind", "nvidia-plugins", "node-image", "lab-images")
+
+
+def run(groups: Iterable[str] = GROUPS, console: Console | None = None) -> Products:
+    """Bring up every step of `groups`, in the fixed order; returns (and records) what
+    they made."""
+    want = set(groups)
+    unknown = want - set(GROUPS)
+    if unknown:
+        raise InfraError(f"unknown group(s) {', '.join(sorted(unknown))} ({', '.join(GROUPS)})")
+    r = Runner(console)
+    p = r.products
+    t0 = time.monotonic()
+    if want & {"engine", "node-image", "lab-images"}:
+        r.step("Docker engine", lambda: _engine(r))
+    if "kind" in want:
+        kind = r.step(
+            f"kind {versions.get('KIND_VERSION')}",
+            lambda: r.script("kind", "kind", "ci/kind.sh").splitlines()[-1],
+        )
+        p.kind = kind or ""
+        p.save()
+    if want & {"nvidia-plugins", "lab-images"}:
+        for v in versions.nvidia_plugin_versions():
+            p.nvidia[v] = (
+                r.step(
+                    f"NVIDIA device plugin {v} (Go)",
+                    lambda v=v: r.script(
+                        f"NVIDIA plugin {v}", f"nvidia-plugin-{v}", "ci/nvidia-plugin.sh", v
+                    ),
+                )
+                or ""
+            )
+            p.save()
+    if "node-image" in want:
+        _node_image(r, p)
+        p.save()
+    if "lab-images" in want:
+        _lab_images(r, p)
+        p.save()
+    r.console.print(
+        f"[bold green]Infrastructure ready[/] in {time.monotonic() - t0:.1f}s "
+        f"[dim](recorded in {manifest_path()}, logs in {r.logs})[/]",
+        highlight=False,
+    )
+    return p
+
+
+def _engine(r: Runner) -> str:
+    r.script("Docker engine", "docker", "ci/docker.sh")
+    out = subprocess.run(
+        ["docker", "version", "-f", "{{.Server.Version}}"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    return f"Docker {out.stdout.strip()}"
+
+
+def _node_image(r: Runner, p: Products) -> None:
+    source = (
+        r.step(
+            "Node image: pull or build",
+            lambda: r.script("node image", "node-image-choose", "ci/node-image.sh", "--choose"),
+        )
+        or ""
+    )
+    if source.startswith("upstream "):
+        p.node_image = source.split(" ", 1)[1]
+        return
+    kube = versions.get("KUBE_VERSION")
+    build = "clusters/nodeimage/build.sh"
+    for name, title in (
+        ("kubernetes", f"Kubernetes {kube} binaries (Go)"),
+        ("components", "etcd, CoreDNS, crictl (Go), pause (C)"),
+        ("rootfs", "Node root filesystem (debootstrap)"),
+        ("images", "Control-plane images"),
+    ):
+        r.step(title, lambda n=name, t=title: r.script(t, f"node-{n}", build, n))
+    p.node_image = (
+        r.step(
+            "Node image",
+            lambda: r.script("node image", "node-image", build, "node").splitlines()[-1],
+        )
+        or ""
+    )
+
+
+def _lab_images(r: Runner, p: Products) -> None:
+    def image(which: str, env: dict[str, str] | None = None) -> dict[str, str]:
+        out = r.script(
+            f"{which} image", f"image-{which}", "clusters/images/build.sh", which, env=env
+        )
+        return dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
+
+    key = tree_key()
+    for which, title, env in (
+        ("base", "Lab base image (debootstrap)", None),
+        ("workload", "Workload image (busybox)", None),
+        ("gpulab", "gpulab image (fakenvml + plugin)", {"GPULAB_TREE_KEY": key}),
+        ("nvidia", "NVIDIA plugin images", None),
+    ):
+        p.images.update(_parse(r.step(title, lambda w=which, e=env: _show(image(w, e)))))
+    p.tree_key = key
+
+
+def _show(images: dict[str, str]) -> str:
+    return ", ".join(f"{k}={v}" for k, v in images.items())
+
+
+def _parse(shown: str | None) -> dict[str, str]:
+    return dict(kv.split("=", 1) for kv in (shown or "").split(", ") if "=" in kv)
+
+
+# -- using it ----------------------------------------------------------------------------
+
+
+def _docker_answers() -> bool:
+    try:
+        return (
+            subprocess.run(
+                ["docker", "info"], capture_output=True, timeout=20, check=False
+            ).returncode
+            == 0
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
+def _image_present(ref: str) -> bool:
+    return (
+        subprocess.run(
+            ["docker", "image", "inspect", ref], capture_output=True, check=False
+        ).returncode
+        == 0
+    )
+
+
+def require(images: Iterable[str] = ("gpulab", "workload")) -> Products:
+    """What a lab needs, checked in about a second; InfraMissing (one line naming
+    `make infra`) for the first thing that is not there. Never builds."""
+    p = Products.load()
+    if not p.node_image:
+        raise InfraMissing(f"no infrastructure recorded in {manifest_path()}; {MAKE_INFRA}")
+    if not _docker_answers():
+        raise InfraMissing(f"no Docker engine answers; {MAKE_INFRA} (it starts one)")
+    if not (p.kind and os.access(p.kind, os.X_OK)):
+        raise InfraMissing(f"kind is not built ({p.kind or 'none recorded'}); {MAKE_INFRA}")
+    for name in images:
+        ref = p.node_image if name == "node" else p.images.get(name, "")
+        if not ref or not _image_present(ref):
+            raise InfraMissing(
+                f"the {name} image {ref or '(none recorded)'} is not in the "
+                f"Docker engine; {MAKE_INFRA}"
+            )
+    if not _image_present(p.node_image):
+        raise InfraMissing(
+            f"the kind node image {p.node_image} is not in the Docker engine; {MAKE_INFRA}"
+        )
+    if "gpulab" in images and p.tree_key != tree_key():
+        raise InfraMissing(
+            f"the gpulab image {p.images.get('gpulab')} was built from other "
+            f"sources than this checkout's; {MAKE_INFRA}"
+        )
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(
+        prog="python -m clusters.infra",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    ap.add_argument(
+        "groups",
+        nargs="*",
+        metavar="GROUP",
+        help=f"some of {', '.join(GROUPS)}, or tree-key (default: all)",
+    )
+    args = ap.parse_args(argv)
+    if args.groups == ["tree-key"]:
+        print(tree_key())
+        return 0
+    try:
+        run(args.groups or GROUPS)
+    except InfraError as e:
+        if "unknown group" in str(e):
+            print(f"infra: error: {e}", file=sys.stderr)
+            return 2
+        return 1
+    except KeyboardInterrupt:
+        return 130
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

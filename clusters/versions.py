@@ -1,0 +1,35 @@
+"""The pinned versions in clusters/versions.env, for Python (bash sources the same file)."""
+
+from __future__ import annotations
+
+import os
+import re
+from functools import cache
+from pathlib import Path
+
+ENV_FILE = Path(__file__).resolve().parent / "versions.env"
+NVIDIA_OVERRIDE = "GPULAB_NVIDIA_PLUGIN_VERSIONS"  # e.g. "v0.20.0,v0.17.4"
+
+
+@cache
+def pins() -> dict[str, str]:
+    """KEY=VALUE lines (values optionally double-quoted); comments and blanks skipped."""
+    out = {}
+    for line in ENV_FILE.read_text().splitlines():
+        if m := re.fullmatch(r'([A-Z0-9_]+)=("?)(.*)\2', line.strip()):
+            out[m[1]] = m[3]
+    return out
+
+
+def get(key: str) -> str:
+    try:
+        return pins()[key]
+    except KeyError:
+        raise KeyError(f"{key} is not pinned in {ENV_FILE}") from None
+
+
+def nvidia_plugin_versions() -> tuple[str, ...]:
+    """NVIDIA plugin releases to build and test, newest first: $GPULAB_NVIDIA_PLUGIN_VERSIONS
+    (comma- or space-separated) or the pins."""
+    given = os.environ.get(NVIDIA_OVERRIDE) or get("NVIDIA_PLUGIN_VERSIONS")
+    return tuple(v for v in re.split(r"[,\s]+", given) if v)

@@ -1,0 +1,252 @@
+"""`make infra`'s runner and its cache rules: status lines, failures that name their log,
+fixtures that never build, and a build killed midway that the next run completes."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+
+from clusters import infra, versions
+
+REPO = Path(__file__).resolve().parents[2]
+REAL_CACHE = infra.cache_dir()  # before any test points GPULAB_CACHE elsewhere
+
+
+@pytest.fixture
+def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    d = tmp_path / "cache"
+    monkeypatch.setenv("GPULAB_CACHE", str(d))
+    return d
+
+
+def console() -> tuple[Console, list[str]]:
+    lines: list[str] = []
+
+    class Sink:
+        def write(self, s: str) -> int:
+            lines.extend(s.splitlines())
+            return len(s)
+
+        def flush(self) -> None:
+            pass
+
+    return Console(file=Sink(), width=200, color_system=None), lines  # type: ignore[arg-type]
+
+
+def test_a_failing_step_prints_a_cross_its_seconds_and_its_log_tail(
+    cache: Path, tmp_path: Path
+) -> None:
+    script = tmp_path / "fails.sh"
+    script.write_text("#!/bin/sh\necho building >&2\necho 'error: no space left' >&2\nexit 3\n")
+    script.chmod(0o755)
+    c, lines = console()
+    r = infra.Runner(c)
+    with pytest.raises(infra.InfraError) as e:
+        r.step("Widget", lambda: r.script("Widget", "widget", str(script)))
+    assert lines[0].startswith("✗ Widget (")
+    assert "exited 3" in str(e.value)
+    assert "error: no space left" in "\n".join(lines)
+    assert str(cache / "logs" / "widget.log") in "\n".join(lines)
+
+
+def test_a_passing_step_prints_a_tick_and_returns_the_scripts_stdout(
+    cache: Path, tmp_path: Path
+) -> None:
+    script = tmp_path / "ok.sh"
+    script.write_text("#!/bin/sh\necho progress >&2\necho product-42\n")
+    script.chmod(0o755)
+    c, lines = console()
+    r = infra.Runner(c)
+    assert r.step("Widget", lambda: r.script("Widget", "widget", str(script))) == "product-42"
+    assert lines[0].startswith("✓ Widget → product-42 (")
+    assert (cache / "logs" / "widget.log").read_text() == "progress\n"
+
+
+def test_a_long_step_says_it_is_alive(
+    cache: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    script = tmp_path / "slow.sh"
+    script.write_text("#!/bin/sh\necho compiling things >&2\nsleep 1.2\n")
+    script.chmod(0o755)
+    monkeypatch.setattr(infra.Runner, "TICK_S", 0.5)
+    c, lines = console()
+    r = infra.Runner(c)
+    r.script("Slow", "slow", str(script))
+    ticks = [line for line in lines if line.startswith("  … Slow:")]
+    assert len(ticks) == 2 and "compiling things" in ticks[0]
+
+
+def test_unknown_group_is_a_one_line_error_that_builds_nothing(cache: Path) -> None:
+    res = subprocess.run(
+        [sys.executable, "-m", "clusters.infra", "kind", "nodes"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        env=os.environ,
+    )
+    assert res.returncode == 2
+    assert res.stderr.strip().splitlines() == [
+        "infra: error: unknown group(s) nodes (engine, kind, nvidia-plugins, node-image, "
+        "lab-images)"
+    ]
+    assert not cache.exists()
+
+
+def test_require_without_infra_names_make_infra(cache: Path) -> None:
+    with pytest.raises(infra.InfraMissing, match=r"no infrastructure recorded .*run `make infra`"):
+        infra.require()
+
+
+def test_require_names_a_missing_image(cache: Path) -> None:
+    if subprocess.run(["docker", "info"], capture_output=True).returncode != 0:
+        pytest.fail("no Docker engine answers; run `make infra`", pytrace=False)
+    kind = cache / "kind"
+    kind.parent.mkdir(parents=True)
+    kind.write_text("#!/bin/sh\n")
+    kind.chmod(0o755)
+    infra.Products(
+        kind=str(kind), node_image="gpulab/absent:node", images={"gpulab": "gpulab/absent:1"}
+    ).save()
+    with pytest.raises(
+        infra.InfraMissing,
+        match=r"the gpulab image gpulab/absent:1 is not in "
+        r"the Docker engine; run `make infra`",
+    ):
+        infra.require(["gpulab"])
+
+
+def test_require_catches_a_gpulab_image_older_than_the_checkout(cache: Path) -> None:
+    real = REAL_CACHE / "infra.json"
+    built = json.loads(real.read_text()) if real.exists() else {}
+    if not built.get("images", {}).get("gpulab"):
+        pytest.fail("no gpulab image recorded; run `make infra`", pytrace=False)
+    infra.Products(**{**built, "tree_key": "0" * 16}).save()
+    with pytest.raises(infra.InfraMissing, match="built from other sources than this checkout"):
+        infra.require(["gpulab"])
+    infra.Products(**{**built, "tree_key": infra.tree_key()}).save()
+    assert infra.require(["gpulab"]).images["gpulab"] == built["images"]["gpulab"]
+
+
+def test_the_tree_key_follows_the_plugin_sources(tmp_path: Path) -> None:
+    before = infra.tree_key()
+    probe = REPO / "plugin" / "_tree_key_probe.py"
+    try:
+        probe.write_text("# changes what the gpulab image is made of\n")
+        assert infra.tree_key() != before
+    finally:
+        probe.unlink()
+    assert infra.tree_key() == before
+
+
+# -- a build killed midway ----------------------------------------------------------------
+
+
+def _procs_using(cache: Path) -> list[int]:
+    """Pids whose environment names this cache: everything a build under it started."""
+    needle = f"GPULAB_CACHE={cache}".encode()
+    pids = []
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit() and int(d.name) != os.getpid():
+            try:
+                if needle in (d / "environ").read_bytes().split(b"\0"):
+                    pids.append(int(d.name))
+            except OSError:
+                continue
+    return pids
+
+
+def _compiling(cache: Path) -> bool:
+    for pid in _procs_using(cache):
+        try:
+            if Path(f"/proc/{pid}/comm").read_text().strip() == "compile":
+                return True
+        except OSError:
+            continue
+    return False
+
+
+@pytest.mark.timeout(900)  # this test is about a build, so it runs one (~1-2 min cold)
+def test_a_kind_build_killed_midway_leaves_no_entry_and_the_next_run_resumes(
+    cache: Path,
+) -> None:
+    """SIGKILL to every process of the build (what a CI time-out or the OOM killer does)
+    while Go compiles kind: nothing under the final name, nothing in infra.json; the next
+    `make infra` run builds kind without downloading a module again."""
+    env = {**os.environ, "GPULAB_CACHE": str(cache), "PATH": _path_without_kind()}
+    cmd = [sys.executable, "-m", "clusters.infra", "kind"]
+    first = subprocess.Popen(
+        cmd,
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    deadline = time.monotonic() + 600
+    while not _compiling(cache):
+        assert first.poll() is None, "the build ended before it was caught compiling"
+        assert time.monotonic() < deadline, "Go never started compiling kind"
+        time.sleep(0.2)
+    time.sleep(3)  # well into the compile
+    for pid in _procs_using(cache):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    first.wait(10)
+
+    version = versions.get("KIND_VERSION")
+    final = cache / "bin" / f"kind-{version}"
+    assert not final.exists()
+    assert list((cache / "bin").glob(f"kind-{version}.tmp.*")), "expected the killed build's tmp"
+    assert infra.Products.load().kind == ""
+
+    second = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+    assert second.returncode == 0, second.stderr[-2000:]
+    assert f"✓ kind {version} → {final}/kind" in second.stderr
+    assert (
+        f"kind {version} "
+        in subprocess.run([final / "kind", "version"], capture_output=True, text=True).stdout
+    )
+    assert not list((cache / "bin").glob(f"kind-{version}.tmp.*")), "leftover not cleaned"
+    assert infra.Products.load().kind == f"{final}/kind"
+    log = (cache / "logs" / "kind.log").read_text()
+    assert "go: downloading" not in log, "the second run fetched modules again:\n" + log
+
+
+@pytest.mark.timeout(900)
+def test_ctrl_c_stops_the_whole_build(cache: Path) -> None:
+    """SIGINT to `make infra` (Ctrl-C): the step shows ✗ interrupted and no process of the
+    build goes on writing into the cache."""
+    env = {**os.environ, "GPULAB_CACHE": str(cache), "PATH": _path_without_kind()}
+    run = subprocess.Popen(
+        [sys.executable, "-m", "clusters.infra", "kind"],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    deadline = time.monotonic() + 600
+    while len(_procs_using(cache)) < 3:  # runner, kind.sh, go
+        assert run.poll() is None and time.monotonic() < deadline
+        time.sleep(0.2)
+    run.send_signal(signal.SIGINT)
+    _, err = run.communicate(timeout=30)
+    assert run.returncode == 130
+    assert "✗ kind" in err and "interrupted" in err
+    assert _procs_using(cache) == []
+    assert not (cache / "bin" / f"kind-{versions.get('KIND_VERSION')}").exists()
+
+
+def _path_without_kind() -> str:
+    """PATH minus directories holding a kind binary, so the pinned one is built."""
+    dirs = os.environ.get("PATH", "").split(os.pathsep)
+    return os.pathsep.join(d for d in dirs if not (Path(d) / "kind").exists())
