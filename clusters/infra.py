@@ -84,11 +84,12 @@ class Products:
 
 def tree_key() -> str:
     """A hash of everything the gpulab image is made of: the fakenvml and plugin packages,
-    pyproject.toml (the pins), the built library and the Dockerfile."""
+    pyproject.toml (the pins), the built library and how the image is built."""
     h = hashlib.sha256()
     files: list[Path] = [
         REPO / "pyproject.toml",
         REPO / "clusters/images/gpulab.Dockerfile",
+        REPO / "clusters/images/build.sh",
         REPO / "build/release/libnvidia-ml.so.1",
     ]
     for pkg in ("fakenvml", "plugin"):

@@ -154,8 +154,11 @@ class Lab:
                    str(cfg_file), "--kubeconfig", str(self.kubeconfig), "--wait", "0s")  # fmt: skip
 
     def _load_images(self) -> None:
-        # kind skips nodes that already have an image with the same ID.
-        steps.kind(self._kind, "load", "docker-image", "--name", self.name, *self.images.values())
+        # Only GPU nodes run lab pods (fakenvml, the plugin, GPU workloads); kind skips nodes
+        # that already have an image with the same ID.
+        nodes = ",".join(n.name for n in self.lab.gpu_nodes)
+        steps.kind(self._kind, "load", "docker-image", "--name", self.name, "--nodes", nodes,
+                   *self.images.values())  # fmt: skip
 
     def _placeholders(self) -> dict[str, str]:
         return {

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
@@ -110,20 +111,47 @@ def bring_up(lab: Lab) -> Lab:
 
 
 @pytest.fixture(scope="session")
-def lab_session(request: pytest.FixtureRequest) -> Iterator[Lab]:
-    """The lab, up once per session (re-used when it already runs), down at the end."""
-    lab = bring_up(Lab(request.config.getoption("--lab")))
-    yield lab
+def labs(request: pytest.FixtureRequest) -> Iterator[Callable[..., Lab]]:
+    """labs(name, plugin=None) -> that lab, up (re-used when it already runs) and running
+    `plugin`; each lab comes up once per session, whichever suites ask for it, and goes
+    down at the end unless --keep-lab."""
+    up: dict[str, Lab] = {}
+
+    def get(name: str, plugin: str | None = None) -> Lab:
+        if name not in up:
+            up[name] = bring_up(Lab(name, plugin=plugin))
+        lab = up[name]
+        if plugin is not None and lab.plugin != plugin:
+            lab.use_plugin(plugin)
+        return lab
+
+    yield get
     if not request.config.getoption("--keep-lab"):
-        lab.down()
+        # kind deletes one cluster in ~10 s, mostly waiting on containers to stop: together.
+        with ThreadPoolExecutor() as pool:
+            list(pool.map(Lab.down, up.values()))
 
 
 @pytest.fixture(scope="session")
-def lab(lab_session: Lab, plugin: str) -> Lab:
-    """The lab running `plugin` (the suites are parametrized over plugins)."""
-    if lab_session.plugin != plugin:
-        lab_session.use_plugin(plugin)
-    return lab_session
+def lab(labs: Callable[..., Lab], plugin: str, request: pytest.FixtureRequest) -> Lab:
+    """The --lab lab (default seed) running `plugin` (the suites are parametrized over
+    plugins)."""
+    return labs(request.config.getoption("--lab"), plugin)
+
+
+def namespaced_pods(lab: Lab) -> Iterator[Pods]:
+    """Pod helpers in the suites' own namespace on `lab`, emptied afterwards."""
+    from kubernetes.client import V1Namespace, V1ObjectMeta
+    from kubernetes.client.exceptions import ApiException
+
+    try:
+        lab.core.create_namespace(V1Namespace(metadata=V1ObjectMeta(name=NAMESPACE)))
+    except ApiException as e:
+        if e.status != 409:
+            raise
+    p = Pods(lab.core, NAMESPACE, lab.images["workload"])
+    yield p
+    p.delete_all()
 
 
 @pytest.fixture
@@ -153,14 +181,4 @@ def fake_gpus(lab: Lab) -> Iterator[Callable[[str], NodeDir]]:
 @pytest.fixture
 def pods(lab: Lab) -> Iterator[Pods]:
     """Pod helpers in a namespace of the suite's own, emptied after each test."""
-    from kubernetes.client import V1Namespace, V1ObjectMeta
-    from kubernetes.client.exceptions import ApiException
-
-    try:
-        lab.core.create_namespace(V1Namespace(metadata=V1ObjectMeta(name=NAMESPACE)))
-    except ApiException as e:
-        if e.status != 409:
-            raise
-    p = Pods(lab.core, NAMESPACE, lab.images["workload"])
-    yield p
-    p.delete_all()
+    yield from namespaced_pods(lab)

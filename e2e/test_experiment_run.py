@@ -2,20 +2,19 @@
 
 Its expectations must all pass and its report (markdown + PNG) must exist; the per-layer
 latencies land in the JUnit XML. Reports go to $GPULAB_REPORTS (default out/experiments),
-which CI uploads. The lab is deleted afterwards unless --keep-lab / KEEP=1.
+which CI uploads. The lab is the session's (fixture `labs`), shared with test_hetero.py.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from clusters.lab import Lab
 from e2e import experiments, report
-from e2e.fixtures import bring_up
 from e2e.recording import layer_stats, traces
 from e2e.runner import Runner
 
@@ -23,16 +22,11 @@ REPO = Path(__file__).resolve().parents[1]
 REPORTS = Path(os.environ.get("GPULAB_REPORTS", REPO / "out" / "experiments"))
 
 
-@pytest.fixture(scope="module")
-def hetero(request: pytest.FixtureRequest) -> Iterator[Lab]:
-    lab = bring_up(Lab("hetero", plugin="gpulab"))
-    yield lab
-    if not (request.config.getoption("--keep-lab", default=False) or os.environ.get("KEEP")):
-        lab.down()
+@pytest.fixture
+def hetero(labs: Callable[..., Lab]) -> Lab:
+    return labs("hetero", "gpulab")
 
 
-# A cold machine builds the cluster and images first (minutes); the run itself is ~30 s.
-@pytest.mark.timeout(900)
 def test_xid_storm_marks_the_gpu_once_and_reports_it(
     hetero: Lab, record_property: Callable[[str, object], None]
 ) -> None:

@@ -4,12 +4,12 @@ and devices freed by a deleted pod."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 
 from clusters.lab import Lab
-from e2e.fixtures import NAMESPACE, bring_up
+from e2e.fixtures import namespaced_pods
 from e2e.pods import Pods
 
 GPU = "nvidia.com/gpu"
@@ -18,33 +18,13 @@ NODES = {"hetero-worker": 8, "hetero-worker2": 4, "hetero-worker3": 2}
 
 
 @pytest.fixture(scope="session")
-def hetero_session(request: pytest.FixtureRequest) -> Iterator[Lab]:
-    lab = bring_up(Lab("hetero"))
-    yield lab
-    if not request.config.getoption("--keep-lab"):
-        lab.down()
-
-
-@pytest.fixture(scope="session")
-def hetero(hetero_session: Lab, plugin: str) -> Lab:
-    if hetero_session.plugin != plugin:
-        hetero_session.use_plugin(plugin)
-    return hetero_session
+def hetero(labs: Callable[..., Lab], plugin: str) -> Lab:
+    return labs("hetero", plugin)
 
 
 @pytest.fixture
 def hpods(hetero: Lab) -> Iterator[Pods]:
-    from kubernetes.client import V1Namespace, V1ObjectMeta
-    from kubernetes.client.exceptions import ApiException
-
-    try:
-        hetero.core.create_namespace(V1Namespace(metadata=V1ObjectMeta(name=NAMESPACE)))
-    except ApiException as e:
-        if e.status != 409:
-            raise
-    p = Pods(hetero.core, NAMESPACE, hetero.images["workload"])
-    yield p
-    p.delete_all()
+    yield from namespaced_pods(hetero)
 
 
 def container(name: str, image: str, gpus: int) -> dict:

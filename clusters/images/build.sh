@@ -76,8 +76,23 @@ image_gpulab() {
     local wheels=$WORK/wheels ctx
     rm -rf "$wheels"; mkdir -p "$wheels"
     log "images: gpulab: building wheels"
-    "$repo/.venv/bin/pip" wheel -q --disable-pip-version-check -w "$wheels" "$repo" >/dev/null ||
+    # The node side (fakenvml, the plugin) never talks to the API server or to Docker: the
+    # image gets the project's pinned dependencies minus the lab's clients (the kubernetes
+    # client alone is 126 MB, and every lab loads this image into every GPU node). The
+    # import check below proves the rest suffices.
+    local reqs
+    reqs=$("$repo/.venv/bin/python" - "$repo/pyproject.toml" <<'PY'
+import re, sys, tomllib
+LAB_ONLY = {"kubernetes", "docker"}
+deps = tomllib.load(open(sys.argv[1], "rb"))["project"]["dependencies"]
+print("\n".join(d for d in deps if re.split(r"[=<>!~\[ ]", d)[0].lower() not in LAB_ONLY))
+PY
+) || die "images: cannot read the dependencies from pyproject.toml"
+    "$repo/.venv/bin/pip" wheel -q --disable-pip-version-check --no-deps -w "$wheels" "$repo" >/dev/null ||
       die "images: pip wheel of $repo failed"
+    # shellcheck disable=SC2086  # one requirement per word
+    "$repo/.venv/bin/pip" wheel -q --disable-pip-version-check -w "$wheels" $reqs >/dev/null ||
+      die "images: pip wheel of gpulab's node-side dependencies failed"
     ctx=$(fresh_tmp "$WORK/gpulab.ctx")
     mkdir -p "$ctx/site" "$ctx/lib"
     # Install on the host into a tree the image copies: the base has no pip, and the
