@@ -72,6 +72,7 @@ class Lab:
 
     def _step(self, title: str, fn, *args):  # type: ignore[no-untyped-def]
         t0 = time.monotonic()
+        title = f"{self.name}: {title}"  # labs may come up side by side
         self.console.print(f"[bold]•[/] {title} ...", highlight=False)
         try:
             result = fn(*args)
@@ -118,9 +119,9 @@ class Lab:
         if plugin not in PLUGINS:
             raise spec.SpecError(f"unknown plugin {plugin!r} (gpulab, nvidia)")
         self.plugin = plugin
-        wanted = ["gpulab", "workload"]
-        if plugin == "nvidia":
-            wanted.append(f"nvidia-{NVIDIA_VERSION}")
+        # Every plugin's image at once: they share the base layer, so one `kind load` of all
+        # costs little more than of one, and a later switch of plugins loads nothing.
+        wanted = ["gpulab", "workload", f"nvidia-{NVIDIA_VERSION}"]
         self.images = self._step("Lab images (built by `make infra`)", self._lab_images, wanted)
         self._step("Load images into the nodes", self._load_images)
         self._step(f"Deploy fakenvml and the {plugin} plugin", self._deploy)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 
 import pytest
 
@@ -110,26 +110,46 @@ def bring_up(lab: Lab) -> Lab:
         pytest.fail(str(e), pytrace=False)
 
 
+# Fixtures that stand for a lab, and which lab: `lab` is the --lab one.
+LAB_FIXTURES = {"hetero": "hetero"}
+
+
+def labs_wanted(items: list[pytest.Item], config: pytest.Config) -> list[str]:
+    """The labs the selected tests use, in the order they first appear."""
+    names = {**LAB_FIXTURES, "lab": config.getoption("--lab")}
+    out: list[str] = []
+    for item in items:
+        for fixture in getattr(item, "fixturenames", ()):
+            if fixture in names and names[fixture] not in out:
+                out.append(names[fixture])
+    return out
+
+
 @pytest.fixture(scope="session")
 def labs(request: pytest.FixtureRequest) -> Iterator[Callable[..., Lab]]:
     """labs(name, plugin=None) -> that lab, up (re-used when it already runs) and running
-    `plugin`; each lab comes up once per session, whichever suites ask for it, and goes
-    down at the end unless --keep-lab."""
-    up: dict[str, Lab] = {}
+    `plugin`. Every lab the selected tests use starts coming up at once, side by side
+    (kind create and image loads mostly wait: two labs take little longer than one); each
+    comes up once per session and goes down at the end unless --keep-lab."""
+    wanted = labs_wanted(request.session.items, request.config)
+    pool = ThreadPoolExecutor(max_workers=max(len(wanted), 1))
+    coming: dict[str, Future[Lab]] = {n: pool.submit(bring_up, Lab(n)) for n in wanted}
 
     def get(name: str, plugin: str | None = None) -> Lab:
-        if name not in up:
-            up[name] = bring_up(Lab(name, plugin=plugin))
-        lab = up[name]
+        if name not in coming:
+            coming[name] = pool.submit(bring_up, Lab(name, plugin=plugin))
+        lab = coming[name].result()
         if plugin is not None and lab.plugin != plugin:
             lab.use_plugin(plugin)
         return lab
 
     yield get
+    up = [f.result() for f in coming.values() if f.done() and not f.exception()]
+    pool.shutdown()
     if not request.config.getoption("--keep-lab"):
         # kind deletes one cluster in ~10 s, mostly waiting on containers to stop: together.
-        with ThreadPoolExecutor() as pool:
-            list(pool.map(Lab.down, up.values()))
+        with ThreadPoolExecutor() as downs:
+            list(downs.map(Lab.down, up))
 
 
 @pytest.fixture(scope="session")

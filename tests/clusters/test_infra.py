@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -42,16 +43,23 @@ def console() -> tuple[Console, list[str]]:
     return Console(file=Sink(), width=200, color_system=None), lines  # type: ignore[arg-type]
 
 
+def runner_and_script(tmp_path: Path, body: str) -> tuple[infra.Runner, list[str], str]:
+    """A Runner printing into a list, and an executable shell script with `body`."""
+    script = tmp_path / "step.sh"
+    script.write_text("#!/bin/sh\n" + body)
+    script.chmod(0o755)
+    c, lines = console()
+    return infra.Runner(c), lines, str(script)
+
+
 def test_a_failing_step_prints_a_cross_its_seconds_and_its_log_tail(
     cache: Path, tmp_path: Path
 ) -> None:
-    script = tmp_path / "fails.sh"
-    script.write_text("#!/bin/sh\necho building >&2\necho 'error: no space left' >&2\nexit 3\n")
-    script.chmod(0o755)
-    c, lines = console()
-    r = infra.Runner(c)
+    r, lines, script = runner_and_script(
+        tmp_path, "echo building >&2\necho 'error: no space left' >&2\nexit 3\n"
+    )
     with pytest.raises(infra.InfraError) as e:
-        r.step("Widget", lambda: r.script("Widget", "widget", str(script)))
+        r.step("Widget", lambda: r.script("Widget", "widget", script))
     assert lines[0].startswith("✗ Widget (")
     assert "exited 3" in str(e.value)
     assert "error: no space left" in "\n".join(lines)
@@ -61,12 +69,8 @@ def test_a_failing_step_prints_a_cross_its_seconds_and_its_log_tail(
 def test_a_passing_step_prints_a_tick_and_returns_the_scripts_stdout(
     cache: Path, tmp_path: Path
 ) -> None:
-    script = tmp_path / "ok.sh"
-    script.write_text("#!/bin/sh\necho progress >&2\necho product-42\n")
-    script.chmod(0o755)
-    c, lines = console()
-    r = infra.Runner(c)
-    assert r.step("Widget", lambda: r.script("Widget", "widget", str(script))) == "product-42"
+    r, lines, script = runner_and_script(tmp_path, "echo progress >&2\necho product-42\n")
+    assert r.step("Widget", lambda: r.script("Widget", "widget", script)) == "product-42"
     assert lines[0].startswith("✓ Widget → product-42 (")
     assert (cache / "logs" / "widget.log").read_text() == "progress\n"
 
@@ -74,13 +78,9 @@ def test_a_passing_step_prints_a_tick_and_returns_the_scripts_stdout(
 def test_a_long_step_says_it_is_alive(
     cache: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    script = tmp_path / "slow.sh"
-    script.write_text("#!/bin/sh\necho compiling things >&2\nsleep 1.2\n")
-    script.chmod(0o755)
     monkeypatch.setattr(infra.Runner, "TICK_S", 0.5)
-    c, lines = console()
-    r = infra.Runner(c)
-    r.script("Slow", "slow", str(script))
+    r, lines, script = runner_and_script(tmp_path, "echo compiling things >&2\nsleep 1.2\n")
+    r.script("Slow", "slow", script)
     ticks = [line for line in lines if line.startswith("  … Slow:")]
     assert len(ticks) == 2 and "compiling things" in ticks[0]
 
@@ -181,21 +181,8 @@ def test_a_kind_build_killed_midway_leaves_no_entry_and_the_next_run_resumes(
     """SIGKILL to every process of the build (what a CI time-out or the OOM killer does)
     while Go compiles kind: nothing under the final name, nothing in infra.json; the next
     `make infra` run builds kind without downloading a module again."""
-    env = {**os.environ, "GPULAB_CACHE": str(cache), "PATH": _path_without_kind()}
-    cmd = [sys.executable, "-m", "clusters.infra", "kind"]
-    first = subprocess.Popen(
-        cmd,
-        cwd=REPO,
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
-    )
-    deadline = time.monotonic() + 600
-    while not _compiling(cache):
-        assert first.poll() is None, "the build ended before it was caught compiling"
-        assert time.monotonic() < deadline, "Go never started compiling kind"
-        time.sleep(0.2)
+    first = _infra_kind(cache, start_new_session=True)
+    _wait_for(first, lambda: _compiling(cache), "Go compiling kind")
     time.sleep(3)  # well into the compile
     for pid in _procs_using(cache):
         with contextlib.suppress(ProcessLookupError):
@@ -208,9 +195,10 @@ def test_a_kind_build_killed_midway_leaves_no_entry_and_the_next_run_resumes(
     assert list((cache / "bin").glob(f"kind-{version}.tmp.*")), "expected the killed build's tmp"
     assert infra.Products.load().kind == ""
 
-    second = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
-    assert second.returncode == 0, second.stderr[-2000:]
-    assert f"✓ kind {version} → {final}/kind" in second.stderr
+    second = _infra_kind(cache, stderr=subprocess.PIPE, text=True)
+    _, err = second.communicate(timeout=600)
+    assert second.returncode == 0, err[-2000:]
+    assert f"✓ kind {version} → {final}/kind" in err
     assert (
         f"kind {version} "
         in subprocess.run([final / "kind", "version"], capture_output=True, text=True).stdout
@@ -225,19 +213,9 @@ def test_a_kind_build_killed_midway_leaves_no_entry_and_the_next_run_resumes(
 def test_ctrl_c_stops_the_whole_build(cache: Path) -> None:
     """SIGINT to `make infra` (Ctrl-C): the step shows ✗ interrupted and no process of the
     build goes on writing into the cache."""
-    env = {**os.environ, "GPULAB_CACHE": str(cache), "PATH": _path_without_kind()}
-    run = subprocess.Popen(
-        [sys.executable, "-m", "clusters.infra", "kind"],
-        cwd=REPO,
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    deadline = time.monotonic() + 600
-    while len(_procs_using(cache)) < 3:  # runner, kind.sh, go
-        assert run.poll() is None and time.monotonic() < deadline
-        time.sleep(0.2)
+    run = _infra_kind(cache, stderr=subprocess.PIPE, text=True)
+    # the runner, kind.sh and go
+    _wait_for(run, lambda: len(_procs_using(cache)) >= 3, "the kind build to start")
     run.send_signal(signal.SIGINT)
     _, err = run.communicate(timeout=30)
     assert run.returncode == 130
@@ -246,7 +224,20 @@ def test_ctrl_c_stops_the_whole_build(cache: Path) -> None:
     assert not (cache / "bin" / f"kind-{versions.get('KIND_VERSION')}").exists()
 
 
-def _path_without_kind() -> str:
-    """PATH minus directories holding a kind binary, so the pinned one is built."""
+def _infra_kind(cache: Path, **popen: object) -> subprocess.Popen[str]:
+    """`python -m clusters.infra kind` on `cache`, with kind left off PATH so the pinned
+    release is built."""
     dirs = os.environ.get("PATH", "").split(os.pathsep)
-    return os.pathsep.join(d for d in dirs if not (Path(d) / "kind").exists())
+    path = os.pathsep.join(d for d in dirs if not (Path(d) / "kind").exists())
+    env = {**os.environ, "GPULAB_CACHE": str(cache), "PATH": path}
+    popen = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL, **popen}
+    cmd = [sys.executable, "-m", "clusters.infra", "kind"]
+    return subprocess.Popen(cmd, cwd=REPO, env=env, **popen)  # type: ignore[call-overload]
+
+
+def _wait_for(proc: subprocess.Popen[str], done: Callable[[], bool], what: str) -> None:
+    deadline = time.monotonic() + 600
+    while not done():
+        assert proc.poll() is None, f"the build ended before {what}"
+        assert time.monotonic() < deadline, f"waited 600 s for {what}"
+        time.sleep(0.2)
