@@ -67,7 +67,7 @@ def test_a_failed_up_deletes_the_cluster_it_created_unless_retained(
         with pytest.raises(StepError, match="deploy refused by the test"):
             lab.up()
         err = capsys.readouterr().err
-        assert "✗ Deploy fakenvml and the gpulab plugin" in err
+        assert "✗ failup: Deploy fakenvml and the gpulab plugin" in err
         assert lab.exists() is retain
         assert ("deleting the half-made cluster failup" in err) is not retain
     finally:
