@@ -256,6 +256,31 @@ class Lab:
 
         steps.poll(f"{name} pods to go", gone, 120)
 
+    def ensure_namespace(self, name: str) -> None:
+        """Create the namespace unless it exists."""
+        try:
+            self.core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
+        except ApiException as e:
+            if e.status != 409:
+                raise
+
+    def plugin_pods(self, node: str | None = None) -> list[client.V1Pod]:
+        """The plugin DaemonSet's pods (on `node` only, if given)."""
+        return self.core.list_namespaced_pod(
+            "kube-system", label_selector=f"app.kubernetes.io/name={PLUGINS[self.plugin][1]}",
+            field_selector=f"spec.nodeName={node}" if node else None).items  # fmt: skip
+
+    def pod_log(self, pod: client.V1Pod, timestamps: bool = False) -> str:
+        """The log of a pod's first container (containerd's timestamps if asked)."""
+        return self.core.read_namespaced_pod_log(
+            pod.metadata.name, pod.metadata.namespace, container=pod.spec.containers[0].name,
+            timestamps=timestamps)  # fmt: skip
+
+    def plugin_log(self, node: str, timestamps: bool = False) -> str | None:
+        """The log of the plugin on `node`; None when no plugin pod runs there."""
+        pods = self.plugin_pods(node)
+        return self.pod_log(pods[0], timestamps) if pods else None
+
     def set_plugin_on(self, node: str, on: bool, deadline_s: float = 120) -> None:
         """Start or stop the plugin DaemonSet's pod on `node` (its gpulab.dev/plugin label)
         and wait until the pod is there and Ready, or gone."""
@@ -264,9 +289,7 @@ class Lab:
         ds = PLUGINS[self.plugin][1]
 
         def check() -> tuple[bool, str]:
-            pods = self.core.list_namespaced_pod(
-                "kube-system", label_selector=f"app.kubernetes.io/name={ds}",
-                field_selector=f"spec.nodeName={node}").items  # fmt: skip
+            pods = self.plugin_pods(node)
             ready = [p for p in pods if p.status.phase == "Running" and all(
                 c.ready for c in p.status.container_statuses or [])]  # fmt: skip
             return (len(ready) == 1) if on else not pods, f"{len(pods)} pods, {len(ready)} ready"
@@ -278,14 +301,13 @@ class Lab:
         forgets an Unhealthy device when it restarts. Waits for the *new* pods to be Ready
         (the DaemonSet's status still counts the old ones for a moment)."""
         ds = PLUGINS[self.plugin][1]
-        selector = f"app.kubernetes.io/name={ds}"
-        old = {p.metadata.uid for p in self.core.list_namespaced_pod(
-            "kube-system", label_selector=selector).items}  # fmt: skip
+        old = {p.metadata.uid for p in self.plugin_pods()}
         self.core.delete_collection_namespaced_pod(
-            "kube-system", label_selector=selector, grace_period_seconds=0)  # fmt: skip
+            "kube-system", label_selector=f"app.kubernetes.io/name={ds}",
+            grace_period_seconds=0)  # fmt: skip
 
         def new_pods_ready() -> tuple[bool, str]:
-            pods = self.core.list_namespaced_pod("kube-system", label_selector=selector).items
+            pods = self.plugin_pods()
             fresh = [p for p in pods if p.metadata.uid not in old]
             ready = [p for p in fresh if p.status.phase == "Running" and all(
                 c.ready for c in p.status.container_statuses or [])]  # fmt: skip

@@ -161,14 +161,7 @@ def lab(labs: Callable[..., Lab], plugin: str, request: pytest.FixtureRequest) -
 
 def namespaced_pods(lab: Lab) -> Iterator[Pods]:
     """Pod helpers in the suites' own namespace on `lab`, emptied afterwards."""
-    from kubernetes.client import V1Namespace, V1ObjectMeta
-    from kubernetes.client.exceptions import ApiException
-
-    try:
-        lab.core.create_namespace(V1Namespace(metadata=V1ObjectMeta(name=NAMESPACE)))
-    except ApiException as e:
-        if e.status != 409:
-            raise
+    lab.ensure_namespace(NAMESPACE)
     p = Pods(lab.core, NAMESPACE, lab.images["workload"])
     yield p
     p.delete_all()

@@ -19,13 +19,12 @@ import time
 from datetime import UTC, datetime
 
 from kubernetes import client, config
-from kubernetes.client import V1Namespace, V1ObjectMeta
 from kubernetes.client.exceptions import ApiException
 from rich.console import Console
 
 from clusters import kindconfig
-from clusters.lab import PLUGINS, RESOURCE, Lab
-from clusters.steps import StepError, poll
+from clusters.lab import RESOURCE, Lab
+from clusters.steps import StepError
 from e2e import experiments as ex
 from e2e.pods import Pods, load_spec
 from e2e.recording import ActionRun, Fault, LogLine, PodInfo, Recording, Sample
@@ -232,7 +231,7 @@ class Runner:
             self.lab.set_plugin_on(a.node, a.on)
         elif isinstance(a, ex.RestartPlugin):
             self._snapshot_logs()  # the old pods' logs go with them
-            self._restart_plugin()
+            self.lab.restart_plugin()
 
     def _burst(self, a: ex.Xid, i: int, rec: Recording) -> None:
         d = self.lab.fake_gpus(a.node)
@@ -276,33 +275,12 @@ class Runner:
                 c["resources"][k] = {r: str(q) for r, q in (v or {}).items()}
         return doc
 
-    def _ensure_namespace(self) -> None:
-        try:
-            self.lab.core.create_namespace(
-                V1Namespace(metadata=V1ObjectMeta(name=self.exp.namespace))
-            )
-        except ApiException as e:
-            if e.status != 409:
-                raise
-
     # -- collection
 
-    def _plugin_pods(self, node: str | None = None) -> list[client.V1Pod]:
-        ds = PLUGINS[self.lab.plugin][1]
-        sel = f"spec.nodeName={node}" if node else None
-        return self.lab.core.list_namespaced_pod(
-            "kube-system", label_selector=f"app.kubernetes.io/name={ds}", field_selector=sel
-        ).items
-
     def _snapshot_logs(self, node: str | None = None) -> None:
-        for p in self._plugin_pods(node):
+        for p in self.lab.plugin_pods(node):
             try:
-                text = self.lab.core.read_namespaced_pod_log(
-                    p.metadata.name,
-                    "kube-system",
-                    container=p.spec.containers[0].name,
-                    timestamps=True,
-                )
+                text = self.lab.pod_log(p, timestamps=True)
             except ApiException:
                 continue  # not started yet: nothing logged
             self.logs[p.metadata.uid] = (p.spec.node_name, text)
@@ -348,7 +326,7 @@ class Runner:
         """Every GPU healthy, the plugin on every node it starts on, no experiment pods,
         and the API showing capacity = allocatable = inventory."""
         t0 = time.monotonic()
-        self._ensure_namespace()
+        self.lab.ensure_namespace(self.exp.namespace)
         self.pods.delete_all()
         label = f"{kindconfig.LABEL_PREFIX}/plugin"
         for n in self.lab.lab.gpu_nodes:
@@ -363,7 +341,7 @@ class Runner:
                 recovered += 1
         restarted = False
         if recovered and self.lab.plugin == "nvidia":
-            self._restart_plugin()  # NVIDIA's plugin never returns a GPU to Healthy
+            self.lab.restart_plugin()  # NVIDIA's plugin never returns a GPU to Healthy
             restarted = True
         try:
             self.lab.wait_capacity(deadline_s=60)
@@ -371,28 +349,12 @@ class Runner:
             if restarted:
                 raise
             # A plugin that lost track (e.g. stale health after a kubelet restart).
-            self._restart_plugin()
+            self.lab.restart_plugin()
             self.lab.wait_capacity(deadline_s=120)
         self.console.print(
             f"[green]✓[/] Lab reset {when}: {recovered} GPUs recovered "
             f"[dim]({time.monotonic() - t0:.1f}s)[/]"
         )
-
-    def _restart_plugin(self) -> None:
-        ds = PLUGINS[self.lab.plugin][1]
-        self.lab.core.delete_collection_namespaced_pod(
-            "kube-system", label_selector=f"app.kubernetes.io/name={ds}", grace_period_seconds=0
-        )
-        # The DaemonSet controller needs a moment to see the deletions: wait for new pods.
-        poll(
-            f"{ds} pods recreated",
-            lambda: (
-                all(p.metadata.deletion_timestamp is None for p in self._plugin_pods()),
-                "old pods",
-            ),
-            60,
-        )
-        self.lab.wait_daemonset(ds)
 
 
 def faulted(records: list[Record]) -> list[int]:

@@ -28,16 +28,9 @@ IGNORED = (13, 31, 43, 45, 68, 109)
 def plugin_update_ns(lab: Lab, node: str, after_ns: int) -> int | None:
     """When the plugin on `node` logged its first ListAndWatch update after `after_ns`
     (containerd's log timestamps; both plugins log one line per update)."""
-    from clusters.lab import PLUGINS
-
-    pods = lab.core.list_namespaced_pod(
-        "kube-system", label_selector=f"app.kubernetes.io/name={PLUGINS[lab.plugin][1]}",
-        field_selector=f"spec.nodeName={node}").items  # fmt: skip
-    if not pods:
+    text = lab.plugin_log(node, timestamps=True)
+    if text is None:
         return None
-    text = lab.core.read_namespaced_pod_log(
-        pods[0].metadata.name, "kube-system", container=pods[0].spec.containers[0].name,
-        timestamps=True)  # fmt: skip
     times = [int(line.t * 1e9) for line in parse_log(text, node, 0) if line.event == "update"]
     return min((t for t in times if t >= after_ns), default=None)
 
@@ -78,15 +71,8 @@ def gpu_pod(lab: Lab, name: str, gpus: int, selector: str) -> dict:
 def registrations(lab: Lab, node: str) -> int:
     """How many times the plugin on `node` has logged its registration with kubelet
     (both plugins log "Registered device plugin for 'nvidia.com/gpu' with Kubelet")."""
-    from clusters.lab import PLUGINS
-
-    pods = lab.core.list_namespaced_pod(
-        "kube-system", label_selector=f"app.kubernetes.io/name={PLUGINS[lab.plugin][1]}",
-        field_selector=f"spec.nodeName={node}").items  # fmt: skip
-    first = pods[0]
-    log = lab.core.read_namespaced_pod_log(
-        first.metadata.name, "kube-system", container=first.spec.containers[0].name
-    )
+    log = lab.plugin_log(node)
+    assert log is not None, f"no plugin pod on {node}"
     return log.count("Registered device plugin for 'nvidia.com/gpu' with Kubelet")
 
 
