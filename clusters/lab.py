@@ -18,11 +18,13 @@ from __future__ import annotations
 import os
 import shutil
 import time
+from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
 
+import urllib3
 import yaml
-from kubernetes import client, config
+from kubernetes import client, config, watch
 from kubernetes.client.exceptions import ApiException
 from rich.console import Console
 
@@ -361,33 +363,69 @@ class Lab:
 
     def capacity(self, node: str, resource: str = RESOURCE) -> tuple[int, int]:
         """(capacity, allocatable) of `resource` on `node`, as the API server has them."""
-        status = self.core.read_node(node).status
-        cap = int((status.capacity or {}).get(resource, 0))
-        alloc = int((status.allocatable or {}).get(resource, 0))
-        return cap, alloc
+        return _gpus(self.core.read_node(node))
+
+    def wait_nodes(self, what: str, names: set[str],
+                   check: Callable[[dict[str, tuple[int, int]]], bool],
+                   deadline_s: float) -> int:  # fmt: skip
+        """Watch Node objects until check({name: (capacity, allocatable)}) holds for
+        `names`; returns time.time_ns() of the update that satisfied it. A watch sees every
+        status write as it lands, so fault latencies are not rounded up to a poll period."""
+        end = time.monotonic() + deadline_s
+        seen: dict[str, tuple[int, int]] = {}
+        while True:
+            try:
+                listed = self.core.list_node()
+                seen = {n.metadata.name: _gpus(n) for n in listed.items
+                        if n.metadata.name in names}  # fmt: skip
+                if check(seen):
+                    return time.time_ns()
+                left = max(1, int(end - time.monotonic()))
+                # Server-side timeout ends a quiet watch; the client one, a dead connection.
+                stream = watch.Watch().stream(
+                    self.core.list_node, resource_version=listed.metadata.resource_version,
+                    timeout_seconds=left, _request_timeout=left + 5)  # fmt: skip
+                for event in stream:
+                    node = event["object"]
+                    if event["type"] == "ERROR" or not hasattr(node, "metadata"):
+                        break  # e.g. 410 Gone: list again
+                    if node.metadata.name in names:
+                        seen[node.metadata.name] = _gpus(node)
+                        if check(seen):
+                            return time.time_ns()
+            except (ApiException, OSError, urllib3.exceptions.HTTPError):
+                time.sleep(0.5)  # API server starting, or the watch dropped: list again
+            if time.monotonic() > end:
+                shown = ", ".join(f"{n} {c}/{a}" for n, (c, a) in sorted(seen.items()))
+                raise steps.StepError(f"waited {deadline_s:.0f}s for {what}; last saw "
+                                      f"(capacity/allocatable): {shown or 'nothing'}")  # fmt: skip
 
     def wait_allocatable(self, node: str, allocatable: int, capacity: int | None = None,
-                         deadline_s: float = 60) -> None:  # fmt: skip
-        """Poll the API until `node` reports that allocatable (and capacity, if given)."""
+                         deadline_s: float = 60) -> int:  # fmt: skip
+        """Until `node` reports that allocatable (and capacity, if given); the time.time_ns()
+        at which the API server's update arrived."""
 
-        def check() -> tuple[bool, str]:
-            cap, alloc = self.capacity(node)
-            ok = alloc == allocatable and (capacity is None or cap == capacity)
-            return ok, f"capacity {cap}, allocatable {alloc}"
+        def check(seen: dict[str, tuple[int, int]]) -> bool:
+            cap, alloc = seen.get(node, (-1, -1))
+            return alloc == allocatable and (capacity is None or cap == capacity)
 
         want = f"{allocatable}" + (f" of {capacity}" if capacity is not None else "")
-        steps.poll(f"{node} allocatable {want}", check, deadline_s)
+        return self.wait_nodes(f"{node} allocatable {want}", {node}, check, deadline_s)
 
     def wait_capacity(self, deadline_s: float = 300) -> None:
+        """Until every GPU node whose plugin starts shows capacity = allocatable = its
+        inventory."""
         want = {n.name: n.gpu_count for n in self.lab.gpu_nodes if n.spec.plugin.start}
 
-        def check() -> tuple[bool, str]:
-            try:
-                seen = {name: self.capacity(name) for name in want}
-            except (ApiException, OSError) as e:  # API server still starting
-                return False, f"API error {e}"
-            done = all(seen[n] == (c, c) for n, c in want.items())
-            return done, ", ".join(f"{n} {c}/{a}" for n, (c, a) in seen.items())
+        def check(seen: dict[str, tuple[int, int]]) -> bool:
+            return all(seen.get(n) == (c, c) for n, c in want.items())
 
-        steps.poll(f"{RESOURCE} capacity = allocatable = inventory on {sorted(want)}",
-                   check, deadline_s)  # fmt: skip
+        what = f"{RESOURCE} capacity = allocatable = inventory on {sorted(want)}"
+        self.wait_nodes(what, set(want), check, deadline_s)
+
+
+def _gpus(node: client.V1Node, resource: str = RESOURCE) -> tuple[int, int]:
+    status = node.status
+    cap = int((status.capacity or {}).get(resource, 0)) if status else 0
+    alloc = int((status.allocatable or {}).get(resource, 0)) if status else 0
+    return cap, alloc

@@ -7,7 +7,6 @@ server's node allocatable reflected it (record_property: it lands in the JUnit X
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 
 from kubernetes.client.exceptions import ApiException
@@ -40,8 +39,7 @@ def timed(record_property: Callable[[str, object], None], lab: Lab, rec: object,
     """Wait for the API to show the fault; record, by the fault's sequence number, when it
     was injected, when the plugin's ListAndWatch update logged it, and when the API's node
     allocatable showed it."""
-    lab.wait_allocatable(NODE, allocatable, capacity, deadline_s=60)
-    api_ns = time.time_ns()
+    api_ns = lab.wait_allocatable(NODE, allocatable, capacity, deadline_s=60)
     injected_ns = rec.realtime_ns  # type: ignore[attr-defined]
     seq = rec.seq  # type: ignore[attr-defined]
     update_ns = plugin_update_ns(lab, NODE, injected_ns)

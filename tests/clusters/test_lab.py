@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from clusters.lab import Lab
-from clusters.steps import StepError, poll
+from clusters.steps import StepError
 from e2e.fixtures import bring_up
 
 WORKERS = ("seed-worker", "seed-worker2")
@@ -35,11 +35,7 @@ def test_host_side_injection_reaches_the_node(seed: Lab) -> None:
     seed.use_plugin("gpulab")
     seed.fake_gpus("seed-worker2").inject_xid(7, 79)
 
-    def check() -> tuple[bool, str]:
-        cap = seed.capacity("seed-worker2")
-        return cap == (10, 9), f"capacity/allocatable {cap}"
-
-    poll("seed-worker2 allocatable 9 after Xid 79", check, 30)
+    seed.wait_allocatable("seed-worker2", 9, 10, deadline_s=30)
     assert seed.capacity("seed-worker") == (10, 10)
 
 
