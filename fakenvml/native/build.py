@@ -52,7 +52,11 @@ def implemented(objects: list[Path]) -> set[str]:
 def build(variant: str, out: Path) -> Path:
     t0 = time.monotonic()
     hdr = header.path()
-    flags = [*CFLAGS, *VARIANTS[variant], f"-I{hdr.parent}", f"-I{SRC}"]
+    # Paths of the checkout out of the debug info: every clone builds the same bytes, so
+    # the gpulab image (keyed by the library's content) is shared by clones of one commit.
+    repo = SRC.parents[1]
+    flags = [*CFLAGS, *VARIANTS[variant], f"-ffile-prefix-map={repo}=.",
+             f"-ffile-prefix-map={out.resolve()}=build", f"-I{hdr.parent}", f"-I{SRC}"]  # fmt: skip
     obj_dir, gen_dir, lib_dir = out / "obj" / variant, out / "gen", out / variant
     for d in (obj_dir, gen_dir, lib_dir):
         d.mkdir(parents=True, exist_ok=True)
