@@ -18,53 +18,29 @@
 # dependencies.
 set -euo pipefail
 
-# shellcheck source=../clusters/versions.env
-source "$(dirname "$0")/../clusters/versions.env"
+# The Go caches, toolchain and flags all Go builds here share, log/die, with_ticker.
+# shellcheck source=../clusters/nodeimage/lib.sh
+source "$(dirname "$0")/../clusters/nodeimage/lib.sh"
 # The pinned versions (clusters/versions.env), or $GPULAB_NVIDIA_PLUGIN_VERSIONS.
 versions=${GPULAB_NVIDIA_PLUGIN_VERSIONS:-$NVIDIA_PLUGIN_VERSIONS}
 read -ra VERSIONS <<<"${versions//,/ }"
 MODULE=github.com/NVIDIA/k8s-device-plugin
-GPULAB_CACHE=${GPULAB_CACHE:-/var/cache/gpulab}
 
-# Shared with the other Go builds under the cache, so `rm -rf $GPULAB_CACHE` is a cold start.
-export GOMODCACHE="$GPULAB_CACHE/go/mod"
-export GOCACHE="$GPULAB_CACHE/go/build"
-# Never download a toolchain: the installed go (>= 1.26) is newer than every pinned
-# release needs (v0.17.4: 1.23, v0.19.3: 1.25, v0.20.0: 1.26).
-export GOTOOLCHAIN=local
-export GOFLAGS="-buildvcs=false -modcacherw"
-# The plugin binds NVML through cgo (dlopen at run time; no NVIDIA headers or libraries).
+# The installed go (>= 1.26) is newer than every pinned release needs (v0.17.4: 1.23,
+# v0.19.3: 1.25, v0.20.0: 1.26). The plugin binds NVML through cgo (dlopen at run time;
+# no NVIDIA headers or libraries).
 export CGO_ENABLED=1
 # go-nvml calls NVML functions that nvml.h marks deprecated: hundreds of warnings, no news.
 export CGO_CFLAGS="${CGO_CFLAGS:--O2 -g} -Wno-deprecated-declarations"
 
-log() { printf '[%s] nvidia-plugin: %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
-die() {
-  printf 'error: nvidia-plugin: %s\n' "$*" >&2
-  exit 1
-}
-
-command -v go >/dev/null || die "no Go toolchain on PATH (need go >= 1.26)"
-command -v gcc >/dev/null || die "no gcc on PATH (cgo needs it); run ci/bootstrap.sh"
-
-# A line a minute while a long build runs, so logs show it is alive.
-with_ticker() {
-  local what=$1 start=$SECONDS rc=0 ticker
-  shift
-  # stdout to stderr: a lingering `sleep` must not hold the caller's stdout pipe open.
-  (while sleep 60; do log "  ... $what: $(((SECONDS - start) / 60)) min"; done) >&2 &
-  ticker=$!
-  "$@" || rc=$?
-  kill "$ticker" 2>/dev/null
-  wait "$ticker" 2>/dev/null || true
-  return "$rc"
-}
+command -v go >/dev/null || die "nvidia-plugin: no Go toolchain on PATH (need go >= 1.26)"
+command -v gcc >/dev/null || die "nvidia-plugin: no gcc on PATH (cgo needs it); run ci/bootstrap.sh"
 
 # Prints the directory of a module version's source, downloading it through the proxy.
 module_source() {
   local json
   json=$(go mod download -json "$MODULE@$1") || {
-    die "$1: the Go module proxy does not serve $MODULE@$1:
+    die "nvidia-plugin $1: the Go module proxy does not serve $MODULE@$1:
   $(sed -n 's/^\s*"Error": "\(.*\)"$/\1/p' <<<"$json" | sed 's/\\n\\t/ /g')
   build it from a clone instead: ci/nvidia-plugin.sh --git <clone of NVIDIA/k8s-device-plugin> $1"
   }
@@ -75,7 +51,7 @@ build() {
   local version=$1 gitdir=$2 dir=$GPULAB_CACHE/nvidia-device-plugin/$1
   local bin=$dir/nvidia-device-plugin
   if [[ -x $bin ]]; then
-    log "$version: cached at $bin"
+    log "nvidia-plugin $version: cached at $bin"
     echo "$bin"
     return
   fi
@@ -87,25 +63,25 @@ build() {
   rm -rf "$dir"/.build.*
   tmp=$(mktemp -d "$dir/.build.XXXXXX")
   if [[ -n $gitdir ]]; then
-    log "$version: source from $gitdir (tag $version, vendored dependencies)"
+    log "nvidia-plugin $version: source from $gitdir (tag $version, vendored dependencies)"
     mkdir "$tmp/src"
     # Only what the build reads: tests/ holds large vendored trees of its own that a
     # partial clone may lack.
     git -C "$gitdir" archive "$version" -- go.mod go.sum api cmd internal vendor |
-      tar -x -C "$tmp/src" || die "$version: cannot export tag $version from $gitdir"
+      tar -x -C "$tmp/src" || die "nvidia-plugin $version: cannot export tag $version from $gitdir"
     src=$tmp/src mode=vendor
   else
-    log "$version: downloading $MODULE@$version"
+    log "nvidia-plugin $version: downloading $MODULE@$version"
     src=$(module_source "$version")
     # The module zip carries vendor/modules.txt but not the vendored packages.
     mode=mod
   fi
-  log "$version: go build ./cmd/nvidia-device-plugin ($(go env GOVERSION); about 2 min cold, under 1 min warm)"
+  log "nvidia-plugin $version: go build ./cmd/nvidia-device-plugin ($(go env GOVERSION); about 2 min cold, under 1 min warm)"
   (cd "$src" && with_ticker "$version" nice -n 10 go build -mod=$mode -trimpath \
-    -o "$tmp/nvidia-device-plugin" ./cmd/nvidia-device-plugin) || die "$version: go build failed (see above)"
+    -o "$tmp/nvidia-device-plugin" ./cmd/nvidia-device-plugin) || die "nvidia-plugin $version: go build failed (see above)"
   mv "$tmp/nvidia-device-plugin" "$bin"
   rm -rf "$tmp"
-  log "$version: built in $((SECONDS - start)) s -> $bin"
+  log "nvidia-plugin $version: built in $((SECONDS - start)) s -> $bin"
   echo "$bin"
 }
 
@@ -114,7 +90,7 @@ trap '[[ -z $tmp ]] || rm -rf "$tmp"' EXIT
 
 gitdir=
 if [[ ${1:-} == --git ]]; then
-  [[ $# -ge 3 ]] || die "usage: $0 --git GITDIR VERSION..."
+  [[ $# -ge 3 ]] || die "nvidia-plugin: usage: $0 --git GITDIR VERSION..."
   gitdir=$2
   shift 2
 fi

@@ -27,6 +27,7 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import TypeVar
 
 from rich.console import Console
 
@@ -34,6 +35,7 @@ from clusters import versions
 from clusters.steps import StepError
 
 REPO = Path(__file__).resolve().parents[1]
+T = TypeVar("T")
 MAKE_INFRA = "run `make infra`"
 
 
@@ -116,9 +118,8 @@ class Runner:
         self.console = console or Console(stderr=True, soft_wrap=True)
         self.logs = cache_dir() / "logs"
         self.products = Products.load()
-        self.times: dict[str, float] = {}
 
-    def step(self, title: str, fn: Callable[[], str | None]) -> str | None:
+    def step(self, title: str, fn: Callable[[], T]) -> T:
         t0 = time.monotonic()
         try:
             result = fn()
@@ -129,10 +130,12 @@ class Runner:
         except KeyboardInterrupt:
             self.console.print(f"[red]✗[/] {title}: interrupted")
             raise
-        self.times[title] = time.monotonic() - t0
-        note = f" [dim]→ {result}[/]" if result else ""
+        shown = (
+            ", ".join(f"{k}={v}" for k, v in result.items()) if isinstance(result, dict) else result
+        )
+        note = f" [dim]→ {shown}[/]" if shown else ""
         self.console.print(
-            f"[green]✓[/] {title}{note} [dim]({self.times[title]:.1f}s)[/]", highlight=False
+            f"[green]✓[/] {title}{note} [dim]({time.monotonic() - t0:.1f}s)[/]", highlight=False
         )
         return result
 
@@ -212,29 +215,25 @@ def run(groups: Iterable[str] = GROUPS, console: Console | None = None) -> Produ
     want = set(groups)
     unknown = want - set(GROUPS)
     if unknown:
-        raise InfraError(f"unknown group(s) {', '.join(sorted(unknown))} ({', '.join(GROUPS)})")
+        raise ValueError(f"unknown group(s) {', '.join(sorted(unknown))} ({', '.join(GROUPS)})")
     r = Runner(console)
     p = r.products
     t0 = time.monotonic()
     if want & {"engine", "node-image", "lab-images"}:
         r.step("Docker engine", lambda: _engine(r))
     if "kind" in want:
-        kind = r.step(
+        p.kind = r.step(
             f"kind {versions.get('KIND_VERSION')}",
             lambda: r.script("kind", "kind", "ci/kind.sh").splitlines()[-1],
         )
-        p.kind = kind or ""
         p.save()
     if want & {"nvidia-plugins", "lab-images"}:
         for v in versions.nvidia_plugin_versions():
-            p.nvidia[v] = (
-                r.step(
-                    f"NVIDIA device plugin {v} (Go)",
-                    lambda v=v: r.script(
-                        f"NVIDIA plugin {v}", f"nvidia-plugin-{v}", "ci/nvidia-plugin.sh", v
-                    ),
-                )
-                or ""
+            p.nvidia[v] = r.step(
+                f"NVIDIA device plugin {v} (Go)",
+                lambda v=v: r.script(
+                    f"NVIDIA plugin {v}", f"nvidia-plugin-{v}", "ci/nvidia-plugin.sh", v
+                ),
             )
             p.save()
     if "node-image" in want:
@@ -263,12 +262,9 @@ def _engine(r: Runner) -> str:
 
 
 def _node_image(r: Runner, p: Products) -> None:
-    source = (
-        r.step(
-            "Node image: pull or build",
-            lambda: r.script("node image", "node-image-choose", "ci/node-image.sh", "--choose"),
-        )
-        or ""
+    source = r.step(
+        "Node image: pull or build",
+        lambda: r.script("node image", "node-image-choose", "ci/node-image.sh", "--choose"),
     )
     if source.startswith("upstream "):
         p.node_image = source.split(" ", 1)[1]
@@ -282,12 +278,9 @@ def _node_image(r: Runner, p: Products) -> None:
         ("images", "Control-plane images"),
     ):
         r.step(title, lambda n=name, t=title: r.script(t, f"node-{n}", build, n))
-    p.node_image = (
-        r.step(
-            "Node image",
-            lambda: r.script("node image", "node-image", build, "node").splitlines()[-1],
-        )
-        or ""
+    p.node_image = r.step(
+        "Node image",
+        lambda: r.script("node image", "node-image", build, "node").splitlines()[-1],
     )
 
 
@@ -305,16 +298,8 @@ def _lab_images(r: Runner, p: Products) -> None:
         ("gpulab", "gpulab image (fakenvml + plugin)", {"GPULAB_TREE_KEY": key}),
         ("nvidia", "NVIDIA plugin images", None),
     ):
-        p.images.update(_parse(r.step(title, lambda w=which, e=env: _show(image(w, e)))))
+        p.images.update(r.step(title, lambda w=which, e=env: image(w, e)))
     p.tree_key = key
-
-
-def _show(images: dict[str, str]) -> str:
-    return ", ".join(f"{k}={v}" for k, v in images.items())
-
-
-def _parse(shown: str | None) -> dict[str, str]:
-    return dict(kv.split("=", 1) for kv in (shown or "").split(", ") if "=" in kv)
 
 
 # -- using it ----------------------------------------------------------------------------
@@ -342,8 +327,9 @@ def _image_present(ref: str) -> bool:
 
 
 def require(images: Iterable[str] = ("gpulab", "workload")) -> Products:
-    """What a lab needs, checked in about a second; InfraMissing (one line naming
-    `make infra`) for the first thing that is not there. Never builds."""
+    """What a lab needs — the engine, kind, the node image and `images` — checked in about
+    a second; InfraMissing (one line naming `make infra`) for the first thing that is not
+    there. Never builds."""
     p = Products.load()
     if not p.node_image:
         raise InfraMissing(f"no infrastructure recorded in {manifest_path()}; {MAKE_INFRA}")
@@ -351,17 +337,17 @@ def require(images: Iterable[str] = ("gpulab", "workload")) -> Products:
         raise InfraMissing(f"no Docker engine answers; {MAKE_INFRA} (it starts one)")
     if not (p.kind and os.access(p.kind, os.X_OK)):
         raise InfraMissing(f"kind is not built ({p.kind or 'none recorded'}); {MAKE_INFRA}")
+    if not _image_present(p.node_image):
+        raise InfraMissing(
+            f"the kind node image {p.node_image} is not in the Docker engine; {MAKE_INFRA}"
+        )
     for name in images:
-        ref = p.node_image if name == "node" else p.images.get(name, "")
+        ref = p.images.get(name, "")
         if not ref or not _image_present(ref):
             raise InfraMissing(
                 f"the {name} image {ref or '(none recorded)'} is not in the "
                 f"Docker engine; {MAKE_INFRA}"
             )
-    if not _image_present(p.node_image):
-        raise InfraMissing(
-            f"the kind node image {p.node_image} is not in the Docker engine; {MAKE_INFRA}"
-        )
     if "gpulab" in images and p.tree_key != tree_key():
         raise InfraMissing(
             f"the gpulab image {p.images.get('gpulab')} was built from other "
@@ -388,11 +374,11 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     try:
         run(args.groups or GROUPS)
-    except InfraError as e:
-        if "unknown group" in str(e):
-            print(f"infra: error: {e}", file=sys.stderr)
-            return 2
-        return 1
+    except ValueError as e:
+        print(f"infra: error: {e}", file=sys.stderr)
+        return 2
+    except InfraError:
+        return 1  # the failed step's ✗ line and log tail are printed already
     except KeyboardInterrupt:
         return 130
     return 0

@@ -91,15 +91,14 @@ class Lab:
         """The lab running its plugin. Reuses the cluster when it is up; a cluster this call
         created is deleted again if a later step fails (unless retained)."""
         t0 = time.monotonic()
-        self.products = self._step("Infrastructure (built by `make infra`)", infra.require,
-                                   ["node", "gpulab", "workload"])  # fmt: skip
-        self._kind = self.products.kind
+        products = self._step("Infrastructure (built by `make infra`)", infra.require, ())
+        self._kind = products.kind
         created = False
         try:
             if not self.exists():
                 self._step("Fake GPUs on the host", self._write_states)
                 created = True
-                self._step(f"Cluster {self.name}", self._create, self.products.node_image)
+                self._step(f"Cluster {self.name}", self._create, products.node_image)
             else:
                 self.console.print(f"[green]✓[/] Cluster {self.name} exists: reusing it")
             self.use_plugin(self.plugin)
@@ -133,7 +132,6 @@ class Lab:
 
     def _lab_images(self, wanted: list[str]) -> dict[str, str]:
         products = infra.require(wanted)
-        self._kind = products.kind
         return {k: products.images[k] for k in wanted}
 
     def exists(self) -> bool:
@@ -266,10 +264,14 @@ class Lab:
             if e.status != 409:
                 raise
 
+    @property
+    def plugin_selector(self) -> str:
+        return f"app.kubernetes.io/name={PLUGINS[self.plugin][1]}"
+
     def plugin_pods(self, node: str | None = None) -> list[client.V1Pod]:
         """The plugin DaemonSet's pods (on `node` only, if given)."""
         return self.core.list_namespaced_pod(
-            "kube-system", label_selector=f"app.kubernetes.io/name={PLUGINS[self.plugin][1]}",
+            "kube-system", label_selector=self.plugin_selector,
             field_selector=f"spec.nodeName={node}" if node else None).items  # fmt: skip
 
     def pod_log(self, pod: client.V1Pod, timestamps: bool = False) -> str:
@@ -292,8 +294,7 @@ class Lab:
 
         def check() -> tuple[bool, str]:
             pods = self.plugin_pods(node)
-            ready = [p for p in pods if p.status.phase == "Running" and all(
-                c.ready for c in p.status.container_statuses or [])]  # fmt: skip
+            ready = _ready(pods)
             return (len(ready) == 1) if on else not pods, f"{len(pods)} pods, {len(ready)} ready"
 
         steps.poll(f"{ds} {'on' if on else 'off'} {node}", check, deadline_s)
@@ -305,14 +306,12 @@ class Lab:
         ds = PLUGINS[self.plugin][1]
         old = {p.metadata.uid for p in self.plugin_pods()}
         self.core.delete_collection_namespaced_pod(
-            "kube-system", label_selector=f"app.kubernetes.io/name={ds}",
-            grace_period_seconds=0)  # fmt: skip
+            "kube-system", label_selector=self.plugin_selector, grace_period_seconds=0)  # fmt: skip
 
         def new_pods_ready() -> tuple[bool, str]:
             pods = self.plugin_pods()
             fresh = [p for p in pods if p.metadata.uid not in old]
-            ready = [p for p in fresh if p.status.phase == "Running" and all(
-                c.ready for c in p.status.container_statuses or [])]  # fmt: skip
+            ready = _ready(fresh)
             done = len(ready) == len(old) and len(pods) == len(fresh)
             return done, f"{len(ready)}/{len(old)} new pods ready, {len(pods)} pods"
 
@@ -422,6 +421,12 @@ class Lab:
 
         what = f"{RESOURCE} capacity = allocatable = inventory on {sorted(want)}"
         self.wait_nodes(what, set(want), check, deadline_s)
+
+
+def _ready(pods: list[client.V1Pod]) -> list[client.V1Pod]:
+    """The pods that run with every container ready."""
+    return [p for p in pods if p.status.phase == "Running"
+            and all(c.ready for c in p.status.container_statuses or [])]  # fmt: skip
 
 
 def _gpus(node: client.V1Node, resource: str = RESOURCE) -> tuple[int, int]:

@@ -107,15 +107,15 @@ def test_require_without_infra_names_make_infra(cache: Path) -> None:
 
 
 def test_require_names_a_missing_image(cache: Path) -> None:
-    if subprocess.run(["docker", "info"], capture_output=True).returncode != 0:
-        pytest.fail("no Docker engine answers; run `make infra`", pytrace=False)
-    kind = cache / "kind"
-    kind.parent.mkdir(parents=True)
-    kind.write_text("#!/bin/sh\n")
-    kind.chmod(0o755)
-    infra.Products(
-        kind=str(kind), node_image="gpulab/absent:node", images={"gpulab": "gpulab/absent:1"}
-    ).save()
+    built = _built()
+    infra.Products(**{**built, "node_image": "gpulab/absent:node"}).save()
+    with pytest.raises(
+        infra.InfraMissing,
+        match=r"the kind node image gpulab/absent:node is not in the Docker engine; "
+        r"run `make infra`",
+    ):
+        infra.require([])
+    infra.Products(**{**built, "images": {"gpulab": "gpulab/absent:1"}}).save()
     with pytest.raises(
         infra.InfraMissing,
         match=r"the gpulab image gpulab/absent:1 is not in "
@@ -124,11 +124,17 @@ def test_require_names_a_missing_image(cache: Path) -> None:
         infra.require(["gpulab"])
 
 
-def test_require_catches_a_gpulab_image_older_than_the_checkout(cache: Path) -> None:
+def _built() -> dict:
+    """What `make infra` recorded in the real cache (the tests' own caches are empty)."""
     real = REAL_CACHE / "infra.json"
     built = json.loads(real.read_text()) if real.exists() else {}
     if not built.get("images", {}).get("gpulab"):
         pytest.fail("no gpulab image recorded; run `make infra`", pytrace=False)
+    return built
+
+
+def test_require_catches_a_gpulab_image_older_than_the_checkout(cache: Path) -> None:
+    built = _built()
     infra.Products(**{**built, "tree_key": "0" * 16}).save()
     with pytest.raises(infra.InfraMissing, match="built from other sources than this checkout"):
         infra.require(["gpulab"])
