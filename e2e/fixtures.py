@@ -147,9 +147,9 @@ def labs(request: pytest.FixtureRequest) -> Iterator[Callable[..., Lab]]:
     up = [f.result() for f in coming.values() if f.done() and not f.exception()]
     pool.shutdown()
     if not request.config.getoption("--keep-lab"):
-        # kind deletes one cluster in ~10 s, mostly waiting on containers to stop: together.
-        with ThreadPoolExecutor() as downs:
-            list(downs.map(Lab.down, up))
+        # One after the other: concurrent `kind delete`s race on ~/.kube/config.lock.
+        for lab in up:
+            lab.down()
 
 
 @pytest.fixture(scope="session")
