@@ -95,12 +95,19 @@ class Lab:
         self._kind = products.kind
         created = False
         try:
+            if self.exists() and not self._step(f"Cluster {self.name} exists: is it healthy?",
+                                                self._healthy):  # fmt: skip
+                self.console.print(f"[yellow]![/] {self.name} does not recover (left from an "
+                                   "earlier run and restarted?): recreating it")  # fmt: skip
+                self.down()
             if not self.exists():
                 self._step("Fake GPUs on the host", self._write_states)
                 created = True
                 self._step(f"Cluster {self.name}", self._create, products.node_image)
-            else:
-                self.console.print(f"[green]✓[/] Cluster {self.name} exists: reusing it")
+            elif self._step("Clear faults left from an earlier run", self._clear_faults):
+                # NVIDIA's plugin never re-adds a device it marked Unhealthy: fresh pods.
+                for _, ds in PLUGINS.values():
+                    self.delete_daemonset(ds)
             self.use_plugin(self.plugin)
         except BaseException:
             if created and not self.retain:
@@ -145,6 +152,37 @@ class Lab:
                 shutil.rmtree(d.path)
             assert n.gpu_node is not None
             d.init(n.gpu_node)
+
+    def _healthy(self, deadline_s: float = 120) -> bool:
+        """A reused cluster's API server answers and every node is Ready. Docker restarts
+        kind's nodes with the engine; most come back within a minute, some never do."""
+
+        def check() -> tuple[bool, str]:
+            try:
+                nodes = self.core.list_node().items
+            except ApiException as e:  # 403 until RBAC is loaded, 5xx while starting
+                return False, f"API server answers {e.status} {e.reason}"
+            ready = [n for n in nodes if any(c.type == "Ready" and c.status == "True"
+                                             for c in n.status.conditions or [])]  # fmt: skip
+            return bool(nodes) and len(ready) == len(nodes), f"{len(ready)}/{len(nodes)} Ready"
+
+        try:
+            steps.poll("the API server and Ready nodes", check, deadline_s, interval_s=2)
+        except steps.StepError as e:
+            self.console.print(f"[yellow]![/] {e}", highlight=False)
+            return False
+        return True
+
+    def _clear_faults(self) -> int:
+        """Recover every fake GPU whose last event is a fault: a reused lab starts from its
+        spec (an interrupted test never recovered what it injected). Returns how many."""
+        cleared = 0
+        for n in self.lab.gpu_nodes:
+            d = self.fake_gpus(n.name)
+            for gpu in sorted(d.faulted()):
+                d.recover(gpu)
+                cleared += 1
+        return cleared
 
     def _create(self, image: str) -> None:
         self.dir.mkdir(parents=True, exist_ok=True)
@@ -209,7 +247,13 @@ class Lab:
     @property
     def api(self) -> client.ApiClient:
         if self._api is None:
-            self._api = config.new_client_from_config(str(self.kubeconfig))
+            cfg = client.Configuration()
+            config.load_kube_config(str(self.kubeconfig), client_configuration=cfg)
+            # A busy two-core API server drops a connection now and then (EOF in the TLS
+            # handshake): retry those with back-off instead of failing a test.
+            cfg.retries = urllib3.Retry(total=6, backoff_factor=0.5, allowed_methods=None,
+                                        raise_on_status=False)  # fmt: skip
+            self._api = client.ApiClient(cfg)
         return self._api
 
     @property

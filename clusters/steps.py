@@ -12,6 +12,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import urllib3
 import yaml
 
 REPO = Path(__file__).resolve().parents[1]
@@ -44,7 +45,10 @@ def poll(what: str, check: Callable[[], tuple[bool, str]], deadline_s: float,
     t0 = time.monotonic()
     seen = ""
     while True:
-        done, seen = check()
+        try:
+            done, seen = check()
+        except (OSError, urllib3.exceptions.HTTPError) as e:  # the API server restarting
+            done, seen = False, f"{type(e).__name__}: {str(e)[:200]}"
         if done:
             return seen
         if time.monotonic() - t0 > deadline_s:

@@ -125,6 +125,13 @@ class NodeDir:
         """Clear the GPU's faults: reachable again, recovery action NONE (an event)."""
         return self._append(gpu, Kind.RECOVER)
 
+    def faulted(self) -> set[int]:
+        """Indexes of the GPUs with an event after their last recover."""
+        out: set[int] = set()
+        for r in self.events():
+            (out.discard if r.kind == Kind.RECOVER else out.add)(r.gpu)
+        return out
+
     def events(self, start: int = 0) -> Iterator[Record]:
         try:
             yield from journal.read(self.path, start)

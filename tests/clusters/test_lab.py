@@ -3,10 +3,13 @@ kind cluster, and both workers report their 10 fake GPUs with each plugin."""
 
 from __future__ import annotations
 
+import io
 from collections.abc import Iterator
 from pathlib import Path
 
+import docker
 import pytest
+from rich.console import Console
 
 from clusters.lab import Lab
 from clusters.steps import StepError
@@ -37,6 +40,28 @@ def test_host_side_injection_reaches_the_node(seed: Lab) -> None:
 
     seed.wait_allocatable("seed-worker2", 9, 10, deadline_s=30)
     assert seed.capacity("seed-worker") == (10, 10)
+
+
+def test_a_lab_left_by_an_interrupted_run_comes_back_at_full_capacity(seed: Lab) -> None:
+    """What CI finds after a run was killed: the engine restarted every node container and
+    a fault was never recovered. Reusing the lab waits for the API server, clears the fault
+    and restarts NVIDIA's plugin (it never re-adds a device it marked Unhealthy)."""
+    seed.use_plugin("nvidia")
+    seed.fake_gpus("seed-worker").inject_xid(0, 79)
+    seed.wait_allocatable("seed-worker", 9, 10, deadline_s=60)
+    engine = docker.from_env()
+    nodes = engine.containers.list(filters={"label": "io.x-k8s.kind.cluster=seed"})
+    assert len(nodes) == 3
+    for node in nodes:
+        node.restart(timeout=0)
+
+    out = io.StringIO()
+    again = bring_up(Lab("seed", plugin="nvidia", console=Console(file=out, width=200)))
+    log = out.getvalue()
+    assert "✓ seed: Clear faults left from an earlier run" in log or "recreating it" in log
+    for worker in WORKERS:
+        assert again.capacity(worker) == (10, 10)
+    assert again.fake_gpus("seed-worker").faulted() == set()
 
 
 @pytest.mark.parametrize("retain", [False, True], ids=["deleted", "kept-with-KEEP"])

@@ -490,3 +490,15 @@ def test_install_driver_into_an_unwritable_place_is_refused(tmp_path: Path, run:
     blocker = write(tmp_path, "not a directory", name="blocker")
     code, _, err = run("install-driver", blocker / "driver")
     assert code == 2 and err.count("\n") == 1 and "cannot install the library" in err
+
+
+def test_faulted_lists_the_gpus_not_recovered_since_their_last_fault(node: Path) -> None:
+    d = NodeDir(node)
+    assert d.faulted() == set()
+    d.inject_xid(1, 79)
+    d.inject_ecc(2, double_bit=False)
+    d.lose(3)
+    d.recover(2)
+    d.recover(3)
+    d.fall_off_bus(3)
+    assert d.faulted() == {1, 3}
