@@ -59,6 +59,8 @@ class Lab:
         self.images: dict[str, str] = {}
         self._kind = ""
         self._api: client.ApiClient | None = None
+        # How long a reused cluster may take to answer before it is made again.
+        self.health_deadline_s = 120.0
 
     # -- context manager
 
@@ -153,13 +155,14 @@ class Lab:
             assert n.gpu_node is not None
             d.init(n.gpu_node)
 
-    def _healthy(self, deadline_s: float = 120) -> bool:
+    def _healthy(self) -> bool:
         """A reused cluster's API server answers and every node is Ready. Docker restarts
         kind's nodes with the engine; most come back within a minute, some never do."""
 
         def check() -> tuple[bool, str]:
             try:
-                nodes = self.core.list_node().items
+                # A timeout: a hung API server (or docker-proxy to a frozen node) never answers.
+                nodes = self.core.list_node(_request_timeout=10).items
             except ApiException as e:  # 403 until RBAC is loaded, 5xx while starting
                 return False, f"API server answers {e.status} {e.reason}"
             ready = [n for n in nodes if any(c.type == "Ready" and c.status == "True"
@@ -167,7 +170,7 @@ class Lab:
             return bool(nodes) and len(ready) == len(nodes), f"{len(ready)}/{len(nodes)} Ready"
 
         try:
-            steps.poll("the API server and Ready nodes", check, deadline_s, interval_s=2)
+            steps.poll("the API server and Ready nodes", check, self.health_deadline_s, 2)
         except steps.StepError as e:
             self.console.print(f"[yellow]![/] {e}", highlight=False)
             return False
@@ -240,6 +243,7 @@ class Lab:
     def down(self) -> None:
         steps.kind(self._kind_bin(), "delete", "cluster", "--name", self.name)
         shutil.rmtree(self.dir, ignore_errors=True)
+        self._api = None  # a cluster made again listens on another port
         self.console.print(f"[green]✓[/] Lab {self.name} deleted")
 
     # -- cluster access

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import docker
 import pytest
+from docker.models.containers import Container
 from rich.console import Console
 
 from clusters.lab import Lab
@@ -49,19 +50,40 @@ def test_a_lab_left_by_an_interrupted_run_comes_back_at_full_capacity(seed: Lab)
     seed.use_plugin("nvidia")
     seed.fake_gpus("seed-worker").inject_xid(0, 79)
     seed.wait_allocatable("seed-worker", 9, 10, deadline_s=60)
-    engine = docker.from_env()
-    nodes = engine.containers.list(filters={"label": "io.x-k8s.kind.cluster=seed"})
-    assert len(nodes) == 3
-    for node in nodes:
+    for node in kind_nodes("seed"):
         node.restart(timeout=0)
 
-    out = io.StringIO()
-    again = bring_up(Lab("seed", plugin="nvidia", console=Console(file=out, width=200)))
-    log = out.getvalue()
-    assert "✓ seed: Clear faults left from an earlier run" in log or "recreating it" in log
+    again, log = reuse("seed")
+    assert "✓ seed: Clear faults left from an earlier run" in log
+    assert "recreating it" not in log
     for worker in WORKERS:
         assert again.capacity(worker) == (10, 10)
     assert again.fake_gpus("seed-worker").faulted() == set()
+
+
+def test_a_lab_that_never_answers_is_made_again(seed: Lab) -> None:
+    """A reused cluster whose API server does not answer in time (here: its control plane
+    paused) is deleted and created again, and the new one is reached on its new port."""
+    control_plane = next(n for n in kind_nodes("seed") if n.name == "seed-control-plane")
+    control_plane.pause()
+    again, log = reuse("seed", health_deadline_s=5)
+    assert "seed does not recover" in log and "recreating it" in log
+    for worker in WORKERS:
+        assert again.capacity(worker) == (10, 10)
+
+
+def kind_nodes(cluster: str) -> list[Container]:
+    nodes = docker.from_env().containers.list(filters={"label": f"io.x-k8s.kind.cluster={cluster}"})
+    assert len(nodes) == 3
+    return nodes
+
+
+def reuse(name: str, health_deadline_s: float = 120) -> tuple[Lab, str]:
+    """Lab(name).up() as a new run would do it; the lab and what it printed."""
+    out = io.StringIO()
+    lab = Lab(name, plugin="nvidia", console=Console(file=out, width=200))
+    lab.health_deadline_s = health_deadline_s
+    return bring_up(lab), out.getvalue()
 
 
 @pytest.mark.parametrize("retain", [False, True], ids=["deleted", "kept-with-KEEP"])
