@@ -57,23 +57,28 @@ bench: install
 	@$(PY) -m bench.run --out $(BUILD)/bench.json
 
 LAB ?= seed
-PLUGIN ?= gpulab
+# The plugins under test: shipped subject names (gpulab, nvidia, nvidia-v0.17.4) or subject
+# files (clusters/subject.py), comma-separated. `make infra` builds their images where a
+# subject says `image: {build: DIR}`; `make cluster` deploys the first.
+SUBJECT ?= gpulab,nvidia
+export GPULAB_SUBJECTS := $(SUBJECT)
+comma := ,
 
-# A lab up (re-using what exists), fakenvml and PLUGIN deployed, capacity checked.
+# A lab up (re-using what exists), fakenvml and the first SUBJECT deployed, capacity checked.
 cluster: infra
-	@$(PY) -m clusters up $(LAB) --plugin $(PLUGIN)
+	@$(PY) -m clusters up $(LAB) --subject $(firstword $(subst $(comma), ,$(SUBJECT)))
 
 cluster-down: install
 	@$(PY) -m clusters down $(LAB)
 
-# The cluster tier: labs up, suites for both plugins (JUnit XML + a summary table), labs
-# down unless KEEP=1.
+# The cluster tier: labs up, suites for every SUBJECT (JUnit XML + a scenario x subject
+# table), labs down unless KEEP=1.
 E2E_JUNIT ?= $(BUILD)/e2e-junit.xml
 e2e: infra
 	@$(MAKE) --no-print-directory e2e-suites
 
 e2e-suites:
-	@echo "==> e2e: cluster-tier suites for gpulab and nvidia (seed lab)"
+	@echo "==> e2e: cluster-tier suites for $(SUBJECT) (seed and hetero labs)"
 	@KEEP=$(KEEP) $(PY) -m pytest -q -p no:cacheprovider e2e --junitxml=$(E2E_JUNIT)
 
 include ci/cluster.mk

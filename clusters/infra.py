@@ -33,6 +33,9 @@ from rich.console import Console
 
 from clusters import versions
 from clusters.steps import StepError
+from clusters.subject import Subject, SubjectError
+from clusters.subject import load as load_subject
+from clusters.subject import names as subject_names
 
 REPO = Path(__file__).resolve().parents[1]
 T = TypeVar("T")
@@ -242,6 +245,11 @@ def run(groups: Iterable[str] = GROUPS, console: Console | None = None) -> Produ
     if "lab-images" in want:
         _lab_images(r, p)
         p.save()
+        # Subjects whose image is built from a Dockerfile: those named in $GPULAB_SUBJECTS
+        # (`make infra SUBJECT=path/to/subject.yaml`).
+        for s in subjects_wanted():
+            if s.spec.image.build is not None:
+                r.step(f"Subject {s.name}'s image (docker build)", lambda s=s: _build_subject(r, s))
     r.console.print(
         f"[bold green]Infrastructure ready[/] in {time.monotonic() - t0:.1f}s "
         f"[dim](recorded in {manifest_path()}, logs in {r.logs})[/]",
@@ -302,6 +310,29 @@ def _lab_images(r: Runner, p: Products) -> None:
     p.tree_key = key
 
 
+def subjects_wanted() -> list[Subject]:
+    """The subjects named in $GPULAB_SUBJECTS (names or paths, comma-separated)."""
+    return [load_subject(n) for n in subject_names(os.environ.get("GPULAB_SUBJECTS", ""))]
+
+
+def _subject_tag(s: Subject) -> str:
+    """A tag that changes with any file of the subject's build context."""
+    context = s.path(s.spec.image.build or ".")
+    h = hashlib.sha256()
+    for f in sorted(p for p in context.rglob("*") if p.is_file() and ".git" not in p.parts):
+        h.update(str(f.relative_to(context)).encode() + b"\0" + f.read_bytes())
+    return f"gpulab-subject/{s.name}:{h.hexdigest()[:12]}"
+
+
+def _build_subject(r: Runner, s: Subject) -> str:
+    tag = _subject_tag(s)
+    if not _image_present(tag):
+        context = str(s.path(s.spec.image.build or "."))
+        r.script(f"{s.name} image", f"subject-{s.name}", "/usr/bin/env", "docker", "build",
+                 "-q", "-t", tag, context)  # fmt: skip
+    return tag
+
+
 # -- using it ----------------------------------------------------------------------------
 
 
@@ -356,6 +387,27 @@ def require(images: Iterable[str] = ("gpulab", "workload")) -> Products:
     return p
 
 
+def subject_image(s: Subject, p: Products) -> str:
+    """The image a subject runs, present in the engine; InfraMissing saying how to get it."""
+    img = s.spec.image
+    if img.infra is not None:
+        ref = p.images.get(img.infra, "")
+        if not ref or not _image_present(ref):
+            raise InfraMissing(f"subject {s.name}: the {img.infra} image is not built; "
+                               f"{MAKE_INFRA}")  # fmt: skip
+        return ref
+    if img.ref is not None:
+        if not _image_present(img.ref):
+            raise InfraMissing(f"subject {s.name}: image {img.ref} is not in the Docker "
+                               "engine (no registry here: build or load it first)")  # fmt: skip
+        return img.ref
+    tag = _subject_tag(s)
+    if not _image_present(tag):
+        raise InfraMissing(f"subject {s.name}: its image is not built; run "
+                           f"`make infra SUBJECT={s.source}`")  # fmt: skip
+    return tag
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(
         prog="python -m clusters.infra",
@@ -374,7 +426,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     try:
         run(args.groups or GROUPS)
-    except ValueError as e:
+    except (ValueError, SubjectError) as e:
         print(f"infra: error: {e}", file=sys.stderr)
         return 2
     except InfraError:

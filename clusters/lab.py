@@ -1,6 +1,6 @@
 """A lab: a real kind cluster built from a lab spec, with fake GPUs and a plugin under test.
 
-    with Lab("seed", plugin="gpulab") as lab:      # reuses the cluster when it is up
+    with Lab("seed", subject="gpulab") as lab:     # reuses the cluster when it is up
         lab.core.list_node()                        # kubernetes client, lab's kubeconfig
         lab.fake_gpus("seed-worker").inject_xid(3, 79)
 
@@ -29,27 +29,22 @@ from kubernetes.client.exceptions import ApiException
 from rich.console import Console
 
 from clusters import infra, kindconfig, spec, steps, versions
+from clusters.subject import Subject
+from clusters.subject import load as load_subject
 from fakenvml.node import NodeDir
 
 LABS_ROOT = Path(os.environ.get("GPULAB_LABS", "/var/lib/gpulab/labs"))
-PLUGINS = {
-    "gpulab": ("gpulab-plugin.yaml", "gpulab-device-plugin"),
-    "nvidia": ("nvidia-plugin.yaml", "nvidia-device-plugin"),
-}
-NVIDIA_VERSION = os.environ.get("GPULAB_NVIDIA_PLUGIN_VERSION",
-                                versions.nvidia_plugin_versions()[0])  # fmt: skip
 RESOURCE = "nvidia.com/gpu"
+SUBJECT_LABEL = f"{kindconfig.LABEL_PREFIX}/subject"  # on every DaemonSet a lab deploys
 
 
 class Lab:
-    def __init__(self, lab: str | Path | spec.Lab, plugin: str | None = None,
+    def __init__(self, lab: str | Path | spec.Lab, subject: str | Path | Subject | None = None,
                  keep: bool = True, console: Console | None = None,
                  retain: bool | None = None) -> None:  # fmt: skip
         self.lab = lab if isinstance(lab, spec.Lab) else spec.load(lab)
         self.name = self.lab.spec.name
-        self.plugin = plugin or self.lab.spec.plugin
-        if self.plugin not in PLUGINS:
-            raise spec.SpecError(f"unknown plugin {self.plugin!r} (gpulab, nvidia)")
+        self.subject = load_subject(subject or self.lab.spec.subject)
         self.keep = keep
         # Keep a cluster that failed to come up (kind's --retain); KEEP=1 by default.
         self.retain = os.environ.get("KEEP", "") not in ("", "0") if retain is None else retain
@@ -107,10 +102,9 @@ class Lab:
                 created = True
                 self._step(f"Cluster {self.name}", self._create, products.node_image)
             elif self._step("Clear faults left from an earlier run", self._clear_faults):
-                # NVIDIA's plugin never re-adds a device it marked Unhealthy: fresh pods.
-                for _, ds in PLUGINS.values():
-                    self.delete_daemonset(ds)
-            self.use_plugin(self.plugin)
+                # A plugin that never re-adds a device it marked Unhealthy: fresh pods.
+                self._delete_subjects(keep=None)
+            self.use_subject(self.subject)
         except BaseException:
             if created and not self.retain:
                 self.console.print(f"[yellow]![/] deleting the half-made cluster {self.name} "
@@ -123,25 +117,28 @@ class Lab:
         self._summary(time.monotonic() - t0)
         return self
 
-    def use_plugin(self, plugin: str) -> None:
-        """Deploy fakenvml and `plugin` (removing the other one) and wait until every GPU
-        node reports its inventory as capacity and allocatable."""
-        if plugin not in PLUGINS:
-            raise spec.SpecError(f"unknown plugin {plugin!r} (gpulab, nvidia)")
-        self.plugin = plugin
-        # Every plugin's image at once: they share the base layer, so one `kind load` of all
-        # costs little more than of one, and a later switch of plugins loads nothing.
-        wanted = ["gpulab", "workload", f"nvidia-{NVIDIA_VERSION}"]
-        self.images = self._step("Lab images (built by `make infra`)", self._lab_images, wanted)
+    def use_subject(self, subject: str | Path | Subject) -> None:
+        """Deploy fakenvml and the plugin under test (removing any other subject's
+        DaemonSet) and wait until every GPU node reports its inventory as capacity and
+        allocatable."""
+        self.subject = load_subject(subject)
+        name = self.subject.name
+        self.images = self._step("Lab images (built by `make infra`)", self._lab_images)
         self._step("Load images into the nodes", self._load_images)
-        self._step(f"Deploy fakenvml and the {plugin} plugin", self._deploy)
-        self._step(f"Wait for the {plugin} plugin's pods", self.wait_daemonset,
-                   PLUGINS[plugin][1])  # fmt: skip
+        self._step(f"Deploy fakenvml and {name}", self._deploy)
+        self._step(f"Wait for {name}'s pods", self.wait_daemonset, self.subject.daemonset_name,
+                   self.subject.namespace)  # fmt: skip
         self._step("Wait for every GPU node's capacity", self.wait_capacity)
 
-    def _lab_images(self, wanted: list[str]) -> dict[str, str]:
-        products = infra.require(wanted)
-        return {k: products.images[k] for k in wanted}
+    def _lab_images(self) -> dict[str, str]:
+        # The shipped subjects' images too: they share the base layer, so one `kind load`
+        # of all costs little more than of one, and a later switch of subjects loads nothing.
+        infra_images = ["gpulab", "workload", *(f"nvidia-{v}" for v in
+                                                versions.nvidia_plugin_versions()[:1])]  # fmt: skip
+        products = infra.require(infra_images)
+        images = {k: products.images[k] for k in infra_images}
+        images["subject"] = infra.subject_image(self.subject, products)
+        return images
 
     def exists(self) -> bool:
         out = steps.kind(self._kind_bin(), "get", "clusters", capture=True)
@@ -200,13 +197,10 @@ class Lab:
         # that already have an image with the same ID.
         nodes = ",".join(n.name for n in self.lab.gpu_nodes)
         steps.kind(self._kind, "load", "docker-image", "--name", self.name, "--nodes", nodes,
-                   *self.images.values())  # fmt: skip
+                   *sorted(set(self.images.values())))  # fmt: skip
 
     def _placeholders(self) -> dict[str, str]:
-        return {
-            "gpulab/gpulab:latest": self.images["gpulab"],
-            "gpulab/nvidia-device-plugin:latest": self.images.get(f"nvidia-{NVIDIA_VERSION}", ""),
-        }
+        return {"GPULAB_IMAGE": self.images["gpulab"], "SUBJECT_IMAGE": self.images["subject"]}
 
     def _plugin_config(self) -> dict:
         data = {f"{n.name}.yaml": yaml.safe_dump({"extra_resources": n.spec.extra_resources})
@@ -216,20 +210,29 @@ class Lab:
                 "data": data}  # fmt: skip
 
     def _deploy(self) -> None:
-        docs = steps.manifest("fakenvml.yaml", self._placeholders())
-        other = next(p for p in PLUGINS if p != self.plugin)
-        self.delete_daemonset(PLUGINS[other][1])
-        if self.plugin == "gpulab":
-            docs.append(self._plugin_config())
-        docs += steps.manifest(PLUGINS[self.plugin][0], self._placeholders())
+        self._delete_subjects(keep=self.subject.name)
+        docs = [*steps.manifest("fakenvml.yaml", {"gpulab/gpulab:latest": self.images["gpulab"]}),
+                self._plugin_config()]  # fmt: skip
+        for doc in self.subject.render(self._placeholders()):
+            if doc["kind"] == "DaemonSet":
+                doc["metadata"].setdefault("labels", {})[SUBJECT_LABEL] = self.subject.name
+            docs.append(doc)
         for doc in docs:
             self.apply(doc)
+
+    def _delete_subjects(self, keep: str | None) -> None:
+        """Delete the DaemonSets of subjects other than `keep` (None: all of them) and wait
+        for their pods to go: one plugin under test at a time."""
+        found = self.apps.list_daemon_set_for_all_namespaces(label_selector=SUBJECT_LABEL).items
+        for ds in found:
+            if ds.metadata.labels.get(SUBJECT_LABEL) != keep:
+                self.delete_daemonset(ds.metadata.name, ds.metadata.namespace)
 
     def _summary(self, seconds: float) -> None:
         gpus = sum(n.gpu_count for n in self.lab.gpu_nodes)
         self.console.print(
             f"[bold green]Lab {self.name} is up[/] in {seconds:.0f}s: {len(self.lab.nodes)} "
-            f"nodes, {gpus} fake GPUs, plugin {self.plugin}\n"
+            f"nodes, {gpus} fake GPUs, subject {self.subject.name}\n"
             f"  export KUBECONFIG={self.kubeconfig}"
         )
 
@@ -290,7 +293,11 @@ class Lab:
             replace(meta["name"], ns, doc)
 
     def delete_daemonset(self, name: str, namespace: str = "kube-system") -> None:
+        """Delete it and wait until its pods are gone."""
         try:
+            ds = self.apps.read_namespaced_daemon_set(name, namespace)
+            labels = ds.spec.selector.match_labels or {}
+            selector = ",".join(f"{k}={v}" for k, v in sorted(labels.items()))
             self.apps.delete_namespaced_daemon_set(name, namespace)
         except ApiException as e:
             if e.status != 404:
@@ -298,8 +305,7 @@ class Lab:
             return
 
         def gone() -> tuple[bool, str]:
-            pods = self.core.list_namespaced_pod(
-                namespace, label_selector=f"app.kubernetes.io/name={name}").items  # fmt: skip
+            pods = self.core.list_namespaced_pod(namespace, label_selector=selector).items
             return not pods, f"{len(pods)} {name} pods"
 
         steps.poll(f"{name} pods to go", gone, 120)
@@ -312,14 +318,10 @@ class Lab:
             if e.status != 409:
                 raise
 
-    @property
-    def plugin_selector(self) -> str:
-        return f"app.kubernetes.io/name={PLUGINS[self.plugin][1]}"
-
     def plugin_pods(self, node: str | None = None) -> list[client.V1Pod]:
-        """The plugin DaemonSet's pods (on `node` only, if given)."""
+        """The subject DaemonSet's pods (on `node` only, if given)."""
         return self.core.list_namespaced_pod(
-            "kube-system", label_selector=self.plugin_selector,
+            self.subject.namespace, label_selector=self.subject.selector,
             field_selector=f"spec.nodeName={node}" if node else None).items  # fmt: skip
 
     def pod_log(self, pod: client.V1Pod, timestamps: bool = False) -> str:
@@ -338,7 +340,7 @@ class Lab:
         and wait until the pod is there and Ready, or gone."""
         label = f"{kindconfig.LABEL_PREFIX}/plugin"
         self.core.patch_node(node, {"metadata": {"labels": {label: "true" if on else None}}})
-        ds = PLUGINS[self.plugin][1]
+        ds = self.subject.daemonset_name
 
         def check() -> tuple[bool, str]:
             pods = self.plugin_pods(node)
@@ -351,10 +353,11 @@ class Lab:
         """Delete the plugin's pods (the DaemonSet recreates them): NVIDIA's plugin only
         forgets an Unhealthy device when it restarts. Waits for the *new* pods to be Ready
         (the DaemonSet's status still counts the old ones for a moment)."""
-        ds = PLUGINS[self.plugin][1]
+        ds = self.subject.daemonset_name
         old = {p.metadata.uid for p in self.plugin_pods()}
         self.core.delete_collection_namespaced_pod(
-            "kube-system", label_selector=self.plugin_selector, grace_period_seconds=0)  # fmt: skip
+            self.subject.namespace, label_selector=self.subject.selector,
+            grace_period_seconds=0)  # fmt: skip
 
         def new_pods_ready() -> tuple[bool, str]:
             pods = self.plugin_pods()
@@ -369,8 +372,8 @@ class Lab:
     def set_plugin_env(self, env: dict[str, str | None]) -> None:
         """Set (or with None, remove) env vars of the plugin container; waits for the
         rolled-out pods and full capacity."""
-        name = PLUGINS[self.plugin][1]
-        ds = self.apps.read_namespaced_daemon_set(name, "kube-system")
+        name, ns = self.subject.daemonset_name, self.subject.namespace
+        ds = self.apps.read_namespaced_daemon_set(name, ns)
         container = ds.spec.template.spec.containers[0]
         current = {e.name: e for e in container.env or []}
         for key, value in env.items():
@@ -379,8 +382,8 @@ class Lab:
             else:
                 current[key] = client.V1EnvVar(name=key, value=value)
         container.env = list(current.values())
-        self.apps.replace_namespaced_daemon_set(name, "kube-system", ds)
-        self.wait_daemonset(name)
+        self.apps.replace_namespaced_daemon_set(name, ns, ds)
+        self.wait_daemonset(name, ns)
         self.wait_capacity()
 
     def node_exec(self, node: str, *cmd: str) -> str:
@@ -408,9 +411,10 @@ class Lab:
 
         steps.poll(f"DaemonSet {name}", check, deadline_s)
 
-    def capacity(self, node: str, resource: str = RESOURCE) -> tuple[int, int]:
-        """(capacity, allocatable) of `resource` on `node`, as the API server has them."""
-        return _gpus(self.core.read_node(node))
+    def capacity(self, node: str, resource: str | None = None) -> tuple[int, int]:
+        """(capacity, allocatable) of `resource` (the subject's) on `node`, as the API
+        server has them."""
+        return _gpus(self.core.read_node(node), resource or self.subject.spec.resource)
 
     def wait_nodes(self, what: str, names: set[str],
                    check: Callable[[dict[str, tuple[int, int]]], bool],
@@ -419,11 +423,12 @@ class Lab:
         `names`; returns time.time_ns() of the update that satisfied it. A watch sees every
         status write as it lands, so fault latencies are not rounded up to a poll period."""
         end = time.monotonic() + deadline_s
+        resource = self.subject.spec.resource
         seen: dict[str, tuple[int, int]] = {}
         while True:
             try:
                 listed = self.core.list_node()
-                seen = {n.metadata.name: _gpus(n) for n in listed.items
+                seen = {n.metadata.name: _gpus(n, resource) for n in listed.items
                         if n.metadata.name in names}  # fmt: skip
                 if check(seen):
                     return time.time_ns()
@@ -437,7 +442,7 @@ class Lab:
                     if event["type"] == "ERROR" or not hasattr(node, "metadata"):
                         break  # e.g. 410 Gone: list again
                     if node.metadata.name in names:
-                        seen[node.metadata.name] = _gpus(node)
+                        seen[node.metadata.name] = _gpus(node, resource)
                         if check(seen):
                             return time.time_ns()
             except (ApiException, OSError, urllib3.exceptions.HTTPError):
@@ -467,7 +472,7 @@ class Lab:
         def check(seen: dict[str, tuple[int, int]]) -> bool:
             return all(seen.get(n) == (c, c) for n, c in want.items())
 
-        what = f"{RESOURCE} capacity = allocatable = inventory on {sorted(want)}"
+        what = f"{self.subject.spec.resource} capacity = allocatable = inventory on {sorted(want)}"
         self.wait_nodes(what, set(want), check, deadline_s)
 
 
@@ -477,7 +482,7 @@ def _ready(pods: list[client.V1Pod]) -> list[client.V1Pod]:
             and all(c.ready for c in p.status.container_statuses or [])]  # fmt: skip
 
 
-def _gpus(node: client.V1Node, resource: str = RESOURCE) -> tuple[int, int]:
+def _gpus(node: client.V1Node, resource: str) -> tuple[int, int]:
     status = node.status
     cap = int((status.capacity or {}).get(resource, 0)) if status else 0
     alloc = int((status.allocatable or {}).get(resource, 0)) if status else 0

@@ -2,7 +2,7 @@
 
     name: seed
     kubernetes: v1.34.4
-    plugin: gpulab                  # plugin under test by default: gpulab | nvidia
+    subject: gpulab                 # plugin under test by default: a subject name or path
     node_status_update_frequency: 2s
     nodes:
       - role: control-plane
@@ -26,6 +26,7 @@ from typing import Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from clusters.subject import SubjectName
 from fakenvml import inventory
 from fakenvml.errors import FakeNvmlError
 from fakenvml.model import Node as GpuNode
@@ -59,7 +60,7 @@ class NodeSpec(_Strict):
 class LabSpec(_Strict):
     name: str
     kubernetes: str = DEFAULT_KUBERNETES
-    plugin: Literal["gpulab", "nvidia"] = "gpulab"
+    subject: SubjectName = "gpulab"
     node_status_update_frequency: str = "2s"
     nodes: list[NodeSpec] = Field(min_length=1)
 

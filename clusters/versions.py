@@ -8,7 +8,6 @@ from functools import cache
 from pathlib import Path
 
 ENV_FILE = Path(__file__).resolve().parent / "versions.env"
-NVIDIA_OVERRIDE = "GPULAB_NVIDIA_PLUGIN_VERSIONS"  # e.g. "v0.20.0,v0.17.4"
 
 
 @cache
@@ -28,8 +27,13 @@ def get(key: str) -> str:
         raise KeyError(f"{key} is not pinned in {ENV_FILE}") from None
 
 
+def listed(key: str) -> tuple[str, ...]:
+    """A pinned list (comma- or space-separated), or $GPULAB_<key> where set."""
+    given = os.environ.get(f"GPULAB_{key}") or get(key)
+    return tuple(v for v in re.split(r"[,\s]+", given) if v)
+
+
 def nvidia_plugin_versions() -> tuple[str, ...]:
     """NVIDIA plugin releases to build and test, newest first: $GPULAB_NVIDIA_PLUGIN_VERSIONS
-    (comma- or space-separated) or the pins."""
-    given = os.environ.get(NVIDIA_OVERRIDE) or get("NVIDIA_PLUGIN_VERSIONS")
-    return tuple(v for v in re.split(r"[,\s]+", given) if v)
+    (e.g. "v0.20.0,v0.17.4") or the pins."""
+    return listed("NVIDIA_PLUGIN_VERSIONS")

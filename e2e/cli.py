@@ -1,6 +1,6 @@
 """`gpulab`: the lab's command line.
 
-    gpulab experiment run e2e/experiments/xid-storm.yaml [--plugin nvidia] [--out DIR]
+    gpulab experiment run e2e/experiments/xid-storm.yaml [--subject nvidia] [--out DIR]
     gpulab experiment validate e2e/experiments/*.yaml
     gpulab experiment report out/experiments/xid-storm-gpulab    # re-render from recording.json
 
@@ -25,16 +25,23 @@ def _run(args: argparse.Namespace, console: Console) -> int:
     from clusters.lab import Lab
     from clusters.spec import SpecError
     from clusters.steps import StepError
+    from clusters.subject import SubjectError
+    from clusters.subject import load as load_subject
     from e2e import report
     from e2e.runner import Runner
 
     exp = ex.load(args.file)
-    if args.plugin:
-        exp = exp.model_copy(update={"plugin": args.plugin})
+    if args.subject:
+        exp = exp.model_copy(update={"subject": args.subject})
     ex.check_lab(exp, args.file)
-    out = args.out or OUT / f"{exp.name}-{exp.plugin}"
     try:
-        lab = Lab(exp.lab, plugin=exp.plugin, console=console)
+        subject = load_subject(exp.subject)
+    except SubjectError as e:
+        console.print(f"[red]gpulab: error:[/] {e}")
+        return 2
+    out = args.out or OUT / f"{exp.name}-{subject.name}"
+    try:
+        lab = Lab(exp.lab, subject=subject, console=console)
         lab.up()
         rec = Runner(exp, lab, console, reset_after=not args.no_reset).run()
     except (SpecError, StepError) as e:
@@ -86,8 +93,8 @@ def main(argv: list[str] | None = None) -> int:
     cmds = exp.add_subparsers(dest="cmd", required=True)
     run = cmds.add_parser("run", help="run an experiment and write its report")
     run.add_argument("file", help="e2e/experiments/<name>.yaml, or a shipped name")
-    run.add_argument("--plugin", choices=ex.PLUGINS, help="override the file's plugin")
-    run.add_argument("--out", type=Path, help=f"report directory (default {OUT}/<name>-<plugin>)")
+    run.add_argument("--subject", help="override the file's subject (a name or a subject file)")
+    run.add_argument("--out", type=Path, help=f"report directory (default {OUT}/<name>-<subject>)")
     run.add_argument(
         "--no-reset",
         action="store_true",

@@ -2,7 +2,7 @@
 
     name: xid-storm
     lab: hetero
-    plugin: gpulab                     # `gpulab experiment run --plugin` overrides it
+    subject: gpulab                    # the plugin under test; `--subject` overrides it
     duration: 20s                      # sampling runs from t=0 to here
     timeline:                          # actions at offsets from t=0
       - {at: 0s, do: create_pod, spec: experiments/gpu-1, name: bystander, node: hetero-worker2}
@@ -33,10 +33,10 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from clusters import spec as labspec
+from clusters.subject import SubjectName
 from e2e.pods import SPECS
 
 EXPERIMENTS = Path(__file__).resolve().parent / "experiments"
-PLUGINS = ("gpulab", "nvidia")
 _TIME = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m)")
 _UNIT = {"ms": 0.001, "s": 1.0, "m": 60.0}
 END = "end"
@@ -348,7 +348,7 @@ class Experiment(_Strict):
     name: str
     description: str = ""
     lab: str = "hetero"
-    plugin: Literal["gpulab", "nvidia"] = "gpulab"
+    subject: SubjectName = "gpulab"
     duration: float
     sample_interval: float = 0.15
     namespace: str = "gpulab-exp"

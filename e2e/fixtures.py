@@ -3,8 +3,12 @@ any project that wants to test its own plugin in a gpulab lab:
 
     def test_gpu_pod(lab, pods, fake_gpus): ...
 
-Options: --lab NAME (default seed), --plugins gpulab,nvidia (the suites run once per
-plugin), --keep-lab (leave the cluster up; `make e2e KEEP=1`).
+    @pytest.mark.needs("recovers")              # deselected for subjects that do not
+    def test_comes_back(subject, lab, fake_gpus): ...
+
+Options: --lab NAME (default seed), --subjects gpulab,nvidia,path/to/subject.yaml (the
+suites run once per subject; $GPULAB_SUBJECTS, `make e2e SUBJECT=...`), --keep-lab (leave
+the cluster up; `make e2e KEEP=1`).
 """
 
 from __future__ import annotations
@@ -17,6 +21,9 @@ import pytest
 
 from clusters.infra import InfraMissing
 from clusters.lab import Lab
+from clusters.subject import Subject, SubjectError
+from clusters.subject import load as load_subject
+from clusters.subject import names as subject_names
 from e2e.pods import Pods
 from fakenvml.node import NodeDir
 
@@ -27,65 +34,74 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     g = parser.getgroup("gpulab-e2e")
     g.addoption("--lab", default=os.environ.get("GPULAB_LAB", "seed"))
     g.addoption(
-        "--plugins",
-        dest="gpulab_plugins",
-        default=os.environ.get("GPULAB_PLUGINS", "gpulab,nvidia"),
+        "--subjects",
+        dest="gpulab_subjects",
+        default=os.environ.get("GPULAB_SUBJECTS") or "gpulab,nvidia",
+        help="plugins under test: shipped subject names or subject files, comma-separated",
     )
     g.addoption("--keep-lab", action="store_true", default=bool(os.environ.get("KEEP")))
 
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
-        "markers", "plugins(*names): run only for these plugins (features others lack)"
+        "markers",
+        "needs(*expectations): run only for subjects whose `expects` has them, e.g. "
+        "needs('recovers') or needs('lost_gpu=that-device')",
     )
+
+
+def subjects(config: pytest.Config) -> list[Subject]:
+    try:
+        return [load_subject(n) for n in subject_names(config.getoption("gpulab_subjects"))]
+    except SubjectError as e:
+        raise pytest.UsageError(str(e)) from None
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     own = any(
-        "plugin" in str(m.args[0]).replace(" ", "").split(",")
+        "subject" in str(m.args[0]).replace(" ", "").split(",")
         for m in metafunc.definition.iter_markers("parametrize")
     )
-    if "plugin" in metafunc.fixturenames and not own:  # a test may parametrize it itself
-        plugins = metafunc.config.getoption("gpulab_plugins").split(",")
-        metafunc.parametrize("plugin", plugins, scope="session")
+    if "subject" in metafunc.fixturenames and not own:  # a test may parametrize it itself
+        found = subjects(metafunc.config)
+        metafunc.parametrize("subject", found, ids=[s.name for s in found], scope="session")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Tests marked plugins(...) are not generated for other plugins (deselected, never
-    skipped: a scenario that a plugin cannot have is not a scenario for it)."""
+    """Tests marked needs(...) are not generated for subjects that lack it (deselected,
+    never skipped: a scenario that a plugin cannot have is not a scenario for it)."""
     keep, drop = [], []
     for item in items:
-        only = item.get_closest_marker("plugins")
-        param = getattr(getattr(item, "callspec", None), "params", {}).get("plugin")
-        (drop if only and param is not None and param not in only.args else keep).append(item)
+        needs = item.get_closest_marker("needs")
+        s = getattr(getattr(item, "callspec", None), "params", {}).get("subject")
+        (drop if needs and s is not None and not s.needs_met(needs.args) else keep).append(item)
     if drop:
         config.hook.pytest_deselected(items=drop)
         items[:] = keep
 
 
-def summary_key(nodeid: str, plugins: list[str]) -> tuple[str, str] | None:
-    """('scenario [other params]', plugin) for an e2e test id, or None."""
+def summary_key(nodeid: str, names: list[str]) -> tuple[str, str] | None:
+    """('scenario [other params]', subject) for an e2e test id, or None."""
     if "[" not in nodeid or not nodeid.startswith("e2e/"):
         return None
     base, param = nodeid.rstrip("]").split("[", 1)
-    tokens = param.split("-")
-    plugin = next((t for t in reversed(tokens) if t in plugins), None)
-    if plugin is None:
-        return None
-    tokens.remove(plugin)
-    name = base.split("::")[-1] + (f" [{'-'.join(tokens)}]" if tokens else "")
-    return name, plugin
+    for name in sorted(names, key=len, reverse=True):  # nvidia-v0.17.4 before nvidia
+        tokens = f"-{param}-".split(f"-{name}-", 1)
+        if len(tokens) == 2:
+            rest = "-".join(t.strip("-") for t in tokens if t.strip("-"))
+            return base.split("::")[-1] + (f" [{rest}]" if rest else ""), name
+    return None
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
-    """A table a person reads at a glance: scenario x plugin -> result and seconds."""
-    plugins = terminalreporter.config.getoption("gpulab_plugins").split(",")
+    """A table a person reads at a glance: scenario x subject -> result and seconds."""
+    names = [s.name for s in subjects(terminalreporter.config)]
     rows: dict[str, dict[str, str]] = {}
     for outcome in ("passed", "failed", "error"):
         for rep in terminalreporter.stats.get(outcome, []):
             if rep.when != "call" and outcome != "error":
                 continue
-            key = summary_key(rep.nodeid, plugins)
+            key = summary_key(rep.nodeid, names)
             if key is None:
                 continue
             mark = "PASS" if outcome == "passed" else "FAIL"
@@ -93,11 +109,12 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     if not rows:
         return
     tr = terminalreporter
-    tr.section("gpulab e2e: scenario x plugin")
+    tr.section("gpulab e2e: scenario x subject")
     width = max(len(r) for r in rows)
-    tr.write_line(f"{'scenario':<{width}}  " + "  ".join(f"{p:<12}" for p in plugins))
+    col = max(12, *(len(n) for n in names))
+    tr.write_line(f"{'scenario':<{width}}  " + "  ".join(f"{n:<{col}}" for n in names))
     for name, results in rows.items():
-        cells = "  ".join(f"{results.get(p, '-'):<12}" for p in plugins)
+        cells = "  ".join(f"{results.get(n, '-'):<{col}}" for n in names)
         tr.write_line(f"{name:<{width}}  {cells}")
 
 
@@ -127,20 +144,20 @@ def labs_wanted(items: list[pytest.Item], config: pytest.Config) -> list[str]:
 
 @pytest.fixture(scope="session")
 def labs(request: pytest.FixtureRequest) -> Iterator[Callable[..., Lab]]:
-    """labs(name, plugin=None) -> that lab, up (re-used when it already runs) and running
-    `plugin`. Every lab the selected tests use starts coming up at once, side by side
+    """labs(name, subject=None) -> that lab, up (re-used when it already runs) and running
+    `subject`. Every lab the selected tests use starts coming up at once, side by side
     (kind create and image loads mostly wait: two labs take little longer than one); each
     comes up once per session and goes down at the end unless --keep-lab."""
     wanted = labs_wanted(request.session.items, request.config)
     pool = ThreadPoolExecutor(max_workers=max(len(wanted), 1))
     coming: dict[str, Future[Lab]] = {n: pool.submit(bring_up, Lab(n)) for n in wanted}
 
-    def get(name: str, plugin: str | None = None) -> Lab:
+    def get(name: str, subject: Subject | None = None) -> Lab:
         if name not in coming:
-            coming[name] = pool.submit(bring_up, Lab(name, plugin=plugin))
+            coming[name] = pool.submit(bring_up, Lab(name, subject=subject))
         lab = coming[name].result()
-        if plugin is not None and lab.plugin != plugin:
-            lab.use_plugin(plugin)
+        if subject is not None and lab.subject.name != subject.name:
+            lab.use_subject(subject)
         return lab
 
     yield get
@@ -153,10 +170,10 @@ def labs(request: pytest.FixtureRequest) -> Iterator[Callable[..., Lab]]:
 
 
 @pytest.fixture(scope="session")
-def lab(labs: Callable[..., Lab], plugin: str, request: pytest.FixtureRequest) -> Lab:
-    """The --lab lab (default seed) running `plugin` (the suites are parametrized over
-    plugins)."""
-    return labs(request.config.getoption("--lab"), plugin)
+def lab(labs: Callable[..., Lab], subject: Subject, request: pytest.FixtureRequest) -> Lab:
+    """The --lab lab (default seed) running `subject` (the suites are parametrized over
+    subjects)."""
+    return labs(request.config.getoption("--lab"), subject)
 
 
 def namespaced_pods(lab: Lab) -> Iterator[Pods]:
@@ -170,7 +187,7 @@ def namespaced_pods(lab: Lab) -> Iterator[Pods]:
 @pytest.fixture
 def fake_gpus(lab: Lab) -> Iterator[Callable[[str], NodeDir]]:
     """fake_gpus(node) -> NodeDir: inject/recover on that node's GPUs from the host.
-    Afterwards every GPU faulted during the test is recovered, and a plugin that does not
+    Afterwards every GPU faulted during the test is recovered, and a subject that does not
     recover by itself (NVIDIA's) is restarted, so the next test starts at full capacity."""
     touched: dict[str, tuple[NodeDir, int]] = {}
 
@@ -186,7 +203,7 @@ def fake_gpus(lab: Lab) -> Iterator[Callable[[str], NodeDir]]:
             d.recover(gpu)
             faulted = True
     if faulted:
-        if lab.plugin == "nvidia":
+        if not lab.subject.expects.recovers:
             lab.restart_plugin()
         lab.wait_capacity()
 

@@ -1,6 +1,6 @@
 """Run an experiment on a lab: reset, sample, play the timeline, collect, reset.
 
-    lab = Lab("hetero", plugin="gpulab").up()
+    lab = Lab("hetero", subject="gpulab").up()
     rec = Runner(experiments.load("xid-storm"), lab).run()
 
 The timeline plays in this thread at its offsets; a sampler thread reads every GPU
@@ -25,6 +25,7 @@ from rich.console import Console
 from clusters import kindconfig
 from clusters.lab import RESOURCE, Lab
 from clusters.steps import StepError
+from clusters.subject import load as load_subject
 from e2e import experiments as ex
 from e2e.pods import Pods, load_spec
 from e2e.recording import ActionRun, Fault, LogLine, PodInfo, Recording, Sample
@@ -143,11 +144,12 @@ class Runner:
 
     def run(self) -> Recording:
         exp = self.exp
-        if self.lab.plugin != exp.plugin:
-            self.lab.use_plugin(exp.plugin)
-        self._say(f"Experiment {exp.name} on {self.lab.name} with the {exp.plugin} plugin")
+        if self.lab.subject.name != load_subject(exp.subject).name:
+            self.lab.use_subject(exp.subject)
+        subject = self.lab.subject.name
+        self._say(f"Experiment {exp.name} on {self.lab.name} with the {subject} plugin")
         self._reset("before the run")
-        rec = Recording(exp.model_dump(mode="json"), exp.plugin, "", 0, self._inventories())
+        rec = Recording(exp.model_dump(mode="json"), subject, "", 0, self._inventories())
         self.t0_ns = time.time_ns()
         rec.t0_ns = self.t0_ns
         rec.started = datetime.fromtimestamp(self.t0_ns / 1e9, UTC).isoformat(timespec="seconds")
@@ -340,8 +342,8 @@ class Runner:
                 d.recover(gpu)
                 recovered += 1
         restarted = False
-        if recovered and self.lab.plugin == "nvidia":
-            self.lab.restart_plugin()  # NVIDIA's plugin never returns a GPU to Healthy
+        if recovered and not self.lab.subject.expects.recovers:
+            self.lab.restart_plugin()  # e.g. NVIDIA's never returns a GPU to Healthy
             restarted = True
         try:
             self.lab.wait_capacity(deadline_s=60)

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from clusters.lab import Lab
+from clusters.subject import load as load_subject
 from e2e import experiments, report
 from e2e.recording import layer_stats, traces
 from e2e.runner import Runner
@@ -24,7 +25,7 @@ REPORTS = Path(os.environ.get("GPULAB_REPORTS", REPO / "out" / "experiments"))
 
 @pytest.fixture
 def hetero(labs: Callable[..., Lab]) -> Lab:
-    return labs("hetero", "gpulab")
+    return labs("hetero", load_subject("gpulab"))
 
 
 def test_xid_storm_marks_the_gpu_once_and_reports_it(
@@ -33,7 +34,7 @@ def test_xid_storm_marks_the_gpu_once_and_reports_it(
     exp = experiments.load("xid-storm")
     experiments.check_lab(exp)
     rec = Runner(exp, hetero).run()
-    out = REPORTS / f"{exp.name}-{exp.plugin}"
+    out = REPORTS / f"{exp.name}-{exp.subject}"
     outcomes = report.write(rec, out)
 
     for name, st in layer_stats(traces(rec)).items():

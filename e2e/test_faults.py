@@ -9,10 +9,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+import pytest
 from kubernetes.client.exceptions import ApiException
 
 from clusters.lab import Lab
 from clusters.steps import poll
+from clusters.subject import Subject
 from e2e import checkpoint
 from e2e.pods import Pods
 from e2e.runner import parse_log
@@ -101,6 +103,7 @@ def test_ignored_xids_change_nothing(
     timed(record_property, lab, rec, N - 1)
 
 
+@pytest.mark.needs("healthcheck_env")
 def test_dp_disable_and_enable_healthchecks(
     lab: Lab, fake_gpus: Callable[[str], NodeDir], record_property: Callable
 ) -> None:
@@ -120,34 +123,35 @@ def test_dp_disable_and_enable_healthchecks(
         lab.set_plugin_env({"DP_DISABLE_HEALTHCHECKS": None, "DP_ENABLE_HEALTHCHECKS": None})
 
 
-def test_gpu_lost(plugin: str, lab: Lab, fake_gpus: Callable[[str], NodeDir],
+def test_gpu_lost(subject: Subject, lab: Lab, fake_gpus: Callable[[str], NodeDir],
                   record_property: Callable) -> None:  # fmt: skip
-    """NVIDIA's plugin cannot tell which GPU a GPU_IS_LOST wait refers to and marks every
-    device unhealthy; ours asks NVML and marks only the lost one."""
+    """`lost_gpu: every-device` (NVIDIA's: a GPU_IS_LOST wait names no GPU) marks every
+    device unhealthy; `that-device` (ours asks NVML) only the lost one."""
     rec = fake_gpus(NODE).lose(4)
-    timed(record_property, lab, rec, 0 if plugin == "nvidia" else N - 1)
+    timed(record_property, lab, rec, 0 if subject.expects.lost_gpu == "every-device" else N - 1)
 
 
-def test_double_bit_ecc(plugin: str, lab: Lab, fake_gpus: Callable[[str], NodeDir],
+def test_double_bit_ecc(subject: Subject, lab: Lab, fake_gpus: Callable[[str], NodeDir],
                         record_property: Callable) -> None:  # fmt: skip
-    """Ours marks a GPU with a double-bit ECC error unhealthy; NVIDIA's registers for the
-    event but acts on Xids only (the driver's Xid 48 is what it reacts to)."""
+    """`double_bit_ecc: unhealthy` (ours) marks the GPU unhealthy; `ignored` (NVIDIA's
+    registers for the event but acts on Xids only, the driver's Xid 48) does not."""
     node = fake_gpus(NODE)
     node.inject_ecc(5, double_bit=True)
     rec = node.inject_xid(6, 79)  # sentinel
-    timed(record_property, lab, rec, N - 1 if plugin == "nvidia" else N - 2)
+    timed(record_property, lab, rec, N - 2 if subject.expects.double_bit_ecc == "unhealthy"
+          else N - 1)  # fmt: skip
 
 
-def test_recovery(plugin: str, lab: Lab, fake_gpus: Callable[[str], NodeDir],
+def test_recovery(subject: Subject, lab: Lab, fake_gpus: Callable[[str], NodeDir],
                   record_property: Callable) -> None:  # fmt: skip
     node = fake_gpus(NODE)
     timed(record_property, lab, node.inject_xid(3, 79), N - 1)
     rec = node.recover(3)
-    if plugin == "gpulab":
+    if subject.expects.recovers:
         timed(record_property, lab, rec, N)
         return
-    # NVIDIA's documented behaviour: Unhealthy until its pod restarts. A sentinel read
-    # after the recovery shows GPU 3 still counted out.
+    # `recovers: false` (NVIDIA's documented behaviour): Unhealthy until its pod restarts.
+    # A sentinel read after the recovery shows GPU 3 still counted out.
     timed(record_property, lab, node.inject_xid(6, 79), N - 2)
     lab.restart_plugin()
     assert lab.capacity(NODE) == (N, N)

@@ -1,4 +1,4 @@
-"""Suites on the `hetero` lab (A100 x8, H100 x4, T4 x2 on three workers), for each plugin:
+"""Suites on the `hetero` lab (A100 x8, H100 x4, T4 x2 on three workers), for each subject:
 per-node capacity, scheduling by GPU product, multi-container and init-container pods,
 and devices freed by a deleted pod."""
 
@@ -9,6 +9,7 @@ from collections.abc import Callable, Iterator
 import pytest
 
 from clusters.lab import Lab
+from clusters.subject import Subject
 from e2e.fixtures import namespaced_pods
 from e2e.pods import Pods
 
@@ -18,8 +19,8 @@ NODES = {"hetero-worker": 8, "hetero-worker2": 4, "hetero-worker3": 2}
 
 
 @pytest.fixture(scope="session")
-def hetero(labs: Callable[..., Lab], plugin: str) -> Lab:
-    return labs("hetero", plugin)
+def hetero(labs: Callable[..., Lab], subject: Subject) -> Lab:
+    return labs("hetero", subject)
 
 
 @pytest.fixture

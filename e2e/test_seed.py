@@ -67,7 +67,7 @@ def test_gpu8_runs_gpu3_pends_then_runs_when_the_plugin_starts_on_b(
     assert got_b[(pod3.metadata.uid, "main", GPU)] == sorted(visible3)
 
 
-@pytest.mark.plugins("gpulab")  # a second resource from the same plugin: NVIDIA's has none
+@pytest.mark.needs("extra_resources")  # a second resource from the same plugin
 def test_gpu2_rdma10_gets_both_env_entries_and_checkpoint_entries(lab: Lab, pods: Pods) -> None:
     pods.create("test-gpu2-rdma10")
     pod = pods.wait_running("test-gpu2-rdma10")

@@ -21,14 +21,14 @@ WORKERS = ("seed-worker", "seed-worker2")
 
 @pytest.fixture(scope="module")
 def seed() -> Iterator[Lab]:
-    lab = bring_up(Lab("seed", plugin="gpulab"))
+    lab = bring_up(Lab("seed", subject="gpulab"))
     yield lab
     lab.down()
 
 
-@pytest.mark.parametrize("plugin", ["gpulab", "nvidia"])
-def test_both_workers_report_10_gpus_capacity_and_allocatable(seed: Lab, plugin: str) -> None:
-    seed.use_plugin(plugin)
+@pytest.mark.parametrize("subject", ["gpulab", "nvidia"])
+def test_both_workers_report_10_gpus_capacity_and_allocatable(seed: Lab, subject: str) -> None:
+    seed.use_subject(subject)
     for worker in WORKERS:
         assert seed.capacity(worker) == (10, 10)
     # The control plane has no fake GPUs and must not advertise any.
@@ -36,7 +36,7 @@ def test_both_workers_report_10_gpus_capacity_and_allocatable(seed: Lab, plugin:
 
 
 def test_host_side_injection_reaches_the_node(seed: Lab) -> None:
-    seed.use_plugin("gpulab")
+    seed.use_subject("gpulab")
     seed.fake_gpus("seed-worker2").inject_xid(7, 79)
 
     seed.wait_allocatable("seed-worker2", 9, 10, deadline_s=30)
@@ -47,7 +47,7 @@ def test_a_lab_left_by_an_interrupted_run_comes_back_at_full_capacity(seed: Lab)
     """What CI finds after a run was killed: the engine restarted every node container and
     a fault was never recovered. Reusing the lab waits for the API server, clears the fault
     and restarts NVIDIA's plugin (it never re-adds a device it marked Unhealthy)."""
-    seed.use_plugin("nvidia")
+    seed.use_subject("nvidia")
     seed.fake_gpus("seed-worker").inject_xid(0, 79)
     seed.wait_allocatable("seed-worker", 9, 10, deadline_s=60)
     for node in kind_nodes("seed"):
@@ -81,7 +81,7 @@ def kind_nodes(cluster: str) -> list[Container]:
 def reuse(name: str, health_deadline_s: float = 120) -> tuple[Lab, str]:
     """Lab(name).up() as a new run would do it; the lab and what it printed."""
     out = io.StringIO()
-    lab = Lab(name, plugin="nvidia", console=Console(file=out, width=200))
+    lab = Lab(name, subject="nvidia", console=Console(file=out, width=200))
     lab.health_deadline_s = health_deadline_s
     return bring_up(lab), out.getvalue()
 
@@ -100,7 +100,7 @@ def test_a_failed_up_deletes_the_cluster_it_created_unless_retained(
         "name: failup\nnodes:\n  - role: control-plane\n"
         "    gpus: [{profile: H100-SXM5-80GB, count: 2}]\n"
     )
-    lab = Lab(path, plugin="gpulab", retain=retain)
+    lab = Lab(path, subject="gpulab", retain=retain)
 
     def refuse() -> None:
         raise StepError("deploy refused by the test")
@@ -110,7 +110,7 @@ def test_a_failed_up_deletes_the_cluster_it_created_unless_retained(
         with pytest.raises(StepError, match="deploy refused by the test"):
             lab.up()
         err = capsys.readouterr().err
-        assert "✗ failup: Deploy fakenvml and the gpulab plugin" in err
+        assert "✗ failup: Deploy fakenvml and gpulab" in err
         assert lab.exists() is retain
         assert ("deleting the half-made cluster failup" in err) is not retain
     finally:

@@ -20,33 +20,19 @@ from pathlib import Path
 import grpc
 import pytest
 
+from clusters import subject as subject_mod
+from clusters.subject import Subject
 from fakenvml.node import NodeDir
 from plugin.api.v1beta1 import HEALTHY
-from plugin.standin import Kubelet, gpulab, nvidia
+from plugin.standin import Kubelet, gpulab
 from plugin.standin.process import PluginProcess
 
-R = nvidia.RESOURCE
+R = "nvidia.com/gpu"
 H100 = "H100-SXM5-80GB"
 
 
-@dataclass(frozen=True)
-class Subject:
-    name: str
-    socket: str
-    lost_marks_every_device: bool
-    recovers: bool
-    prefers_on_64_gpus: bool
-    keeps_health_across_restarts: bool
-
-    @property
-    def version(self) -> str:
-        return self.name.removeprefix("nvidia-")
-
-
-SUBJECTS = [
-    *(Subject(f"nvidia-{v}", nvidia.SOCKET, True, False, False, False) for v in nvidia.versions()),
-    Subject("gpulab", gpulab.SOCKET, False, True, True, True),
-]
+# The shipped subjects (clusters/subjects/): what each is expected to do comes from its file.
+SUBJECTS = subject_mod.shipped()
 pytestmark = pytest.mark.parametrize("subject", SUBJECTS, ids=lambda s: s.name)
 
 
@@ -71,7 +57,7 @@ def start(
 
     def run(count: int = 8) -> Running:
         node = fake_node({"gpus": [{"profile": H100, "count": count}]})
-        if subject.name == "gpulab":
+        if subject.source.stem == "gpulab":  # ours runs as a process from the checkout
             plugin = run_plugin(*gpulab.command(kubelet.dir, node.path, tmp_path))
             kubelet.wait_devices(R, count, timeout=30)
             gpulab.ready(plugin)
@@ -92,7 +78,7 @@ def gpus8(start: Callable[[int], Running]) -> Running:
 def test_registers_as_nvidia_gpu(subject: Subject, gpus8: Running, kubelet: Kubelet) -> None:
     res = kubelet.resource(R)
     assert res.registrations == 1
-    assert res.endpoint == subject.socket
+    assert res.endpoint == subject.spec.socket
     assert res.options.get_preferred_allocation_available
     assert not res.options.pre_start_required
 
@@ -141,7 +127,7 @@ def test_preferred_allocation_of_2_on_64_gpus(
     kubelet sets no deadline on it: 16 GPUs answer at once, 32 already do not. When a
     release fixes this, this test fails and NVIDIA's row in SUBJECTS should change."""
     run = start(64)
-    if subject.prefers_on_64_gpus:
+    if subject.expects.preferred_allocation_on_64_gpus:
         got = kubelet.get_preferred_allocation(R, run.uuids, [], 2, timeout=10)
         assert len(set(got)) == 2
         return
@@ -168,19 +154,20 @@ def test_xid_13_changes_nothing(gpus8: Running, kubelet: Kubelet) -> None:
 def test_lost_gpu(subject: Subject, gpus8: Running, kubelet: Kubelet) -> None:
     before = kubelet.resource(R).updates
     gpus8.node.lose(2)
-    lost = gpus8.uuids if subject.lost_marks_every_device else [gpus8.uuids[2]]
+    lost = gpus8.uuids if subject.expects.lost_gpu == "every-device" else [gpus8.uuids[2]]
     res = kubelet.wait_health(R, lost, after=before)
     assert res.healthy == set(gpus8.uuids) - set(lost)
 
 
-def test_double_bit_ecc_marks_that_gpu_unhealthy_in_ours(
+def test_double_bit_ecc_as_the_subject_expects(
     subject: Subject, gpus8: Running, kubelet: Kubelet
 ) -> None:
     """NVIDIA registers for double-bit ECC events but acts only on Xids; ours acts."""
     before = kubelet.resource(R).updates
     gpus8.node.inject_ecc(5, double_bit=True)
     gpus8.node.inject_xid(0, 79)  # sentinel
-    sick = [gpus8.uuids[0]] + ([gpus8.uuids[5]] if subject.name == "gpulab" else [])
+    ecc = subject.expects.double_bit_ecc == "unhealthy"
+    sick = [gpus8.uuids[0]] + ([gpus8.uuids[5]] if ecc else [])
     res = kubelet.wait_health(R, sick, after=before)
     assert res.healthy == set(gpus8.uuids) - set(sick)
 
@@ -206,7 +193,7 @@ def test_unhealthy_gpu_stays_unhealthy_across_a_kubelet_restart(
     after_fault = kubelet.resource(R).updates
     kubelet.restart()
     kubelet.wait_registered(R, count=2, timeout=30)
-    expected = [sick] if subject.keeps_health_across_restarts else []
+    expected = [sick] if subject.expects.health_across_kubelet_restarts else []
     res = kubelet.wait_health(R, expected, after=after_fault)
     assert res.unhealthy == set(expected)
 
@@ -221,6 +208,6 @@ def test_recovery(subject: Subject, gpus8: Running, kubelet: Kubelet) -> None:
     after_fault = kubelet.resource(R).updates
     gpus8.node.recover(1)
     gpus8.node.inject_xid(4, 79)  # sentinel: read after the recovery
-    expected = [sentinel] if subject.recovers else [sick, sentinel]
+    expected = [sentinel] if subject.expects.recovers else [sick, sentinel]
     res = kubelet.wait_health(R, expected, after=after_fault)
     assert res.unhealthy == set(expected)

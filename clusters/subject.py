@@ -1,0 +1,244 @@
+"""Subjects: the device plugin under test, described in one file (clusters/subjects/*.yaml,
+or any path a user passes with SUBJECT= / --subjects).
+
+    name: my-plugin
+    image: {build: .}                 # or {ref: my/plugin:1.0} (present in the local engine)
+                                      # or {infra: nvidia-{version}} (built by `make infra`)
+    daemonset: daemonset.yaml         # its manifest; ${SUBJECT_IMAGE} / ${GPULAB_IMAGE} in it
+    resource: nvidia.com/gpu
+    socket: my-plugin.sock            # the socket it creates in the device-plugins dir
+    device_ids: {env: NVIDIA_VISIBLE_DEVICES}   # where Allocate puts the device ids
+    ready_log: "serving \\d+ devices"            # a line it logs once it serves its devices
+    expects:                          # what the suites assert for it
+      recovers: true                  # Healthy again after `fakenvml recover`, no restart
+      lost_gpu: that-device           # GPU_IS_LOST marks: that-device | every-device
+      double_bit_ecc: unhealthy       # unhealthy | ignored (acts on Xid 48 only)
+      ...
+
+`versions: NVIDIA_PLUGIN_VERSIONS` (a key of clusters/versions.env) makes one subject per
+pinned version, named `<name>-<version>`, with `{version}` replaced in its strings; the bare
+name stands for the first (newest) one. Paths are relative to the subject file.
+
+Suites read a subject's `expects` instead of branching on plugin names; a scenario whose
+`needs` a subject lacks is deselected for it (never skipped).
+"""
+
+from __future__ import annotations
+
+import re
+from functools import cached_property
+from pathlib import Path
+from typing import Annotated, Literal
+
+import yaml
+from pydantic import AfterValidator, BaseModel, ConfigDict, ValidationError, model_validator
+
+from clusters import versions
+
+SUBJECTS_DIR = Path(__file__).resolve().parent / "subjects"
+_NAME = re.compile(r"[a-z0-9]([-a-z0-9.]{0,40}[a-z0-9])?")
+
+
+class SubjectError(Exception):
+    """A subject that cannot be tested; one line naming the file and key."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Image(_Strict):
+    """Where the subject's image comes from: exactly one of the three."""
+
+    infra: str | None = None  # a lab image `make infra` builds (gpulab, nvidia-v0.19.3)
+    ref: str | None = None  # an image already in the local engine (no registry here)
+    build: str | None = None  # a directory with a Dockerfile, relative to the subject file
+
+    @model_validator(mode="after")
+    def _one(self) -> Image:
+        if sum(v is not None for v in (self.infra, self.ref, self.build)) != 1:
+            raise ValueError("give exactly one of infra, ref, build")
+        return self
+
+
+class DeviceIds(_Strict):
+    env: str  # the container env var Allocate fills with the device ids
+
+
+class Expects(_Strict):
+    """The subject's documented behaviour, which the suites assert."""
+
+    recovers: bool  # Healthy again after `fakenvml recover`, without a restart
+    lost_gpu: Literal["that-device", "every-device"]
+    double_bit_ecc: Literal["unhealthy", "ignored"]
+    preferred_allocation_on_64_gpus: bool  # answers GetPreferredAllocation on 64 GPUs
+    health_across_kubelet_restarts: bool  # an Unhealthy GPU stays so after re-registering
+    healthcheck_env: bool = True  # honours DP_DISABLE_HEALTHCHECKS / DP_ENABLE_HEALTHCHECKS
+    extra_resources: bool = False  # serves the lab spec's extra_resources too
+
+
+class SubjectSpec(_Strict):
+    name: str
+    description: str = ""
+    versions: str | None = None
+    image: Image
+    daemonset: str
+    resource: str = "nvidia.com/gpu"
+    socket: str
+    device_ids: DeviceIds
+    ready_log: str
+    expects: Expects
+
+
+class Subject:
+    """A validated subject with its file's directory, its DaemonSet and its version."""
+
+    def __init__(self, spec: SubjectSpec, source: Path, version: str = "") -> None:
+        self.spec, self.source, self.version = spec, source, version
+        self.name = spec.name
+        self.expects = spec.expects
+
+    def __repr__(self) -> str:
+        return f"Subject({self.name!r})"
+
+    def path(self, relative: str) -> Path:
+        return (self.source.parent / relative).resolve()
+
+    @cached_property
+    def manifest(self) -> list[dict]:
+        """The DaemonSet manifest's documents, images still as ${SUBJECT_IMAGE} etc."""
+        return [d for d in yaml.safe_load_all(self.path(self.spec.daemonset).read_text()) if d]
+
+    @cached_property
+    def daemonset(self) -> dict:
+        return next(d for d in self.manifest if d.get("kind") == "DaemonSet")
+
+    @property
+    def daemonset_name(self) -> str:
+        return self.daemonset["metadata"]["name"]
+
+    @property
+    def namespace(self) -> str:
+        return self.daemonset["metadata"].get("namespace", "default")
+
+    @property
+    def selector(self) -> str:
+        labels = self.daemonset["spec"]["selector"]["matchLabels"]
+        return ",".join(f"{k}={v}" for k, v in sorted(labels.items()))
+
+    def needs_met(self, needs: tuple[str, ...]) -> bool:
+        """Every named expectation is true (or, for `lost_gpu=that-device` style, equal)."""
+        for need in needs:
+            key, _, want = need.partition("=")
+            have = getattr(self.expects, key)
+            if (str(have) != want) if want else not have:
+                return False
+        return True
+
+    def render(self, images: dict[str, str]) -> list[dict]:
+        """The manifest with ${SUBJECT_IMAGE} and ${GPULAB_IMAGE} replaced."""
+        text = self.path(self.spec.daemonset).read_text()
+        for key, image in images.items():
+            text = text.replace("${" + key + "}", image)
+        return [d for d in yaml.safe_load_all(text) if d]
+
+
+def _explain(err: ValidationError) -> str:
+    e = err.errors()[0]
+    loc = ".".join(str(p) for p in e["loc"]) or "subject"
+    return f"{loc}: {e['msg'].removeprefix('Value error, ')}"
+
+
+def _expand(data: dict, version: str) -> dict:
+    """{version} replaced in every string of the document."""
+
+    def sub(v: object) -> object:
+        if isinstance(v, str):
+            return v.replace("{version}", version)
+        if isinstance(v, dict):
+            return {k: sub(x) for k, x in v.items()}
+        if isinstance(v, list):
+            return [sub(x) for x in v]
+        return v
+
+    return sub(data)  # type: ignore[return-value]
+
+
+def from_file(path: Path) -> list[Subject]:
+    """The subjects a file describes: one, or one per pinned version."""
+    try:
+        data = yaml.safe_load(path.read_text())
+    except FileNotFoundError:
+        raise SubjectError(f"no subject file {path}") from None
+    except yaml.YAMLError:
+        raise SubjectError(f"{path}: malformed YAML") from None
+    if not isinstance(data, dict):
+        raise SubjectError(f"{path}: expected a mapping with `name:`, `image:`, `expects:`")
+    try:
+        spec = SubjectSpec.model_validate(data)
+        found = [(spec, "")]
+        if spec.versions:
+            try:
+                pinned = versions.listed(spec.versions)
+            except KeyError as e:
+                raise SubjectError(f"{path}: versions: {e.args[0]}") from None
+            found = [(SubjectSpec.model_validate({**_expand(data, v), "name": f"{spec.name}-{v}"}),
+                      v) for v in pinned]  # fmt: skip
+    except ValidationError as e:
+        raise SubjectError(f"{path}: {_explain(e)}") from None
+    out = []
+    for s, version in found:
+        if not _NAME.fullmatch(s.name):
+            raise SubjectError(f"{path}: name: {s.name!r}: expected lower-case letters, "
+                               "digits, '-' or '.'")  # fmt: skip
+        subject = Subject(s, path, version)
+        if not subject.path(s.daemonset).is_file():
+            raise SubjectError(f"{path}: daemonset: no file {subject.path(s.daemonset)}")
+        try:
+            subject.daemonset  # noqa: B018 - validates the manifest has one
+        except (StopIteration, yaml.YAMLError):
+            raise SubjectError(f"{path}: daemonset: {s.daemonset} has no DaemonSet") from None
+        out.append(subject)
+    return out
+
+
+def shipped() -> list[Subject]:
+    """The subjects in clusters/subjects/, every pinned version."""
+    return [s for p in sorted(SUBJECTS_DIR.glob("*.yaml")) for s in from_file(p)]
+
+
+def load(name_or_path: str | Path | Subject) -> Subject:
+    """A subject by name (a shipped one: gpulab, nvidia = newest pinned, nvidia-v0.17.4)
+    or by path to a subject file."""
+    if isinstance(name_or_path, Subject):
+        return name_or_path
+    path = Path(name_or_path)
+    if path.suffix in (".yaml", ".yml"):
+        return from_file(path)[0]
+    by_name: dict[str, Subject] = {}
+    for p in sorted(SUBJECTS_DIR.glob("*.yaml")):
+        found = from_file(p)
+        by_name.setdefault(p.stem, found[0])  # the bare name: the newest version
+        by_name.update({s.name: s for s in found})
+    if str(name_or_path) not in by_name:
+        shipped = ", ".join(sorted(by_name))
+        raise SubjectError(f"no subject {str(name_or_path)!r} (shipped: {shipped}; or a "
+                           "path to a subject file)")  # fmt: skip
+    return by_name[str(name_or_path)]
+
+
+def _check(v: str) -> str:
+    try:
+        load(v)
+    except SubjectError as e:
+        raise ValueError(str(e)) from None
+    return v
+
+
+# A field naming a subject (lab specs, experiments): validated by loading it.
+SubjectName = Annotated[str, AfterValidator(_check)]
+
+
+def names(value: str) -> list[str]:
+    """A comma-separated --subjects value, split."""
+    return [v.strip() for v in value.split(",") if v.strip()]

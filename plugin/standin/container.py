@@ -1,0 +1,140 @@
+"""The container tier: a subject's *image* — its real entrypoint, its real library lookup
+paths — run with testcontainers against the kubelet stand-in, before any cluster starts.
+
+    with SubjectContainer(subject, image, kubelet.dir, node.path) as plugin:
+        kubelet.wait_devices(subject.spec.resource, 8)
+
+The container is the subject DaemonSet's main container, as a node would run it: its
+command, args and env (a fieldRef to spec.nodeName becomes the node's name), and its
+hostPath mounts mapped to what the stand-in provides — /var/lib/kubelet/device-plugins to
+the stand-in's directory, /run/fakenvml/driver to a driver root holding the fake
+libnvidia-ml.so.1, /var/lib/fakenvml to the node's fakenvml state. Any other hostPath is
+refused with one line (the lab has nothing to put there); ConfigMap and emptyDir volumes
+are empty directories (kubelet's view of an optional ConfigMap that does not exist). It
+waits for the subject's `ready_log` line with testcontainers' log wait strategy; a
+container that exits first fails with its exit code and log in the error.
+
+testcontainers' Ryuk reaper is off: it is an image from a registry, and there is none
+here. Containers are removed on exit instead (and labelled gpulab.dev/container-tier).
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import tempfile
+from pathlib import Path
+from types import TracebackType
+
+from testcontainers.core.config import testcontainers_config
+from testcontainers.core.container import DockerContainer
+from testcontainers.core.wait_strategies import LogMessageWaitStrategy
+
+from clusters.subject import Subject
+from fakenvml import library
+
+testcontainers_config.ryuk_disabled = True
+
+DEVICE_PLUGINS = "/var/lib/kubelet/device-plugins"
+DRIVER = "/run/fakenvml/driver"
+STATE = "/var/lib/fakenvml"
+LABEL = "gpulab.dev/container-tier"
+
+
+class ContainerTierError(Exception):
+    """The subject's container cannot run here or did not become ready; one line (plus
+    the container's log when it ran)."""
+
+
+class SubjectContainer:
+    def __init__(self, subject: Subject, image: str, kubelet_dir: Path, state_dir: Path,
+                 node_name: str = "node-a") -> None:  # fmt: skip
+        self.subject, self.image = subject, image
+        self.kubelet_dir, self.state_dir, self.node_name = kubelet_dir, state_dir, node_name
+        self._tmp = Path(tempfile.mkdtemp(prefix="gpulab-container-tier-"))
+        self.container: DockerContainer | None = None
+
+    def __enter__(self) -> SubjectContainer:
+        try:
+            self.start()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:  # fmt: skip
+        self.stop()
+
+    def _driver_root(self) -> Path:
+        """A driver root as fakenvml's DaemonSet makes it: the library, copied (a link
+        would point outside the mount)."""
+        libdir = self._tmp / "driver" / "usr" / "lib" / "x86_64-linux-gnu"
+        libdir.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(library.path(), libdir / library.SONAME)
+        return self._tmp / "driver"
+
+    def _host_paths(self) -> dict[str, Path]:
+        return {DEVICE_PLUGINS: self.kubelet_dir, DRIVER: self._driver_root(),
+                STATE: self.state_dir}  # fmt: skip
+
+    def build(self) -> DockerContainer:
+        """The DaemonSet's main container as a testcontainers container (not started)."""
+        pod = self.subject.daemonset["spec"]["template"]["spec"]
+        main = pod["containers"][0]
+        volumes = {v["name"]: v for v in pod.get("volumes", [])}
+        c = DockerContainer(self.image)
+        host_paths = self._host_paths()
+        for m in main.get("volumeMounts", []):
+            vol = volumes.get(m["name"], {})
+            if "hostPath" not in vol:
+                # An emptyDir, or a ConfigMap the node tier has none of: an empty directory,
+                # as kubelet mounts for an optional ConfigMap that does not exist.
+                empty = self._tmp / "volumes" / m["name"]
+                empty.mkdir(parents=True, exist_ok=True)
+                c.with_volume_mapping(str(empty), m["mountPath"], "rw")
+                continue
+            path = vol["hostPath"]["path"]
+            if path not in host_paths:
+                raise ContainerTierError(
+                    f"subject {self.subject.name}: volume {m['name']} mounts host path {path}; "
+                    f"the container tier provides {', '.join(sorted(host_paths))}")  # fmt: skip
+            c.with_volume_mapping(str(host_paths[path]), m["mountPath"],
+                                  "ro" if m.get("readOnly") else "rw")  # fmt: skip
+        for e in main.get("env", []):
+            if "value" in e:
+                c.with_env(e["name"], str(e["value"]))
+            elif e.get("valueFrom", {}).get("fieldRef", {}).get("fieldPath") == "spec.nodeName":
+                c.with_env(e["name"], self.node_name)
+        kwargs: dict = {"labels": {LABEL: self.subject.name}}
+        if main.get("command"):
+            kwargs["entrypoint"] = main["command"]
+        c.with_kwargs(**kwargs)
+        if main.get("args"):
+            c.with_command(main["args"])
+        return c
+
+    def start(self, timeout_s: float = 60) -> None:
+        """Start it and wait (testcontainers' log strategy) for the subject's ready line."""
+        ready = LogMessageWaitStrategy(re.compile(self.subject.spec.ready_log))
+        self.container = self.build().waiting_for(ready.with_startup_timeout(int(timeout_s)))
+        try:
+            self.container.start()
+        except (RuntimeError, TimeoutError) as e:
+            first = str(e).split(". ")[0]  # "Container exited (... exit code: 1) before ..."
+            raise ContainerTierError(f"{self.subject.name} ({self.image}): {first}; its log:\n"
+                                     f"{self.logs()[-3000:]}") from None  # fmt: skip
+
+    def logs(self) -> str:
+        if self.container is None or self.container.get_wrapped_container() is None:
+            return ""
+        out, err = self.container.get_logs()
+        return (out + err).decode(errors="replace")
+
+    def stop(self) -> None:
+        if self.container is not None:
+            try:
+                self.container.stop()  # stops and removes it
+            finally:
+                self.container = None
+        shutil.rmtree(self._tmp, ignore_errors=True)

@@ -1,0 +1,147 @@
+"""Subjects: the plugin under test in one file, validated like lab specs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from clusters import spec, subject
+from clusters.subject import SubjectError
+from e2e.fixtures import summary_key
+
+DAEMONSET = """
+apiVersion: apps/v1
+kind: DaemonSet
+metadata: {name: my-plugin, namespace: gpu-system}
+spec:
+  selector: {matchLabels: {app: my-plugin, tier: node}}
+  template:
+    metadata: {labels: {app: my-plugin, tier: node}}
+    spec:
+      initContainers: [{name: wait, image: "${GPULAB_IMAGE}"}]
+      containers: [{name: plugin, image: "${SUBJECT_IMAGE}"}]
+"""
+
+MINE = {
+    "name": "my-plugin",
+    "image": {"ref": "example/my-plugin:1.0"},
+    "daemonset": "ds.yaml",
+    "socket": "my.sock",
+    "device_ids": {"env": "MY_DEVICES"},
+    "ready_log": "serving",
+    "expects": {
+        "recovers": True,
+        "lost_gpu": "that-device",
+        "double_bit_ecc": "ignored",
+        "preferred_allocation_on_64_gpus": False,
+        "health_across_kubelet_restarts": False,
+    },
+}
+
+
+def write(tmp_path: Path, data: dict, ds: str = DAEMONSET) -> Path:
+    (tmp_path / "ds.yaml").write_text(ds)
+    path = tmp_path / "my-plugin.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def test_shipped_subjects_are_gpulab_and_each_pinned_nvidia_release(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("GPULAB_NVIDIA_PLUGIN_VERSIONS", "v0.19.3,v0.17.4")
+    found = {s.name: s for s in subject.shipped()}
+    assert sorted(found) == ["gpulab", "nvidia-v0.17.4", "nvidia-v0.19.3"]
+    old = found["nvidia-v0.17.4"]
+    assert old.version == "v0.17.4" and old.spec.image.infra == "nvidia-v0.17.4"
+    assert "v0.17.4" in old.spec.description
+    assert not old.expects.recovers and old.expects.lost_gpu == "every-device"
+    assert found["gpulab"].expects.recovers and found["gpulab"].expects.extra_resources
+    # The bare name is the newest pinned release.
+    assert subject.load("nvidia").name == "nvidia-v0.19.3"
+
+
+def test_the_pinned_versions_can_be_overridden(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("GPULAB_NVIDIA_PLUGIN_VERSIONS", "v0.20.0")
+    assert [s.name for s in subject.shipped()] == ["gpulab", "nvidia-v0.20.0"]
+
+
+def test_a_users_subject_file_with_its_own_daemonset(tmp_path: Path) -> None:
+    s = subject.load(write(tmp_path, MINE))
+    assert s.name == "my-plugin" and s.spec.device_ids.env == "MY_DEVICES"
+    assert (s.daemonset_name, s.namespace) == ("my-plugin", "gpu-system")
+    assert s.selector == "app=my-plugin,tier=node"
+    ds = s.render({"SUBJECT_IMAGE": "example/my-plugin:1.0", "GPULAB_IMAGE": "gpulab/x:1"})[0]
+    pod = ds["spec"]["template"]["spec"]
+    assert pod["containers"][0]["image"] == "example/my-plugin:1.0"
+    assert pod["initContainers"][0]["image"] == "gpulab/x:1"
+
+
+def test_needs_are_read_from_expects(tmp_path: Path) -> None:
+    s = subject.load(write(tmp_path, MINE))
+    assert s.needs_met(("recovers", "lost_gpu=that-device"))
+    assert not s.needs_met(("extra_resources",))
+    assert not s.needs_met(("lost_gpu=every-device",))
+    assert s.needs_met(("healthcheck_env",))  # a default
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        ({"image": {"ref": "a", "infra": "b"}}, "image: give exactly one of infra, ref, build"),
+        ({"image": {}}, "image: give exactly one of infra, ref, build"),
+        ({"expects": {"recovers": True}}, "expects.lost_gpu: Field required"),
+        ({"expects": {**MINE["expects"], "lost_gpu": "some"}}, "expects.lost_gpu: Input should be"),
+        ({"colour": "red"}, "colour: Extra inputs are not permitted"),
+        ({"daemonset": "absent.yaml"}, "daemonset: no file"),
+        ({"name": "My Plugin"}, "name: 'My Plugin': expected lower-case"),
+        ({"versions": "NOT_PINNED"}, "versions: NOT_PINNED is not pinned"),
+    ],
+)
+def test_a_bad_subject_is_one_line_naming_the_file_and_key(
+    tmp_path: Path, change: dict, message: str
+) -> None:
+    path = write(tmp_path, {**MINE, **change})
+    with pytest.raises(SubjectError) as e:
+        subject.load(path)
+    assert str(e.value).startswith(f"{path}: ")
+    assert message in str(e.value)
+    assert "\n" not in str(e.value)
+
+
+def test_a_manifest_without_a_daemonset_is_refused(tmp_path: Path) -> None:
+    path = write(tmp_path, MINE, ds="apiVersion: v1\nkind: ConfigMap\nmetadata: {name: x}\n")
+    with pytest.raises(SubjectError, match=r"ds\.yaml has no DaemonSet"):
+        subject.load(path)
+
+
+def test_malformed_and_missing_subject_files(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: [unclosed\n")
+    with pytest.raises(SubjectError, match="malformed YAML"):
+        subject.load(bad)
+    with pytest.raises(SubjectError, match="no subject file"):
+        subject.load(tmp_path / "absent.yaml")
+    with pytest.raises(SubjectError, match=r"no subject 'nope' \(shipped: gpulab, nvidia"):
+        subject.load("nope")
+
+
+def test_a_lab_spec_names_a_subject_that_exists() -> None:
+    lab = {"name": "x", "subject": "nope", "nodes": [{"role": "control-plane"}]}
+    with pytest.raises(spec.SpecError, match="subject: no subject 'nope'"):
+        spec.from_dict(lab)
+    assert spec.from_dict({**lab, "subject": "nvidia-v0.17.4"}).spec.subject == "nvidia-v0.17.4"
+
+
+def test_the_summary_table_keys_subject_names_with_dashes_and_dots() -> None:
+    names = ["gpulab", "nvidia-v0.19.3", "nvidia-v0.17.4"]
+    assert summary_key("e2e/test_faults.py::test_gpu_lost[nvidia-v0.17.4]", names) == (
+        "test_gpu_lost",
+        "nvidia-v0.17.4",
+    )
+    assert summary_key(
+        "e2e/test_hetero.py::test_p[nvidia-v0.19.3-Tesla-T4-hetero-worker3]", names
+    ) == ("test_p [Tesla-T4-hetero-worker3]", "nvidia-v0.19.3")
+    assert summary_key("e2e/test_seed.py::test_x[other]", names) is None
