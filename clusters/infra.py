@@ -34,6 +34,7 @@ from rich.console import Console
 from clusters import versions
 from clusters.steps import StepError
 from clusters.subject import Subject, SubjectError
+from clusters.subject import examples as subject_examples
 from clusters.subject import load as load_subject
 from clusters.subject import names as subject_names
 
@@ -245,11 +246,11 @@ def run(groups: Iterable[str] = GROUPS, console: Console | None = None) -> Produ
     if "lab-images" in want:
         _lab_images(r, p)
         p.save()
-        # Subjects whose image is built from a Dockerfile: those named in $GPULAB_SUBJECTS
-        # (`make infra SUBJECT=path/to/subject.yaml`).
+        # Subjects whose image is built from a Dockerfile: the examples, and those named in
+        # $GPULAB_SUBJECTS (`make infra SUBJECT=path/to/subject.yaml`).
         for s in subjects_wanted():
             if s.spec.image.build is not None:
-                r.step(f"Subject {s.name}'s image (docker build)", lambda s=s: _build_subject(r, s))
+                r.step(f"Subject {s.name}'s image", lambda s=s: _build_subject(r, s, p))
     r.console.print(
         f"[bold green]Infrastructure ready[/] in {time.monotonic() - t0:.1f}s "
         f"[dim](recorded in {manifest_path()}, logs in {r.logs})[/]",
@@ -311,8 +312,13 @@ def _lab_images(r: Runner, p: Products) -> None:
 
 
 def subjects_wanted() -> list[Subject]:
-    """The subjects named in $GPULAB_SUBJECTS (names or paths, comma-separated)."""
-    return [load_subject(n) for n in subject_names(os.environ.get("GPULAB_SUBJECTS", ""))]
+    """The examples' subjects, and those named in $GPULAB_SUBJECTS (names or paths,
+    comma-separated)."""
+    named = [load_subject(n) for n in subject_names(os.environ.get("GPULAB_SUBJECTS", ""))]
+    seen: dict[Path, Subject] = {s.source.resolve(): s for s in subject_examples()}
+    for s in named:
+        seen.setdefault(s.source.resolve(), s)
+    return list(seen.values())
 
 
 def _subject_tag(s: Subject) -> str:
@@ -324,12 +330,21 @@ def _subject_tag(s: Subject) -> str:
     return f"gpulab-subject/{s.name}:{h.hexdigest()[:12]}"
 
 
-def _build_subject(r: Runner, s: Subject) -> str:
+def _build_subject(r: Runner, s: Subject, p: Products) -> str:
+    img = s.spec.image
+    if img.prepare is not None:
+        # Go's caches are gpulab's (lib.sh's), so a Go plugin builds from the modules
+        # NVIDIA's plugin builds already fetched.
+        go = cache_dir() / "go"
+        env = {"GOMODCACHE": str(go / "mod"), "GOCACHE": str(go / "build"),
+               "GOFLAGS": "-buildvcs=false -modcacherw"}  # fmt: skip
+        r.script(f"{s.name}: {img.prepare}", f"subject-{s.name}-prepare",
+                 str(s.path(img.prepare)), env=env)  # fmt: skip
     tag = _subject_tag(s)
     if not _image_present(tag):
-        context = str(s.path(s.spec.image.build or "."))
         r.script(f"{s.name} image", f"subject-{s.name}", "/usr/bin/env", "docker", "build",
-                 "-q", "-t", tag, context)  # fmt: skip
+                 "-q", "-t", tag, "--build-arg", f"GPULAB_BASE_IMAGE={p.images['base']}",
+                 str(s.path(img.build or ".")))  # fmt: skip
     return tag
 
 

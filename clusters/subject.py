@@ -36,6 +36,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, ValidationError, mod
 from clusters import versions
 
 SUBJECTS_DIR = Path(__file__).resolve().parent / "subjects"
+EXAMPLES_DIR = Path(__file__).resolve().parents[1] / "examples"
 _NAME = re.compile(r"[a-z0-9]([-a-z0-9.]{0,40}[a-z0-9])?")
 
 
@@ -53,11 +54,16 @@ class Image(_Strict):
     infra: str | None = None  # a lab image `make infra` builds (gpulab, nvidia-v0.19.3)
     ref: str | None = None  # an image already in the local engine (no registry here)
     build: str | None = None  # a directory with a Dockerfile, relative to the subject file
+    # A script run on the host before `docker build` (e.g. `go build`: no registry serves a
+    # Go image here); the build gets --build-arg GPULAB_BASE_IMAGE (Debian, glibc, python3).
+    prepare: str | None = None
 
     @model_validator(mode="after")
     def _one(self) -> Image:
         if sum(v is not None for v in (self.infra, self.ref, self.build)) != 1:
             raise ValueError("give exactly one of infra, ref, build")
+        if self.prepare is not None and self.build is None:
+            raise ValueError("prepare: only with build")
         return self
 
 
@@ -205,6 +211,12 @@ def from_file(path: Path) -> list[Subject]:
 def shipped() -> list[Subject]:
     """The subjects in clusters/subjects/, every pinned version."""
     return [s for p in sorted(SUBJECTS_DIR.glob("*.yaml")) for s in from_file(p)]
+
+
+def examples() -> list[Subject]:
+    """The example plugins' subjects (examples/*/subject.yaml): plugins gpulab did not
+    write, tested through the same seam."""
+    return [s for p in sorted(EXAMPLES_DIR.glob("*/subject.yaml")) for s in from_file(p)]
 
 
 def load(name_or_path: str | Path | Subject) -> Subject:

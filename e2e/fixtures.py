@@ -50,11 +50,19 @@ def pytest_configure(config: pytest.Config) -> None:
     )
 
 
+_SUBJECTS = pytest.StashKey[list[Subject]]()
+
+
 def subjects(config: pytest.Config) -> list[Subject]:
-    try:
-        return [load_subject(n) for n in subject_names(config.getoption("gpulab_subjects"))]
-    except SubjectError as e:
-        raise pytest.UsageError(str(e)) from None
+    """The --subjects, loaded once: every test gets the same objects, so pytest groups the
+    tests by subject (new objects per test would interleave them: a plugin switch each)."""
+    if _SUBJECTS not in config.stash:
+        try:
+            names = subject_names(config.getoption("gpulab_subjects"))
+            config.stash[_SUBJECTS] = [load_subject(n) for n in names]
+        except SubjectError as e:
+            raise pytest.UsageError(str(e)) from None
+    return config.stash[_SUBJECTS]
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
@@ -179,7 +187,8 @@ def lab(labs: Callable[..., Lab], subject: Subject, request: pytest.FixtureReque
 def namespaced_pods(lab: Lab) -> Iterator[Pods]:
     """Pod helpers in the suites' own namespace on `lab`, emptied afterwards."""
     lab.ensure_namespace(NAMESPACE)
-    p = Pods(lab.core, NAMESPACE, lab.images["workload"])
+    s = lab.subject.spec
+    p = Pods(lab.core, NAMESPACE, lab.images["workload"], s.resource, s.device_ids.env)
     yield p
     p.delete_all()
 

@@ -30,14 +30,29 @@ def load_spec(name: str, image: str, **overrides: object) -> dict:
     return doc
 
 
+GPU = "nvidia.com/gpu"  # what the shipped pod specs ask for
+DEVICE_ENV = "NVIDIA_VISIBLE_DEVICES"
+
+
 class Pods:
-    def __init__(self, core: client.CoreV1Api, namespace: str, image: str) -> None:
+    """Pods in one namespace. Specs ask for nvidia.com/gpu; with a subject whose resource
+    (or device-id env var) is another, `create` asks for that one and `devices` reads that
+    one, so a suite runs unchanged against any plugin."""
+
+    def __init__(self, core: client.CoreV1Api, namespace: str, image: str,
+                 resource: str = GPU, device_env: str = DEVICE_ENV) -> None:  # fmt: skip
         self.core, self.ns, self.image = core, namespace, image
+        self.resource, self.device_env = resource, device_env
 
     # -- lifecycle
 
     def create(self, spec: str | dict, **meta: object) -> str:
         doc = load_spec(spec, self.image, **meta) if isinstance(spec, str) else copy.deepcopy(spec)
+        pod = doc["spec"]
+        for c in pod.get("containers", []) + pod.get("initContainers", []):
+            for amounts in (c.get("resources") or {}).values():
+                if GPU in amounts and self.resource != GPU:
+                    amounts[self.resource] = amounts.pop(GPU)
         self.core.create_namespaced_pod(self.ns, doc)
         return doc["metadata"]["name"]
 
@@ -94,6 +109,10 @@ class Pods:
                      container=container, command=["env"], stderr=True, stdin=False,
                      stdout=True, tty=False)  # fmt: skip
         return dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
+
+    def devices(self, name: str, container: str | None = None) -> list[str]:
+        """The device ids the plugin gave the container (its device-id env var)."""
+        return self.env(name, container)[self.device_env].split(",")
 
     # -- waits
 

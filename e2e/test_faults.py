@@ -81,15 +81,15 @@ def test_xid_79_lowers_allocatable_not_capacity_and_spares_running_pods(
 ) -> None:
     pods.create(gpu_pod(lab, "bystander", 2, selector=NODE))
     pods.wait_running("bystander")
-    before = pods.env("bystander")["NVIDIA_VISIBLE_DEVICES"].split(",")
+    before = pods.devices("bystander")
     victim = next(g.index for g in fake_gpus(NODE).node().gpus if g.uuid not in before)
     rec = fake_gpus(NODE).inject_xid(victim, 79)
     timed(record_property, lab, rec, N - 1)
     # A pod asking for all N cannot fit any more; the one using other GPUs keeps running.
     pods.create(gpu_pod(lab, "want-all", N, selector=NODE))
-    pods.wait_failed_scheduling("want-all", f"Insufficient {GPU}")
+    pods.wait_failed_scheduling("want-all", f"Insufficient {pods.resource}")
     assert pods.get("bystander").status.phase == "Running"
-    assert pods.env("bystander")["NVIDIA_VISIBLE_DEVICES"].split(",") == before
+    assert pods.devices("bystander") == before
 
 
 def test_ignored_xids_change_nothing(
@@ -161,7 +161,7 @@ def test_kubelet_restart_keeps_running_pods_devices(lab: Lab, pods: Pods) -> Non
     pods.create("test-gpu-3")
     pod = pods.wait_running("test-gpu-3")
     node = pod.spec.node_name
-    before = checkpoint.allocations(lab, node)[(pod.metadata.uid, "main", GPU)]
+    before = checkpoint.allocations(lab, node)[(pod.metadata.uid, "main", pods.resource)]
     lab.set_plugin_on(node, True)  # already on: waits until its pod is Running and Ready
     registered = registrations(lab, node)
     lab.node_exec(node, "systemctl", "restart", "kubelet")
@@ -176,8 +176,8 @@ def test_kubelet_restart_keeps_running_pods_devices(lab: Lab, pods: Pods) -> Non
     poll("the plugin to register again after kubelet's restart", reregistered, 120)
     lab.wait_allocatable(node, N, N, deadline_s=60)
     assert pods.get("test-gpu-3").status.phase == "Running"
-    assert checkpoint.allocations(lab, node)[(pod.metadata.uid, "main", GPU)] == before
-    assert sorted(pods.env("test-gpu-3")["NVIDIA_VISIBLE_DEVICES"].split(",")) == before
+    assert checkpoint.allocations(lab, node)[(pod.metadata.uid, "main", pods.resource)] == before
+    assert sorted(pods.devices("test-gpu-3")) == before
 
 
 def test_plugin_gone_allocatable_zero_then_restored(lab: Lab) -> None:

@@ -63,7 +63,7 @@ def test_pods_land_on_the_gpu_product_they_select(
     hpods.create(pod(name, [container("main", image, 1)], selector={
         "gpulab.dev/gpu-product": product}))  # fmt: skip
     assert hpods.wait_running(name).spec.node_name == node
-    visible = hpods.env(name)["NVIDIA_VISIBLE_DEVICES"].split(",")
+    visible = hpods.devices(name)
     assert set(visible) <= {g.uuid for g in hetero.fake_gpus(node).node().gpus}
 
 
@@ -75,8 +75,8 @@ def test_sidecar_and_main_get_different_devices_and_init_runs_first(
     both = [container("main", image, 2), container("sidecar", image, 1)]
     hpods.create(pod("multi", both, init=[init], selector={"kubernetes.io/hostname": NODE_A}))
     p = hpods.wait_running("multi")
-    main = set(hpods.env("multi", "main")["NVIDIA_VISIBLE_DEVICES"].split(","))
-    side = set(hpods.env("multi", "sidecar")["NVIDIA_VISIBLE_DEVICES"].split(","))
+    main = set(hpods.devices("multi", "main"))
+    side = set(hpods.devices("multi", "sidecar"))
     assert len(main) == 2 and len(side) == 1 and not main & side
     assert p.status.init_container_statuses[0].state.terminated.exit_code == 0
 
@@ -85,10 +85,9 @@ def test_deleting_a_pod_frees_its_devices_for_the_next(hetero: Lab, hpods: Pods)
     image = hetero.images["workload"]
     t4 = {"gpulab.dev/gpu-product": "Tesla-T4"}
     hpods.create(pod("first", [container("main", image, 2)], selector=t4))
-    first = set(hpods.env(hpods.wait_running("first").metadata.name)["NVIDIA_VISIBLE_DEVICES"]
-                .split(","))  # fmt: skip
+    first = set(hpods.devices(hpods.wait_running("first").metadata.name))  # fmt: skip
     hpods.create(pod("second", [container("main", image, 2)], selector=t4))
-    hpods.wait_failed_scheduling("second", f"Insufficient {GPU}")
+    hpods.wait_failed_scheduling("second", f"Insufficient {hpods.resource}")
     hpods.delete("first")
     hpods.wait_running("second", deadline_s=120)
-    assert set(hpods.env("second")["NVIDIA_VISIBLE_DEVICES"].split(",")) == first
+    assert set(hpods.devices("second")) == first

@@ -17,7 +17,6 @@ from e2e import checkpoint
 from e2e.pods import Pods
 
 A, B = "seed-worker", "seed-worker2"
-GPU = "nvidia.com/gpu"
 
 
 @pytest.fixture
@@ -45,26 +44,26 @@ def test_gpu8_runs_gpu3_pends_then_runs_when_the_plugin_starts_on_b(
     pods.create("test-gpu-8")
     pod8 = pods.wait_running("test-gpu-8")
     assert pod8.spec.node_name == A
-    visible = pods.env("test-gpu-8")["NVIDIA_VISIBLE_DEVICES"].split(",")
+    visible = pods.devices("test-gpu-8")
     assert len(visible) == len(set(visible)) == 8
     assert set(visible) <= uuids_of(lab, A)
 
     pods.create("test-gpu-3")
-    message = pods.wait_failed_scheduling("test-gpu-3", f"Insufficient {GPU}")
+    message = pods.wait_failed_scheduling("test-gpu-3", f"Insufficient {pods.resource}")
     assert message.startswith("0/3 nodes are available")
     assert pods.get("test-gpu-3").status.phase == "Pending"
 
     lab.set_plugin_on(B, True)
     pod3 = pods.wait_running("test-gpu-3", deadline_s=120)
     assert pod3.spec.node_name == B
-    visible3 = pods.env("test-gpu-3")["NVIDIA_VISIBLE_DEVICES"].split(",")
+    visible3 = pods.devices("test-gpu-3")
     assert len(set(visible3)) == 3 and set(visible3) <= uuids_of(lab, B)
 
     # kubelet's checkpoint on each node lists exactly the allocated IDs per container.
     got_a = checkpoint.allocations(lab, A)
-    assert got_a[(pod8.metadata.uid, "main", GPU)] == sorted(visible)
+    assert got_a[(pod8.metadata.uid, "main", pods.resource)] == sorted(visible)
     got_b = checkpoint.allocations(lab, B)
-    assert got_b[(pod3.metadata.uid, "main", GPU)] == sorted(visible3)
+    assert got_b[(pod3.metadata.uid, "main", pods.resource)] == sorted(visible3)
 
 
 @pytest.mark.needs("extra_resources")  # a second resource from the same plugin
@@ -72,10 +71,10 @@ def test_gpu2_rdma10_gets_both_env_entries_and_checkpoint_entries(lab: Lab, pods
     pods.create("test-gpu2-rdma10")
     pod = pods.wait_running("test-gpu2-rdma10")
     env = pods.env("test-gpu2-rdma10")
-    gpus = env["NVIDIA_VISIBLE_DEVICES"].split(",")
+    gpus = env[pods.device_env].split(",")
     rdma = env["EXAMPLE_COM_RDMA"].split(",")
     assert len(set(gpus)) == 2 and set(gpus) <= uuids_of(lab, pod.spec.node_name)
     assert sorted(rdma) == sorted(f"rdma-{i}" for i in range(10))
     got = checkpoint.allocations(lab, pod.spec.node_name)
-    assert got[(pod.metadata.uid, "main", GPU)] == sorted(gpus)
+    assert got[(pod.metadata.uid, "main", pods.resource)] == sorted(gpus)
     assert got[(pod.metadata.uid, "main", "example.com/rdma")] == sorted(rdma)

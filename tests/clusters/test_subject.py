@@ -145,3 +145,17 @@ def test_the_summary_table_keys_subject_names_with_dashes_and_dots() -> None:
         "e2e/test_hetero.py::test_p[nvidia-v0.19.3-Tesla-T4-hetero-worker3]", names
     ) == ("test_p [Tesla-T4-hetero-worker3]", "nvidia-v0.19.3")
     assert summary_key("e2e/test_seed.py::test_x[other]", names) is None
+
+
+def test_prepare_goes_with_build_only(tmp_path: Path) -> None:
+    path = write(tmp_path, {**MINE, "image": {"ref": "a", "prepare": "p.sh"}})
+    with pytest.raises(SubjectError, match="image: prepare: only with build"):
+        subject.load(path)
+
+
+def test_the_example_plugin_is_a_subject_of_its_own() -> None:
+    (tiny,) = subject.examples()
+    assert tiny.name == "tiny-gpu-plugin"
+    assert tiny.spec.resource == "example.com/gpu"
+    assert tiny.spec.device_ids.env == "TINY_GPU_UUIDS"
+    assert tiny.spec.image.build == "." and tiny.path(tiny.spec.image.prepare or "").is_file()

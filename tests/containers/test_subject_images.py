@@ -1,6 +1,6 @@
-"""The container tier: each shipped subject's image, run as its DaemonSet would run it
-(entrypoint, env, hostPath mounts), against the kubelet stand-in over a fakenvml node.
-It catches an image that is broken before any cluster starts."""
+"""The container tier: each subject's image (shipped ones and examples/), run as its
+DaemonSet would run it (entrypoint, env, hostPath mounts), against the kubelet stand-in
+over a fakenvml node. It catches an image that is broken before any cluster starts."""
 
 from __future__ import annotations
 
@@ -19,17 +19,19 @@ from plugin.standin import Kubelet
 from plugin.standin.container import ContainerTierError, SubjectContainer
 from plugin.standin.kubelet import StandinError
 
-SHIPPED = subjects.shipped()
+# The shipped subjects and the examples (plugins gpulab did not write).
+SUBJECTS = subjects.shipped() + subjects.examples()
 
 
 def image_of(s: Subject) -> str:
     try:
-        return infra.subject_image(s, infra.require([s.spec.image.infra or "gpulab"]))
+        wanted = [s.spec.image.infra] if s.spec.image.infra else []
+        return infra.subject_image(s, infra.require(wanted))
     except infra.InfraMissing as e:
         pytest.fail(str(e), pytrace=False)
 
 
-@pytest.mark.parametrize("subject", SHIPPED, ids=lambda s: s.name)
+@pytest.mark.parametrize("subject", SUBJECTS, ids=lambda s: s.name)
 def test_the_image_serves_the_nodes_gpus_and_marks_a_faulted_one(
     subject: Subject, kubelet: Kubelet, fake_node: Callable[..., NodeDir]
 ) -> None:
