@@ -25,6 +25,7 @@ from clusters.subject import Subject, SubjectError
 from clusters.subject import load as load_subject
 from clusters.subject import names as subject_names
 from e2e.pods import Pods
+from e2e.verdict import Cell, Verdict, table
 from fakenvml.node import NodeDir
 
 NAMESPACE = "gpulab-e2e"
@@ -102,9 +103,10 @@ def summary_key(nodeid: str, names: list[str]) -> tuple[str, str] | None:
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
-    """A table a person reads at a glance: scenario x subject -> result and seconds."""
+    """A table a person reads at a glance: scenario x subject -> result and seconds, and
+    under it what each subject was expected to do and what it did."""
     names = [s.name for s in subjects(terminalreporter.config)]
-    rows: dict[str, dict[str, str]] = {}
+    rows: dict[str, dict[str, Cell]] = {}
     for outcome in ("passed", "failed", "error"):
         for rep in terminalreporter.stats.get(outcome, []):
             if rep.when != "call" and outcome != "error":
@@ -112,18 +114,28 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
             key = summary_key(rep.nodeid, names)
             if key is None:
                 continue
-            mark = "PASS" if outcome == "passed" else "FAIL"
-            rows.setdefault(key[0], {})[key[1]] = f"{mark} {rep.duration:5.1f}s"
+            failure = "" if outcome == "passed" else str(getattr(rep, "longreprtext", ""))
+            rows.setdefault(key[0], {})[key[1]] = Cell.of(
+                outcome == "passed", rep.duration, rep.user_properties, _crash(rep) or failure
+            )
     if not rows:
         return
-    tr = terminalreporter
-    tr.section("gpulab e2e: scenario x subject")
-    width = max(len(r) for r in rows)
-    col = max(12, *(len(n) for n in names))
-    tr.write_line(f"{'scenario':<{width}}  " + "  ".join(f"{n:<{col}}" for n in names))
-    for name, results in rows.items():
-        cells = "  ".join(f"{results.get(n, '-'):<{col}}" for n in names)
-        tr.write_line(f"{name:<{width}}  {cells}")
+    terminalreporter.section("gpulab e2e: scenario x subject (expected / seen)")
+    for line in table(rows, names, max(terminalreporter._tw.fullwidth, 100)):
+        terminalreporter.write_line(line)
+
+
+def _crash(rep: pytest.TestReport) -> str:
+    """The failing assertion's message (pytest's reprcrash), when there is one."""
+    crash = getattr(getattr(rep, "longrepr", None), "reprcrash", None)
+    return str(getattr(crash, "message", "") or "")
+
+
+@pytest.fixture
+def verdict(record_property: Callable[[str, object], None]) -> Verdict:
+    """verdict.expect(text) / verdict.saw(text): the scenario's cell in the summary table
+    (and properties in the JUnit XML)."""
+    return Verdict(record_property)
 
 
 def bring_up(lab: Lab) -> Lab:

@@ -103,11 +103,22 @@ class Pods:
             self.ns, field_selector=f"involvedObject.name={name},involvedObject.kind=Pod"
         ).items
 
-    def env(self, name: str, container: str | None = None) -> dict[str, str]:
-        """The container's environment, read by exec'ing `env` in it."""
-        out = stream(self.core.connect_get_namespaced_pod_exec, name, self.ns,
-                     container=container, command=["env"], stderr=True, stdin=False,
-                     stdout=True, tty=False)  # fmt: skip
+    def env(
+        self, name: str, container: str | None = None, deadline_s: float = 30
+    ) -> dict[str, str]:
+        """The container's environment, read by exec'ing `env` in it. Every environment has
+        PATH: output without it is the kubelet's error (e.g. just restarted): retried."""
+
+        def read() -> tuple[bool, str]:
+            try:
+                out = stream(self.core.connect_get_namespaced_pod_exec, name, self.ns,
+                             container=container, command=["env"], stderr=True, stdin=False,
+                             stdout=True, tty=False)  # fmt: skip
+            except ApiException as e:
+                return False, f"exec refused ({e.status} {e.reason})"
+            return "PATH=" in out, out
+
+        out = self._wait(f"`env` in pod {name}", read, deadline_s)
         return dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
 
     def devices(self, name: str, container: str | None = None) -> list[str]:

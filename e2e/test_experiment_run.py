@@ -18,6 +18,7 @@ from clusters.subject import load as load_subject
 from e2e import experiments, report
 from e2e.recording import layer_stats, traces
 from e2e.runner import Runner
+from e2e.verdict import Verdict
 
 REPO = Path(__file__).resolve().parents[1]
 REPORTS = Path(os.environ.get("GPULAB_REPORTS", REPO / "out" / "experiments"))
@@ -28,9 +29,8 @@ def hetero(labs: Callable[..., Lab]) -> Lab:
     return labs("hetero", load_subject("gpulab"))
 
 
-def test_xid_storm_marks_the_gpu_once_and_reports_it(
-    hetero: Lab, record_property: Callable[[str, object], None]
-) -> None:
+def test_xid_storm_marks_the_gpu_once_and_reports_it(hetero: Lab, verdict: Verdict) -> None:
+    verdict.expect("every expectation holds; 300 Xids seen")
     exp = experiments.load("xid-storm")
     experiments.check_lab(exp)
     rec = Runner(exp, hetero).run()
@@ -39,11 +39,14 @@ def test_xid_storm_marks_the_gpu_once_and_reports_it(
 
     for name, st in layer_stats(traces(rec)).items():
         if st is not None:
-            record_property(f"{name} median (ms)", round(st[2], 1))
+            verdict.property(f"{name} median (ms)", round(st[2], 1))
+    passed = sum(o.passed for o in outcomes)
+    seen = sum(x.event == "xid" for x in rec.log)
+    verdict.saw(f"{passed}/{len(outcomes)} expectations; {seen} Xids seen")
     failed = [f"{o.text} (observed: {o.observed})" for o in outcomes if not o.passed]
     assert not failed, f"expectations failed, see {out / 'report.md'}: " + "; ".join(failed)
     assert (out / "report.md").read_text().startswith("# xid-storm · gpulab plugin · ✅ PASS")
     assert (out / "timeline.png").stat().st_size > 20_000
     # 300 Xids were injected and the plugin saw every one of them.
     assert sum(f.kind == "xid" for f in rec.faults) == 300
-    assert sum(x.event == "xid" for x in rec.log) == 300
+    assert seen == 300

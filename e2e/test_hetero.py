@@ -12,6 +12,7 @@ from clusters.lab import Lab
 from clusters.subject import Subject
 from e2e.fixtures import namespaced_pods
 from e2e.pods import Pods
+from e2e.verdict import Verdict
 
 GPU = "nvidia.com/gpu"
 NODE_A = "hetero-worker"
@@ -44,10 +45,12 @@ def pod(name: str, containers: list[dict], init: list[dict] | None = None,
     return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": spec}
 
 
-def test_each_node_reports_its_own_capacity(hetero: Lab) -> None:
-    for node, count in NODES.items():
-        assert hetero.capacity(node) == (count, count), node
-    assert hetero.capacity("hetero-control-plane") == (0, 0)
+def test_each_node_reports_its_own_capacity(hetero: Lab, verdict: Verdict) -> None:
+    verdict.expect(", ".join(f"{c}/{c}" for c in NODES.values()) + ", control plane 0")
+    seen = {node: hetero.capacity(node) for node in [*NODES, "hetero-control-plane"]}
+    verdict.saw(", ".join(f"{a}/{c}" for c, a in list(seen.values())[:-1])
+                + f", control plane {seen['hetero-control-plane'][0]}")  # fmt: skip
+    assert seen == {**{n: (c, c) for n, c in NODES.items()}, "hetero-control-plane": (0, 0)}
 
 
 @pytest.mark.parametrize(
@@ -56,20 +59,24 @@ def test_each_node_reports_its_own_capacity(hetero: Lab) -> None:
      ("Tesla-T4", "hetero-worker3")],
 )  # fmt: skip
 def test_pods_land_on_the_gpu_product_they_select(
-    hetero: Lab, hpods: Pods, product: str, node: str
+    hetero: Lab, hpods: Pods, product: str, node: str, verdict: Verdict
 ) -> None:
+    verdict.expect(f"on {node}")
     image = hetero.images["workload"]
     name = f"on-{product.lower()}"[:50].replace(".", "-")
     hpods.create(pod(name, [container("main", image, 1)], selector={
         "gpulab.dev/gpu-product": product}))  # fmt: skip
-    assert hpods.wait_running(name).spec.node_name == node
+    landed = hpods.wait_running(name).spec.node_name
+    verdict.saw(f"on {landed}")
+    assert landed == node
     visible = hpods.devices(name)
     assert set(visible) <= {g.uuid for g in hetero.fake_gpus(node).node().gpus}
 
 
 def test_sidecar_and_main_get_different_devices_and_init_runs_first(
-    hetero: Lab, hpods: Pods
+    hetero: Lab, hpods: Pods, verdict: Verdict
 ) -> None:
+    verdict.expect("main 2 + sidecar 1, disjoint; init exit 0")
     image = hetero.images["workload"]
     init = {**container("init", image, 1), "command": ["/bin/sh", "-c", "env"]}
     both = [container("main", image, 2), container("sidecar", image, 1)]
@@ -77,11 +84,17 @@ def test_sidecar_and_main_get_different_devices_and_init_runs_first(
     p = hpods.wait_running("multi")
     main = set(hpods.devices("multi", "main"))
     side = set(hpods.devices("multi", "sidecar"))
+    init_exit = p.status.init_container_statuses[0].state.terminated.exit_code
+    verdict.saw(f"main {len(main)} + sidecar {len(side)}, {len(main & side)} shared; "
+                f"init exit {init_exit}")  # fmt: skip
     assert len(main) == 2 and len(side) == 1 and not main & side
-    assert p.status.init_container_statuses[0].state.terminated.exit_code == 0
+    assert init_exit == 0
 
 
-def test_deleting_a_pod_frees_its_devices_for_the_next(hetero: Lab, hpods: Pods) -> None:
+def test_deleting_a_pod_frees_its_devices_for_the_next(
+    hetero: Lab, hpods: Pods, verdict: Verdict
+) -> None:
+    verdict.expect("second Pending, then gets first's 2 GPUs")
     image = hetero.images["workload"]
     t4 = {"gpulab.dev/gpu-product": "Tesla-T4"}
     hpods.create(pod("first", [container("main", image, 2)], selector=t4))
@@ -90,4 +103,6 @@ def test_deleting_a_pod_frees_its_devices_for_the_next(hetero: Lab, hpods: Pods)
     hpods.wait_failed_scheduling("second", f"Insufficient {hpods.resource}")
     hpods.delete("first")
     hpods.wait_running("second", deadline_s=120)
-    assert set(hpods.devices("second")) == first
+    got = set(hpods.devices("second"))
+    verdict.saw(f"second ran with {'the same' if got == first else 'other'} {len(got)} GPUs")
+    assert got == first

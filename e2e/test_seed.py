@@ -15,6 +15,7 @@ import pytest
 from clusters.lab import Lab
 from e2e import checkpoint
 from e2e.pods import Pods
+from e2e.verdict import Verdict
 
 A, B = "seed-worker", "seed-worker2"
 
@@ -31,14 +32,17 @@ def uuids_of(lab: Lab, node: str) -> set[str]:
     return {g.uuid for g in lab.fake_gpus(node).node().gpus}
 
 
-def test_both_workers_report_capacity_equal_allocatable_10(lab: Lab) -> None:
-    for node in (A, B):
-        assert lab.capacity(node) == (10, 10), node
+def test_both_workers_report_capacity_equal_allocatable_10(lab: Lab, verdict: Verdict) -> None:
+    verdict.expect("10/10 on both workers")
+    seen = {node: lab.capacity(node) for node in (A, B)}
+    verdict.saw(", ".join(f"{a}/{c}" for c, a in seen.values()))
+    assert seen == {A: (10, 10), B: (10, 10)}
 
 
 def test_gpu8_runs_gpu3_pends_then_runs_when_the_plugin_starts_on_b(
-    lab: Lab, pods: Pods, plugin_on_a_only: None
+    lab: Lab, pods: Pods, plugin_on_a_only: None, verdict: Verdict
 ) -> None:
+    verdict.expect("gpu-8 on A (8 UUIDs); gpu-3 Pending, then on B")
     # B's plugin is gone: kubelet drops allocatable to 0 at once (capacity stays 5 min).
     lab.wait_allocatable(B, 0)
     pods.create("test-gpu-8")
@@ -47,16 +51,19 @@ def test_gpu8_runs_gpu3_pends_then_runs_when_the_plugin_starts_on_b(
     visible = pods.devices("test-gpu-8")
     assert len(visible) == len(set(visible)) == 8
     assert set(visible) <= uuids_of(lab, A)
+    verdict.saw(f"gpu-8 on {pod8.spec.node_name} ({len(set(visible))} UUIDs)")
 
     pods.create("test-gpu-3")
     message = pods.wait_failed_scheduling("test-gpu-3", f"Insufficient {pods.resource}")
+    verdict.saw("gpu-3 Pending")
     assert message.startswith("0/3 nodes are available")
     assert pods.get("test-gpu-3").status.phase == "Pending"
 
     lab.set_plugin_on(B, True)
     pod3 = pods.wait_running("test-gpu-3", deadline_s=120)
-    assert pod3.spec.node_name == B
     visible3 = pods.devices("test-gpu-3")
+    verdict.saw(f"then on {pod3.spec.node_name} ({len(set(visible3))} UUIDs)")
+    assert pod3.spec.node_name == B
     assert len(set(visible3)) == 3 and set(visible3) <= uuids_of(lab, B)
 
     # kubelet's checkpoint on each node lists exactly the allocated IDs per container.
@@ -67,12 +74,16 @@ def test_gpu8_runs_gpu3_pends_then_runs_when_the_plugin_starts_on_b(
 
 
 @pytest.mark.needs("extra_resources")  # a second resource from the same plugin
-def test_gpu2_rdma10_gets_both_env_entries_and_checkpoint_entries(lab: Lab, pods: Pods) -> None:
+def test_gpu2_rdma10_gets_both_env_entries_and_checkpoint_entries(
+    lab: Lab, pods: Pods, verdict: Verdict
+) -> None:
+    verdict.expect("2 GPUs + 10 rdma in env and checkpoint")
     pods.create("test-gpu2-rdma10")
     pod = pods.wait_running("test-gpu2-rdma10")
     env = pods.env("test-gpu2-rdma10")
     gpus = env[pods.device_env].split(",")
     rdma = env["EXAMPLE_COM_RDMA"].split(",")
+    verdict.saw(f"{len(set(gpus))} GPUs + {len(set(rdma))} rdma in env")
     assert len(set(gpus)) == 2 and set(gpus) <= uuids_of(lab, pod.spec.node_name)
     assert sorted(rdma) == sorted(f"rdma-{i}" for i in range(10))
     got = checkpoint.allocations(lab, pod.spec.node_name)
