@@ -466,8 +466,10 @@ class Lab:
 
     def wait_capacity(self, deadline_s: float = 300) -> None:
         """Until every GPU node whose plugin starts shows capacity = allocatable = its
-        inventory."""
-        want = {n.name: n.gpu_count for n in self.lab.gpu_nodes if n.spec.plugin.start}
+        inventory (times the subject's time-slicing replicas)."""
+        replicas = self.subject.expects.replicas
+        want = {n.name: n.gpu_count * replicas for n in self.lab.gpu_nodes
+                if n.spec.plugin.start}  # fmt: skip
 
         def check(seen: dict[str, tuple[int, int]]) -> bool:
             return all(seen.get(n) == (c, c) for n, c in want.items())

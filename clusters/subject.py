@@ -13,6 +13,7 @@ or any path a user passes with SUBJECT= / --subjects).
       recovers: true                  # Healthy again after `fakenvml recover`, no restart
       lost_gpu: that-device           # GPU_IS_LOST marks: that-device | every-device
       double_bit_ecc: unhealthy       # unhealthy | ignored (acts on Xid 48 only)
+      replicas: 1                     # time-slicing: each GPU advertised N times
       ...
 
 `versions: NVIDIA_PLUGIN_VERSIONS` (a key of clusters/versions.env) makes one subject per
@@ -31,7 +32,14 @@ from pathlib import Path
 from typing import Annotated, Literal
 
 import yaml
-from pydantic import AfterValidator, BaseModel, ConfigDict, ValidationError, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    model_validator,
+)
 
 from clusters import versions
 
@@ -81,6 +89,19 @@ class Expects(_Strict):
     health_across_kubelet_restarts: bool  # an Unhealthy GPU stays so after re-registering
     healthcheck_env: bool = True  # honours DP_DISABLE_HEALTHCHECKS / DP_ENABLE_HEALTHCHECKS
     extra_resources: bool = False  # serves the lab spec's extra_resources too
+    replicas: int = Field(1, ge=1, le=64)  # time-slicing: each GPU advertised N times
+    # With replicas > 1, what a fault on a GPU takes out: all its replicas (health is per
+    # GPU) or only one (NVIDIA's: it matches the event's UUID to one replica id).
+    xid_marks: Literal["every-replica", "one-replica"] = "every-replica"
+
+    @property
+    def time_sliced(self) -> bool:
+        return self.replicas > 1
+
+    @property
+    def out_per_faulted_gpu(self) -> int:
+        """How many advertised devices one faulted GPU takes out of allocatable."""
+        return self.replicas if self.xid_marks == "every-replica" else 1
 
 
 class SubjectSpec(_Strict):

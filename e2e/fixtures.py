@@ -81,9 +81,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     never skipped: a scenario that a plugin cannot have is not a scenario for it)."""
     keep, drop = [], []
     for item in items:
-        needs = item.get_closest_marker("needs")
+        # Every needs marker counts: the module's (e.g. replicas=1) and the test's own.
+        needs = tuple(a for m in item.iter_markers("needs") for a in m.args)
         s = getattr(getattr(item, "callspec", None), "params", {}).get("subject")
-        (drop if needs and s is not None and not s.needs_met(needs.args) else keep).append(item)
+        (drop if s is not None and not s.needs_met(needs) else keep).append(item)
     if drop:
         config.hook.pytest_deselected(items=drop)
         items[:] = keep

@@ -44,6 +44,20 @@ class Pods:
         self.core, self.ns, self.image = core, namespace, image
         self.resource, self.device_env = resource, device_env
 
+    def gpu_pod(self, name: str, gpus: int, node: str | None = None) -> dict:
+        """A workload pod asking for `gpus` (scheduled by the scheduler, onto `node` if
+        given): the subject's resource once `create` sends it."""
+        spec: dict = {
+            "restartPolicy": "Never", "terminationGracePeriodSeconds": 0,
+            "containers": [{
+                "name": "main", "image": self.image, "imagePullPolicy": "Never",
+                "resources": {"limits": {GPU: str(gpus)}, "requests": {GPU: str(gpus)}},
+            }],
+        }  # fmt: skip
+        if node:
+            spec["nodeSelector"] = {"kubernetes.io/hostname": node}
+        return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": spec}
+
     # -- lifecycle
 
     def create(self, spec: str | dict, **meta: object) -> str:

@@ -15,67 +15,25 @@ import pytest
 from kubernetes.client.exceptions import ApiException
 
 from clusters.lab import Lab
-from clusters.steps import StepError, poll
+from clusters.steps import poll
 from clusters.subject import Subject
 from e2e import checkpoint
 from e2e.pods import Pods
-from e2e.runner import parse_log
+from e2e.timing import fault_seen
 from e2e.verdict import Verdict
+from fakenvml.journal import Record
 from fakenvml.node import NodeDir
 
 NODE = "seed-worker"
 N = 10
-GPU = "nvidia.com/gpu"
+# Whole GPUs: the numbers below count GPUs (time-sliced subjects: test_sharing.py).
+pytestmark = pytest.mark.needs("replicas=1")
 IGNORED = (13, 31, 43, 45, 68, 109)
 
 
-def plugin_update_ns(lab: Lab, node: str, after_ns: int) -> int | None:
-    """When the plugin on `node` logged its first ListAndWatch update after `after_ns`
-    (containerd's log timestamps; both plugins log one line per update)."""
-    text = lab.plugin_log(node, timestamps=True)
-    if text is None:
-        return None
-    times = [int(line.t * 1e9) for line in parse_log(text, node, 0) if line.event == "update"]
-    return min((t for t in times if t >= after_ns), default=None)
-
-
-def timed(verdict: Verdict, lab: Lab, rec: object, allocatable: int,
+def timed(verdict: Verdict, lab: Lab, rec: Record, allocatable: int,
           capacity: int = N) -> float:  # fmt: skip
-    """Wait for the API to show the fault; record, by the fault's sequence number, when it
-    was injected, when the plugin's ListAndWatch update logged it, and when the API's node
-    allocatable showed it (that last one is also what the scenario saw)."""
-    try:
-        api_ns = lab.wait_allocatable(NODE, allocatable, capacity, deadline_s=60)
-    except StepError:
-        cap, alloc = lab.capacity(NODE)
-        verdict.saw(f"allocatable {alloc}/{cap} after 60 s")
-        raise
-    injected_ns = rec.realtime_ns  # type: ignore[attr-defined]
-    seq = rec.seq  # type: ignore[attr-defined]
-    update_ns = plugin_update_ns(lab, NODE, injected_ns)
-    if update_ns is not None:
-        verdict.property(f"seq {seq}: injected -> plugin update (ms)",
-                         round((update_ns - injected_ns) / 1e6, 1))  # fmt: skip
-    latency = (api_ns - injected_ns) / 1e9
-    verdict.property(f"seq {seq}: injected -> API allocatable {allocatable} (s)",
-                     round(latency, 3))  # fmt: skip
-    verdict.saw(f"{allocatable}/{capacity} in {latency:.1f}s")
-    return latency
-
-
-def gpu_pod(lab: Lab, name: str, gpus: int, selector: str) -> dict:
-    """A workload pod asking for `gpus`, scheduled (by the scheduler) onto `selector`."""
-    return {
-        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
-        "spec": {
-            "nodeSelector": {"kubernetes.io/hostname": selector},
-            "restartPolicy": "Never", "terminationGracePeriodSeconds": 0,
-            "containers": [{
-                "name": "main", "image": lab.images["workload"], "imagePullPolicy": "Never",
-                "resources": {"limits": {GPU: str(gpus)}, "requests": {GPU: str(gpus)}},
-            }],
-        },
-    }  # fmt: skip
+    return fault_seen(verdict, lab, NODE, rec, allocatable, capacity)
 
 
 def kubelet_registrations(lab: Lab, node: str, resource: str) -> tuple[float, int]:
@@ -97,14 +55,14 @@ def test_xid_79_lowers_allocatable_not_capacity_and_spares_running_pods(
     lab: Lab, pods: Pods, fake_gpus: Callable[[str], NodeDir], verdict: Verdict
 ) -> None:
     verdict.expect(f"{N - 1}/{N}; bystander keeps its devices")
-    pods.create(gpu_pod(lab, "bystander", 2, selector=NODE))
+    pods.create(pods.gpu_pod("bystander", 2, NODE))
     pods.wait_running("bystander")
     before = pods.devices("bystander")
     victim = next(g.index for g in fake_gpus(NODE).node().gpus if g.uuid not in before)
     rec = fake_gpus(NODE).inject_xid(victim, 79)
     timed(verdict, lab, rec, N - 1)
     # A pod asking for all N cannot fit any more; the one using other GPUs keeps running.
-    pods.create(gpu_pod(lab, "want-all", N, selector=NODE))
+    pods.create(pods.gpu_pod("want-all", N, NODE))
     pods.wait_failed_scheduling("want-all", f"Insufficient {pods.resource}")
     bystander = pods.get("bystander").status.phase
     kept = pods.devices("bystander") == before

@@ -45,12 +45,15 @@ def pod(name: str, containers: list[dict], init: list[dict] | None = None,
     return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": spec}
 
 
-def test_each_node_reports_its_own_capacity(hetero: Lab, verdict: Verdict) -> None:
-    verdict.expect(", ".join(f"{c}/{c}" for c in NODES.values()) + ", control plane 0")
+def test_each_node_reports_its_own_capacity(
+    subject: Subject, hetero: Lab, verdict: Verdict
+) -> None:
+    want = {n: c * subject.expects.replicas for n, c in NODES.items()}
+    verdict.expect(", ".join(f"{c}/{c}" for c in want.values()) + ", control plane 0")
     seen = {node: hetero.capacity(node) for node in [*NODES, "hetero-control-plane"]}
     verdict.saw(", ".join(f"{a}/{c}" for c, a in list(seen.values())[:-1])
                 + f", control plane {seen['hetero-control-plane'][0]}")  # fmt: skip
-    assert seen == {**{n: (c, c) for n, c in NODES.items()}, "hetero-control-plane": (0, 0)}
+    assert seen == {**{n: (c, c) for n, c in want.items()}, "hetero-control-plane": (0, 0)}
 
 
 @pytest.mark.parametrize(
@@ -73,6 +76,7 @@ def test_pods_land_on_the_gpu_product_they_select(
     assert set(visible) <= {g.uuid for g in hetero.fake_gpus(node).node().gpus}
 
 
+@pytest.mark.needs("replicas=1")  # counts whole GPUs
 def test_sidecar_and_main_get_different_devices_and_init_runs_first(
     hetero: Lab, hpods: Pods, verdict: Verdict
 ) -> None:
@@ -91,6 +95,7 @@ def test_sidecar_and_main_get_different_devices_and_init_runs_first(
     assert init_exit == 0
 
 
+@pytest.mark.needs("replicas=1")  # counts whole GPUs
 def test_deleting_a_pod_frees_its_devices_for_the_next(
     hetero: Lab, hpods: Pods, verdict: Verdict
 ) -> None:

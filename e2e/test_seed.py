@@ -13,6 +13,7 @@ from collections.abc import Iterator
 import pytest
 
 from clusters.lab import Lab
+from clusters.subject import Subject
 from e2e import checkpoint
 from e2e.pods import Pods
 from e2e.verdict import Verdict
@@ -32,13 +33,17 @@ def uuids_of(lab: Lab, node: str) -> set[str]:
     return {g.uuid for g in lab.fake_gpus(node).node().gpus}
 
 
-def test_both_workers_report_capacity_equal_allocatable_10(lab: Lab, verdict: Verdict) -> None:
-    verdict.expect("10/10 on both workers")
+def test_both_workers_report_capacity_equal_allocatable_10(
+    subject: Subject, lab: Lab, verdict: Verdict
+) -> None:
+    n = 10 * subject.expects.replicas  # time-slicing advertises each GPU `replicas` times
+    verdict.expect(f"{n}/{n} on both workers")
     seen = {node: lab.capacity(node) for node in (A, B)}
     verdict.saw(", ".join(f"{a}/{c}" for c, a in seen.values()))
-    assert seen == {A: (10, 10), B: (10, 10)}
+    assert seen == {A: (n, n), B: (n, n)}
 
 
+@pytest.mark.needs("replicas=1")  # the seeds' scenario counts whole GPUs
 def test_gpu8_runs_gpu3_pends_then_runs_when_the_plugin_starts_on_b(
     lab: Lab, pods: Pods, plugin_on_a_only: None, verdict: Verdict
 ) -> None:

@@ -78,6 +78,19 @@ class SubjectContainer:
         return {DEVICE_PLUGINS: self.kubelet_dir, DRIVER: self._driver_root(),
                 STATE: self.state_dir}  # fmt: skip
 
+    def _volume_dir(self, name: str, volume: dict) -> Path:
+        """An emptyDir, or a ConfigMap: its data as files when the subject's manifest has
+        it (e.g. a time-slicing config), else an empty directory, as kubelet mounts for an
+        optional ConfigMap that does not exist (the lab's per-node configs)."""
+        path = self._tmp / "volumes" / name
+        path.mkdir(parents=True, exist_ok=True)
+        wanted = volume.get("configMap", {}).get("name")
+        for doc in self.subject.manifest:
+            if doc.get("kind") == "ConfigMap" and doc["metadata"]["name"] == wanted:
+                for key, text in (doc.get("data") or {}).items():
+                    (path / key).write_text(text)
+        return path
+
     def build(self) -> DockerContainer:
         """The DaemonSet's main container as a testcontainers container (not started)."""
         pod = self.subject.daemonset["spec"]["template"]["spec"]
@@ -88,11 +101,8 @@ class SubjectContainer:
         for m in main.get("volumeMounts", []):
             vol = volumes.get(m["name"], {})
             if "hostPath" not in vol:
-                # An emptyDir, or a ConfigMap the node tier has none of: an empty directory,
-                # as kubelet mounts for an optional ConfigMap that does not exist.
-                empty = self._tmp / "volumes" / m["name"]
-                empty.mkdir(parents=True, exist_ok=True)
-                c.with_volume_mapping(str(empty), m["mountPath"], "rw")
+                c.with_volume_mapping(str(self._volume_dir(m["name"], vol)), m["mountPath"],
+                                      "ro" if m.get("readOnly") else "rw")  # fmt: skip
                 continue
             path = vol["hostPath"]["path"]
             if path not in host_paths:

@@ -53,7 +53,14 @@ def test_shipped_subjects_are_gpulab_and_each_pinned_nvidia_release(
 ) -> None:
     monkeypatch.setenv("GPULAB_NVIDIA_PLUGIN_VERSIONS", "v0.19.3,v0.17.4")
     found = {s.name: s for s in subject.shipped()}
-    assert sorted(found) == ["gpulab", "nvidia-v0.17.4", "nvidia-v0.19.3"]
+    assert sorted(found) == [
+        "gpulab",
+        "gpulab-timeslicing",
+        "nvidia-timeslicing-v0.17.4",
+        "nvidia-timeslicing-v0.19.3",
+        "nvidia-v0.17.4",
+        "nvidia-v0.19.3",
+    ]
     old = found["nvidia-v0.17.4"]
     assert old.version == "v0.17.4" and old.spec.image.infra == "nvidia-v0.17.4"
     assert "v0.17.4" in old.spec.description
@@ -61,11 +68,19 @@ def test_shipped_subjects_are_gpulab_and_each_pinned_nvidia_release(
     assert found["gpulab"].expects.recovers and found["gpulab"].expects.extra_resources
     # The bare name is the newest pinned release.
     assert subject.load("nvidia").name == "nvidia-v0.19.3"
+    # Time-slicing configs: 4 replicas each; a fault takes out all 4 (ours) or one (NVIDIA's).
+    ts = found["nvidia-timeslicing-v0.19.3"]
+    assert ts.expects.time_sliced and ts.expects.out_per_faulted_gpu == 1
+    assert found["gpulab-timeslicing"].expects.out_per_faulted_gpu == 4
+    assert not found["gpulab"].expects.time_sliced
+    config = next(d for d in ts.manifest if d["kind"] == "ConfigMap")["data"]["config.yaml"]
+    assert yaml.safe_load(config)["sharing"]["timeSlicing"]["resources"][0]["replicas"] == 4
 
 
 def test_the_pinned_versions_can_be_overridden(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("GPULAB_NVIDIA_PLUGIN_VERSIONS", "v0.20.0")
-    assert [s.name for s in subject.shipped()] == ["gpulab", "nvidia-v0.20.0"]
+    names = [s.name for s in subject.shipped()]
+    assert names == ["gpulab-timeslicing", "gpulab", "nvidia-timeslicing-v0.20.0", "nvidia-v0.20.0"]
 
 
 def test_a_users_subject_file_with_its_own_daemonset(tmp_path: Path) -> None:
@@ -124,7 +139,9 @@ def test_malformed_and_missing_subject_files(tmp_path: Path) -> None:
         subject.load(bad)
     with pytest.raises(SubjectError, match="no subject file"):
         subject.load(tmp_path / "absent.yaml")
-    with pytest.raises(SubjectError, match=r"no subject 'nope' \(shipped: gpulab, nvidia"):
+    with pytest.raises(
+        SubjectError, match=r"no subject 'nope' \(shipped: gpulab, gpulab-timeslicing, nvidia"
+    ):
         subject.load("nope")
 
 

@@ -31,6 +31,11 @@ def image_of(s: Subject) -> str:
         pytest.fail(str(e), pytrace=False)
 
 
+def faulted(kubelet: Kubelet, resource: str) -> frozenset[str]:
+    res = kubelet.resources.get(resource)
+    return res.unhealthy if res else frozenset()
+
+
 @pytest.mark.parametrize("subject", SUBJECTS, ids=lambda s: s.name)
 def test_the_image_serves_the_nodes_gpus_and_marks_a_faulted_one(
     subject: Subject, kubelet: Kubelet, fake_node: Callable[..., NodeDir]
@@ -38,23 +43,29 @@ def test_the_image_serves_the_nodes_gpus_and_marks_a_faulted_one(
     node = fake_node()
     uuids = [g.uuid for g in node.node().gpus]
     resource = subject.spec.resource
+    expects = subject.expects
     with SubjectContainer(subject, image_of(subject), kubelet.dir, node.path):
-        res = kubelet.wait_devices(resource, 8, timeout=30)
+        res = kubelet.wait_devices(resource, 8 * expects.replicas, timeout=30)
         assert res.endpoint == subject.spec.socket
         got = kubelet.admit(resource, 2)
         ids = got.response.envs[subject.spec.device_ids.env].split(",")
-        assert sorted(ids) == sorted(got.devices)
+        # Time-sliced ids are <uuid>::<k>; the env names the GPUs behind them.
+        assert sorted(ids) == sorted({d.split("::")[0] for d in got.devices})
         # The health loop may not wait on NVML events yet (a fault before that is missed,
         # as on hardware): inject again until the plugin reports it.
         deadline = time.monotonic() + 30
         while True:
             node.inject_xid(3, 79)
             try:
-                kubelet.wait_health(resource, [uuids[3]], timeout=2)
+                unhealthy = kubelet.wait_for(lambda: faulted(kubelet, resource),
+                                             f"{resource} to report a faulted device",
+                                             lambda: "none unhealthy", timeout=2)  # fmt: skip
                 break
             except StandinError:
                 if time.monotonic() > deadline:
                     raise
+        assert {d.split("::")[0] for d in unhealthy} == {uuids[3]}
+        assert len(unhealthy) == expects.out_per_faulted_gpu
 
 
 def test_an_image_that_exits_fails_at_once_with_its_log(

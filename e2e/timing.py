@@ -1,0 +1,45 @@
+"""Fault timings the cluster-tier suites record: injected -> the plugin's ListAndWatch
+update (its log) -> the API server's node allocatable (a watch), by journal sequence number.
+"""
+
+from __future__ import annotations
+
+from clusters.lab import Lab
+from clusters.steps import StepError
+from e2e.runner import parse_log
+from e2e.verdict import Verdict
+from fakenvml.journal import Record
+
+
+def plugin_update_ns(lab: Lab, node: str, after_ns: int) -> int | None:
+    """When the plugin on `node` logged its first ListAndWatch update after `after_ns`
+    (containerd's log timestamps; both plugins log one line per update)."""
+    text = lab.plugin_log(node, timestamps=True)
+    if text is None:
+        return None
+    times = [int(line.t * 1e9) for line in parse_log(text, node, 0) if line.event == "update"]
+    return min((t for t in times if t >= after_ns), default=None)
+
+
+def fault_seen(verdict: Verdict, lab: Lab, node: str, rec: Record, allocatable: int,
+               capacity: int) -> float:  # fmt: skip
+    """Wait for the API to show the fault; record, by the fault's sequence number, when it
+    was injected, when the plugin's ListAndWatch update logged it, and when the API's node
+    allocatable showed it (that last one is also what the scenario saw)."""
+    try:
+        api_ns = lab.wait_allocatable(node, allocatable, capacity, deadline_s=60)
+    except StepError:
+        cap, alloc = lab.capacity(node)
+        verdict.saw(f"allocatable {alloc}/{cap} after 60 s")
+        raise
+    injected_ns = rec.realtime_ns
+    seq = rec.seq
+    update_ns = plugin_update_ns(lab, node, injected_ns)
+    if update_ns is not None:
+        verdict.property(f"seq {seq}: injected -> plugin update (ms)",
+                         round((update_ns - injected_ns) / 1e6, 1))  # fmt: skip
+    latency = (api_ns - injected_ns) / 1e9
+    verdict.property(f"seq {seq}: injected -> API allocatable {allocatable} (s)",
+                     round(latency, 3))  # fmt: skip
+    verdict.saw(f"{allocatable}/{capacity} in {latency:.1f}s")
+    return latency
