@@ -57,10 +57,11 @@ bench: install
 	@$(PY) -m bench.run --out $(BUILD)/bench.json
 
 LAB ?= seed
-# The plugins under test: shipped subject names (gpulab, nvidia, nvidia-v0.17.4) or subject
+# The plugins under test: shipped subject names (gpulab, nvidia, nvidia-v0.17.4, the
+# time-slicing configs gpulab-timeslicing, nvidia-timeslicing) or subject
 # files (clusters/subject.py), comma-separated. `make infra` builds their images where a
 # subject says `image: {build: DIR}`; `make cluster` deploys the first.
-SUBJECT ?= gpulab,nvidia
+SUBJECT ?= gpulab,nvidia,gpulab-timeslicing,nvidia-timeslicing
 export GPULAB_SUBJECTS := $(SUBJECT)
 comma := ,
 

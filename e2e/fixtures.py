@@ -200,8 +200,7 @@ def lab(labs: Callable[..., Lab], subject: Subject, request: pytest.FixtureReque
 def namespaced_pods(lab: Lab) -> Iterator[Pods]:
     """Pod helpers in the suites' own namespace on `lab`, emptied afterwards."""
     lab.ensure_namespace(NAMESPACE)
-    s = lab.subject.spec
-    p = Pods(lab.core, NAMESPACE, lab.images["workload"], s.resource, s.device_ids.env)
+    p = Pods.of(lab, NAMESPACE)
     yield p
     p.delete_all()
 

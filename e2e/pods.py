@@ -10,11 +10,15 @@ import copy
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import yaml
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from kubernetes.stream import stream
+
+if TYPE_CHECKING:
+    from clusters.lab import Lab
 
 SPECS = Path(__file__).resolve().parent / "specs"
 
@@ -57,6 +61,12 @@ class Pods:
         if node:
             spec["nodeSelector"] = {"kubernetes.io/hostname": node}
         return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": spec}
+
+    @classmethod
+    def of(cls, lab: Lab, namespace: str) -> Pods:
+        """Pods in `namespace` of `lab`, asking for and reading what its subject serves."""
+        s = lab.subject.spec
+        return cls(lab.core, namespace, lab.images["workload"], s.resource, s.device_ids.env)
 
     # -- lifecycle
 

@@ -27,7 +27,7 @@ from clusters.lab import RESOURCE, Lab
 from clusters.steps import StepError
 from clusters.subject import load as load_subject
 from e2e import experiments as ex
-from e2e.pods import Pods, load_spec
+from e2e.pods import GPU, Pods, load_spec
 from e2e.recording import ActionRun, Fault, LogLine, PodInfo, Recording, Sample
 from fakenvml.journal import Kind, Record
 
@@ -46,7 +46,7 @@ FAULT_KINDS = {
 }
 
 
-def parse_log(text: str, node: str, t0_ns: int) -> list[LogLine]:
+def parse_log(text: str, node: str, t0_ns: int, resource: str = RESOURCE) -> list[LogLine]:
     """The lines that mark a layer, from `kubectl logs --timestamps` output."""
     out = []
     for raw in text.splitlines():
@@ -62,7 +62,7 @@ def parse_log(text: str, node: str, t0_ns: int) -> list[LogLine]:
         elif m := XID.search(line):
             out.append(LogLine(t, node, "xid", m["dev"], xid=int(m["xid"]), text=line.strip()))
         elif m := REGISTERED.search(line):
-            if m["res"] == RESOURCE:
+            if m["res"] == resource:
                 out.append(LogLine(t, node, "registered", text=line.strip()))
         elif RESTART.search(line):
             out.append(LogLine(t, node, "restart", text=line.strip()))
@@ -90,6 +90,7 @@ class Sampler(threading.Thread):
         super().__init__(name="sampler", daemon=True)
         self.core = client.CoreV1Api(config.new_client_from_config(str(lab.kubeconfig)))
         self.nodes, self.ns, self.interval, self.t0_ns = set(nodes), namespace, interval, t0_ns
+        self.resource = lab.subject.spec.resource
         self.samples: list[Sample] = []
         self.errors = 0
         self.stop = threading.Event()
@@ -115,8 +116,8 @@ class Sampler(threading.Thread):
         seen = {}
         for n in nodes:
             if n.metadata.name in self.nodes:
-                cap = int((n.status.capacity or {}).get(RESOURCE, 0))
-                alloc = int((n.status.allocatable or {}).get(RESOURCE, 0))
+                cap = int((n.status.capacity or {}).get(self.resource, 0))
+                alloc = int((n.status.allocatable or {}).get(self.resource, 0))
                 seen[n.metadata.name] = [cap, alloc, n.metadata.resource_version]
         phases = {}
         for p in pods:
@@ -134,7 +135,7 @@ class Runner:
         self.console = console or Console(stderr=True)
         self.reset_after = reset_after
         self.gpu_nodes = [n.name for n in lab.lab.gpu_nodes]
-        self.pods = Pods(lab.core, exp.namespace, lab.images["workload"])
+        self.pods = Pods.of(lab, exp.namespace)
         self.logs: dict[str, tuple[str, str]] = {}  # pod uid -> (node, text)
         self.created: dict[str, float] = {}
         self.t0_ns = 0
@@ -270,7 +271,7 @@ class Runner:
         if a.gpus is not None:
             res = doc["spec"]["containers"][0].setdefault("resources", {})
             for k in ("limits", "requests"):
-                res.setdefault(k, {})[RESOURCE] = a.gpus
+                res.setdefault(k, {})[GPU] = a.gpus  # Pods.create asks for the subject's
         # The kubernetes client validates quantities as strings; YAML authors write `2`.
         for c in doc["spec"].get("containers", []) + doc["spec"].get("initContainers", []):
             for k, v in (c.get("resources") or {}).items():
@@ -304,7 +305,7 @@ class Runner:
                 info.reason = (msgs[-1] or "").split(". ")[0] if msgs else info.reason
             if pod.status.phase == "Running":
                 try:
-                    visible = self.pods.env(name).get("NVIDIA_VISIBLE_DEVICES", "")
+                    visible = self.pods.env(name).get(self.pods.device_env, "")
                     info.devices = [d for d in visible.split(",") if d]
                 except (ApiException, OSError) as e:
                     info.reason = f"env not readable: {e}"
