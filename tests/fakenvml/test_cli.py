@@ -407,7 +407,7 @@ def test_unknown_inventory_key_is_refused(node: Path, run: Run, tmp_path: Path) 
 
 
 def test_missing_inventory_file_is_refused(node: Path, run: Run, tmp_path: Path) -> None:
-    refused(run, node, "not found", "init", tmp_path / "missing.yaml", "--state-dir", node)
+    refused(run, node, "no inventory file", "init", tmp_path / "missing.yaml", "--state-dir", node)
 
 
 def test_unwritable_state_dir_is_refused(tmp_path: Path, run: Run) -> None:
