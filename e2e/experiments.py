@@ -30,7 +30,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import AliasChoices, Field, field_validator, model_validator
 
 from clusters import spec as labspec
 from clusters.subject import SubjectName
@@ -80,12 +80,15 @@ class Xid(_OnGpu):
 
 
 class Ecc(_OnGpu):
+    """`fakenvml inject ecc --double` (or `double: false`: --single). `double_bit:`, the
+    key experiments had before, is read as `double:`."""
+
     do: Literal["ecc"]
-    double_bit: bool = True
+    double: bool = Field(default=True, validation_alias=AliasChoices("double", "double_bit"))
     count: int = Field(default=1, ge=1)
 
     def describe(self) -> str:
-        return f"{'double' if self.double_bit else 'single'}-bit ECC on {self.node} GPU {self.gpu}"
+        return f"{'double' if self.double else 'single'}-bit ECC on {self.node} GPU {self.gpu}"
 
 
 class Lost(_OnGpu):

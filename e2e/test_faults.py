@@ -136,7 +136,7 @@ def test_double_bit_ecc(subject: Subject, lab: Lab, fake_gpus: Callable[[str], N
     """`double_bit_ecc: unhealthy` (ours) marks the GPU unhealthy; `ignored` (NVIDIA's
     registers for the event but acts on Xids only, the driver's Xid 48) does not."""
     node = fake_gpus(NODE)
-    node.inject_ecc(5, double_bit=True)
+    node.inject_ecc(5, double=True)
     rec = node.inject_xid(6, 79)  # sentinel
     timed(record_property, lab, rec, N - 2 if subject.expects.double_bit_ecc == "unhealthy"
           else N - 1)  # fmt: skip
