@@ -15,6 +15,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from clusters.spec import Lab, Node
+from fakenvml.yamlmodel import duration_text
 
 NODE_STATE_DIR = "/var/lib/fakenvml"  # inside the node, and in the plugin pods
 LABEL_PREFIX = "gpulab.dev"
@@ -51,7 +52,7 @@ def render(lab: Lab, image: str, labs_root: Path) -> dict:
         nodes.append(entry)
     kubelet = (
         "kind: KubeletConfiguration\n"
-        f"nodeStatusUpdateFrequency: {lab.spec.node_status_update_frequency}\n"
+        f"nodeStatusUpdateFrequency: {duration_text(lab.spec.node_status_update_frequency)}\n"
     )
     return {
         "kind": "Cluster",

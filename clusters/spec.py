@@ -23,33 +23,28 @@ import re
 from pathlib import Path
 from typing import Literal
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import Field, field_validator
 
 from clusters.subject import SubjectName
-from fakenvml import inventory
+from fakenvml import inventory, yamlmodel
 from fakenvml.errors import FakeNvmlError
 from fakenvml.model import Node as GpuNode
+from fakenvml.yamlmodel import Duration, LoadError, Strict
 
 LABS_DIR = Path(__file__).resolve().parent
 DEFAULT_KUBERNETES = "v1.34.0"
 _NAME = re.compile(r"[a-z0-9]([-a-z0-9]{0,30}[a-z0-9])?")
-_DURATION = re.compile(r"\d+(ms|s|m)")
 
 
-class SpecError(Exception):
+class SpecError(LoadError):
     """A lab spec that cannot become a cluster; one line naming the file and key."""
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class PluginPlacement(_Strict):
+class PluginPlacement(Strict):
     start: bool = True
 
 
-class NodeSpec(_Strict):
+class NodeSpec(Strict):
     role: Literal["control-plane", "worker"] = "worker"
     gpus: list[dict] | None = None
     topology: dict | None = None
@@ -57,11 +52,11 @@ class NodeSpec(_Strict):
     plugin: PluginPlacement = PluginPlacement()
 
 
-class LabSpec(_Strict):
+class LabSpec(Strict):
     name: str
     kubernetes: str = DEFAULT_KUBERNETES
     subject: SubjectName = "gpulab"
-    node_status_update_frequency: str = "2s"
+    node_status_update_frequency: Duration = Field(2.0, gt=0)
     nodes: list[NodeSpec] = Field(min_length=1)
 
     @field_validator("name")
@@ -76,13 +71,6 @@ class LabSpec(_Strict):
     def _version(cls, v: str) -> str:
         if not re.fullmatch(r"v1\.(3[3-9])\.\d+", v):
             raise ValueError(f"{v!r}: expected a Kubernetes version v1.33.x or newer")
-        return v
-
-    @field_validator("node_status_update_frequency")
-    @classmethod
-    def _duration(cls, v: str) -> str:
-        if not _DURATION.fullmatch(v):
-            raise ValueError(f"{v!r}: expected a duration such as 2s or 500ms")
         return v
 
     @field_validator("nodes")
@@ -135,37 +123,15 @@ class Lab:
         return [n for n in self.nodes if n.gpu_node]
 
 
-def _explain(err: ValidationError) -> str:
-    e = err.errors()[0]
-    loc = ".".join(str(p) for p in e["loc"]) or "spec"
-    msg = e["msg"].removeprefix("Value error, ")
-    return f"{loc}: {msg}"
-
-
-def from_dict(data: object, source: str = "lab spec") -> Lab:
-    if not isinstance(data, dict):
-        raise SpecError(f"{source}: expected a mapping with `name:` and `nodes:`")
+def from_dict(data: object, source: str = "lab spec", path: Path | None = None) -> Lab:
+    spec = yamlmodel.validate(LabSpec, data, source, error=SpecError)
     try:
-        spec = LabSpec.model_validate(data)
-        return Lab(spec)
-    except ValidationError as e:
-        raise SpecError(f"{source}: {_explain(e)}") from None
+        return Lab(spec, path)
     except FakeNvmlError as e:
         raise SpecError(f"{source}: GPU inventory: {e}") from None
 
 
 def load(name_or_path: str | Path) -> Lab:
     """A lab by name (clusters/<name>.yaml) or by path."""
-    path = Path(name_or_path)
-    if not path.suffix:
-        path = LABS_DIR / f"{name_or_path}.yaml"
-    try:
-        data = yaml.safe_load(path.read_text())
-    except FileNotFoundError:
-        known = ", ".join(sorted(p.stem for p in LABS_DIR.glob("*.yaml")))
-        raise SpecError(f"no lab {str(name_or_path)!r} (known: {known})") from None
-    except yaml.YAMLError:
-        raise SpecError(f"{path}: malformed YAML") from None
-    lab = from_dict(data, str(path))
-    lab.source = path
-    return lab
+    path = yamlmodel.resolve(name_or_path, [LABS_DIR], what="lab", error=SpecError)
+    return from_dict(yamlmodel.read(path, what="lab", error=SpecError), str(path), path)

@@ -32,31 +32,22 @@ from pathlib import Path
 from typing import Annotated, Literal
 
 import yaml
-from pydantic import (
-    AfterValidator,
-    BaseModel,
-    ConfigDict,
-    Field,
-    ValidationError,
-    model_validator,
-)
+from pydantic import AfterValidator, Field, model_validator
 
 from clusters import versions
+from fakenvml import yamlmodel
+from fakenvml.yamlmodel import LoadError, Strict
 
 SUBJECTS_DIR = Path(__file__).resolve().parent / "subjects"
 EXAMPLES_DIR = Path(__file__).resolve().parents[1] / "examples"
 _NAME = re.compile(r"[a-z0-9]([-a-z0-9.]{0,40}[a-z0-9])?")
 
 
-class SubjectError(Exception):
+class SubjectError(LoadError):
     """A subject that cannot be tested; one line naming the file and key."""
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class Image(_Strict):
+class Image(Strict):
     """Where the subject's image comes from: exactly one of the three."""
 
     infra: str | None = None  # a lab image `make infra` builds (gpulab, nvidia-v0.19.3)
@@ -75,11 +66,11 @@ class Image(_Strict):
         return self
 
 
-class DeviceIds(_Strict):
+class DeviceIds(Strict):
     env: str  # the container env var Allocate fills with the device ids
 
 
-class Expects(_Strict):
+class Expects(Strict):
     """The subject's documented behaviour, which the suites assert."""
 
     recovers: bool  # Healthy again after `fakenvml recover`, without a restart
@@ -104,7 +95,7 @@ class Expects(_Strict):
         return self.replicas if self.xid_marks == "every-replica" else 1
 
 
-class SubjectSpec(_Strict):
+class SubjectSpec(Strict):
     name: str
     description: str = ""
     versions: str | None = None
@@ -170,12 +161,6 @@ class Subject:
         return [d for d in yaml.safe_load_all(text) if d]
 
 
-def _explain(err: ValidationError) -> str:
-    e = err.errors()[0]
-    loc = ".".join(str(p) for p in e["loc"]) or "subject"
-    return f"{loc}: {e['msg'].removeprefix('Value error, ')}"
-
-
 def _expand(data: dict, version: str) -> dict:
     """{version} replaced in every string of the document."""
 
@@ -193,26 +178,18 @@ def _expand(data: dict, version: str) -> dict:
 
 def from_file(path: Path) -> list[Subject]:
     """The subjects a file describes: one, or one per pinned version."""
-    try:
-        data = yaml.safe_load(path.read_text())
-    except FileNotFoundError:
-        raise SubjectError(f"no subject file {path}") from None
-    except yaml.YAMLError:
-        raise SubjectError(f"{path}: malformed YAML") from None
-    if not isinstance(data, dict):
-        raise SubjectError(f"{path}: expected a mapping with `name:`, `image:`, `expects:`")
-    try:
-        spec = SubjectSpec.model_validate(data)
-        found = [(spec, "")]
-        if spec.versions:
-            try:
-                pinned = versions.listed(spec.versions)
-            except KeyError as e:
-                raise SubjectError(f"{path}: versions: {e.args[0]}") from None
-            found = [(SubjectSpec.model_validate({**_expand(data, v), "name": f"{spec.name}-{v}"}),
-                      v) for v in pinned]  # fmt: skip
-    except ValidationError as e:
-        raise SubjectError(f"{path}: {_explain(e)}") from None
+    data = yamlmodel.read(path, what="subject", error=SubjectError)
+    spec = yamlmodel.validate(SubjectSpec, data, str(path), error=SubjectError)
+    found = [(spec, "")]
+    if spec.versions:
+        try:
+            pinned = versions.listed(spec.versions)
+        except KeyError as e:
+            raise SubjectError(f"{path}: versions: {e.args[0]}") from None
+        assert isinstance(data, dict)  # validate() refused anything else
+        found = [(yamlmodel.validate(SubjectSpec, {**_expand(data, v), "name": f"{spec.name}-{v}"},
+                                     str(path), error=SubjectError), v)
+                 for v in pinned]  # fmt: skip
     out = []
     for s, version in found:
         if not _NAME.fullmatch(s.name):

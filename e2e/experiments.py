@@ -16,68 +16,45 @@
 
 Actions (`do:`): xid, ecc, lost, recover, create_pod, delete_pod, restart_kubelet,
 stop_plugin / start_plugin (on a node), restart_plugin. Checks (`check:`): allocatable,
-capacity, changes, plugin_log, pod, devices_healthy. Times are `1.5s`, `500ms`, `1m` or
-seconds as a number; expectations take `at: <time>|end` or `during: [<time>, <time>|end]`.
+capacity, changes, plugin_log, pod, devices_healthy. Times are durations in the one
+grammar of fakenvml/yamlmodel.py (`500ms`, `2s`, `1.5m` or a number of seconds);
+expectations take `at: <time>|end` or `during: [<time>, <time>|end]`.
 
-`load()` turns every problem into one ExperimentError line naming the file and the key;
-`check_lab()` then checks node names, GPU indexes and pod specs against the lab spec.
+`load()` (the shared YAML loader) turns every problem into one ExperimentError line naming
+the file and the key; `check_lab()` then checks node names, GPU indexes and pod specs
+against the lab spec.
 """
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 from typing import Annotated, Literal
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import AliasChoices, Field, field_validator, model_validator
 
 from clusters import spec as labspec
 from clusters.subject import SubjectName
 from e2e.pods import SPECS
+from fakenvml import yamlmodel
+from fakenvml.yamlmodel import Duration, LoadError, Strict, seconds
 
 EXPERIMENTS = Path(__file__).resolve().parent / "experiments"
-_TIME = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m)")
-_UNIT = {"ms": 0.001, "s": 1.0, "m": 60.0}
 END = "end"
 
 
-class ExperimentError(Exception):
+class ExperimentError(LoadError):
     """An experiment file that cannot run; one line naming the file and the key."""
-
-
-def seconds(v: object) -> float:
-    """`1.5s`, `500ms`, `1m` or a plain number of seconds -> seconds."""
-    if isinstance(v, bool):
-        raise ValueError(f"{v!r}: expected a time such as 2s, 500ms or 1.5")
-    if isinstance(v, int | float):
-        if v < 0:
-            raise ValueError(f"{v!r}: times are offsets from t=0 and cannot be negative")
-        return float(v)
-    m = _TIME.fullmatch(str(v).strip())
-    if not m:
-        raise ValueError(f"{v!r}: expected a time such as 2s, 500ms or 1.5")
-    return float(m.group(1)) * _UNIT[m.group(2)]
 
 
 def _time_or_end(v: object) -> float | str:
     return END if v == END else seconds(v)
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
 # -- actions
 
 
-class _Action(_Strict):
-    at: float
-
-    @field_validator("at", mode="before")
-    @classmethod
-    def _at(cls, v: object) -> float:
-        return seconds(v)
+class _Action(Strict):
+    at: Duration
 
     def describe(self) -> str:
         raise NotImplementedError
@@ -94,12 +71,7 @@ class Xid(_OnGpu):
     do: Literal["xid"]
     code: int = Field(gt=0, lt=2**32)
     count: int = Field(default=1, ge=1, le=100_000)
-    over: float = 0.0
-
-    @field_validator("over", mode="before")
-    @classmethod
-    def _over(cls, v: object) -> float:
-        return seconds(v)
+    over: Duration = 0.0
 
     def describe(self) -> str:
         burst = f"{self.count}x " if self.count > 1 else ""
@@ -108,12 +80,15 @@ class Xid(_OnGpu):
 
 
 class Ecc(_OnGpu):
+    """`fakenvml inject ecc --double` (or `double: false`: --single). `double_bit:`, the
+    key experiments had before, is read as `double:`."""
+
     do: Literal["ecc"]
-    double_bit: bool = True
+    double: bool = Field(default=True, validation_alias=AliasChoices("double", "double_bit"))
     count: int = Field(default=1, ge=1)
 
     def describe(self) -> str:
-        return f"{'double' if self.double_bit else 'single'}-bit ECC on {self.node} GPU {self.gpu}"
+        return f"{'double' if self.double else 'single'}-bit ECC on {self.node} GPU {self.gpu}"
 
 
 class Lost(_OnGpu):
@@ -215,7 +190,7 @@ FAULTS = (Xid, Ecc, Lost, Recover)
 # -- expectations
 
 
-class _Check(_Strict):
+class _Check(Strict):
     at: float | str | None = None  # a time or `end`; neither at nor during: at the end
     during: tuple[float | str, float | str] | None = None
 
@@ -249,7 +224,7 @@ class _Check(_Strict):
         return "at end" if self.at in (None, END) else f"at {self.at:g}s"
 
 
-class _Count(_Strict):
+class _Count(Strict):
     equals: int | None = Field(default=None, ge=0)
     min: int | None = Field(default=None, ge=0)
     max: int | None = Field(default=None, ge=0)
@@ -328,7 +303,7 @@ class PodPhase(_Check):
         return f"pod {self.name} {self.phase}{where} {self.when()}"
 
 
-class DevicesHealthy(_Strict):
+class DevicesHealthy(Strict):
     """No pod Running at the end holds a GPU that the plugin had marked Unhealthy before
     the pod was created and that was not recovered before the pod ran."""
 
@@ -344,21 +319,16 @@ Expectation = Annotated[
 ]
 
 
-class Experiment(_Strict):
+class Experiment(Strict):
     name: str
     description: str = ""
     lab: str = "hetero"
     subject: SubjectName = "gpulab"
-    duration: float
-    sample_interval: float = 0.15
+    duration: Duration
+    sample_interval: Duration = 0.15
     namespace: str = "gpulab-exp"
     timeline: list[Action] = Field(min_length=1)
     expect: list[Expectation] = Field(default_factory=list)
-
-    @field_validator("duration", "sample_interval", mode="before")
-    @classmethod
-    def _times(cls, v: object) -> float:
-        return seconds(v)
 
     @field_validator("sample_interval")
     @classmethod
@@ -387,44 +357,13 @@ class Experiment(_Strict):
         return sorted(self.timeline, key=lambda a: a.at)
 
 
-def _explain(err: ValidationError) -> str:
-    e = err.errors()[0]
-    parts: list[str] = []
-    for p in e["loc"]:
-        if isinstance(p, int):
-            parts[-1:] = [f"{parts[-1]}[{p}]"] if parts else [f"[{p}]"]
-        else:
-            parts.append(str(p))
-    # Discriminated unions add the tag to the path ("timeline[2].xid.code"): keep it, it
-    # says which kind of action the key belongs to.
-    msg = e["msg"].removeprefix("Value error, ")
-    return f"{'.'.join(parts)}: {msg}" if parts else msg  # a whole-file check names its keys
-
-
 def from_dict(data: object, source: str = "experiment") -> Experiment:
-    if not isinstance(data, dict):
-        raise ExperimentError(f"{source}: expected a mapping with `name:`, `timeline:` ...")
-    try:
-        return Experiment.model_validate(data)
-    except ValidationError as e:
-        raise ExperimentError(f"{source}: {_explain(e)}") from None
+    return yamlmodel.validate(Experiment, data, source, error=ExperimentError)
 
 
 def load(path: str | Path) -> Experiment:
     """An experiment by path, or by name under e2e/experiments/."""
-    p = Path(path)
-    if not p.suffix:
-        p = EXPERIMENTS / f"{path}.yaml"
-    try:
-        data = yaml.safe_load(p.read_text())
-    except FileNotFoundError:
-        known = ", ".join(sorted(x.stem for x in EXPERIMENTS.glob("*.yaml")))
-        raise ExperimentError(f"no experiment {str(path)!r} (shipped: {known})") from None
-    except yaml.YAMLError as e:
-        where = getattr(e, "problem_mark", None)
-        line = f" at line {where.line + 1}" if where else ""
-        raise ExperimentError(f"{p}: malformed YAML{line}") from None
-    return from_dict(data, str(p))
+    return yamlmodel.load(Experiment, path, [EXPERIMENTS], what="experiment", error=ExperimentError)
 
 
 def check_lab(exp: Experiment, source: str = "experiment") -> labspec.Lab:

@@ -27,9 +27,20 @@ from pathlib import Path
 
 from e2e import experiments as ex
 from e2e.experiments import END
+from fakenvml.journal import Kind
 
 ATTRIBUTION_S = 5.0
-UNHEALTHY_KINDS = {"xid", "ecc_dbe", "lost"}
+XID, RECOVER = Kind.XID.spelling, Kind.RECOVER.spelling
+UNHEALTHY_KINDS = {k.spelling for k in (Kind.XID, Kind.ECC_DOUBLE, Kind.LOST, Kind.FALLEN_OFF_BUS)}
+# How reports name each kind of fault (an Xid adds its code).
+FAULT_NAMES = {
+    Kind.XID.spelling: "Xid",
+    Kind.ECC_DOUBLE.spelling: "ECC double-bit",
+    Kind.ECC_SINGLE.spelling: "ECC single-bit",
+    Kind.LOST.spelling: "GPU lost",
+    Kind.FALLEN_OFF_BUS.spelling: "GPU fell off the bus",
+    Kind.RECOVER.spelling: "recover",
+}
 
 
 @dataclass
@@ -39,18 +50,13 @@ class Fault:
     node: str
     gpu: int
     uuid: str
-    kind: str  # xid | ecc_dbe | ecc_sbe | lost | recover
+    kind: str  # a fault kind's spelling (fakenvml/journal.py): xid, ecc-double, lost, ...
     data: int = 0  # Xid code, ECC count
     action: int = -1  # index into Recording.actions
 
     def label(self) -> str:
-        return {
-            "xid": f"Xid {self.data}",
-            "ecc_dbe": "ECC double-bit",
-            "ecc_sbe": "ECC single-bit",
-            "lost": "GPU lost",
-            "recover": "recover",
-        }[self.kind]
+        name = FAULT_NAMES[self.kind]
+        return f"{name} {self.data}" if self.kind == XID else name
 
 
 @dataclass
@@ -122,7 +128,8 @@ class Recording:
                 if k not in ("actions", "faults", "samples", "log", "pods")
             },
             actions=[ActionRun(**a) for a in d["actions"]],
-            faults=[Fault(**f) for f in d["faults"]],
+            # Older recordings spelled some kinds differently (ecc_dbe): read them as now.
+            faults=[Fault(**{**f, "kind": Kind.named(f["kind"]).spelling}) for f in d["faults"]],
             samples=[Sample(**s) for s in d["samples"]],
             log=[LogLine(**x) for x in d["log"]],
             pods=[PodInfo(**p) for p in d["pods"]],
@@ -214,7 +221,7 @@ def traces(rec: Recording) -> list[Trace]:
         cands = [
             tr
             for tr in by_gpu.get((ln.node, base), [])
-            if tr.fault.kind == "xid"
+            if tr.fault.kind == XID
             and tr.fault.data == ln.xid
             and tr.seen is None
             and tr.fault.t <= ln.t + 0.005
@@ -225,14 +232,14 @@ def traces(rec: Recording) -> list[Trace]:
         if ln.event != "update" or ln.healthy is None:
             continue
         base = ln.device.split("::")[0]
-        want = {"recover"} if ln.healthy else UNHEALTHY_KINDS
+        want = {RECOVER} if ln.healthy else UNHEALTHY_KINDS
         cands = [
             tr
             for tr in by_gpu.get((ln.node, base), [])
             if tr.fault.kind in want
             and tr.update is None
             and 0 <= ln.t - tr.fault.t + 0.005 <= ATTRIBUTION_S
-            and (tr.fault.kind != "xid" or tr.seen is not None)
+            and (tr.fault.kind != XID or tr.seen is not None)
         ]
         if cands:
             cands[0].update = ln.t
@@ -241,7 +248,7 @@ def traces(rec: Recording) -> list[Trace]:
     for tr in out:
         if tr.update is None:
             continue
-        node, down = tr.fault.node, tr.fault.kind != "recover"
+        node, down = tr.fault.node, tr.fault.kind != RECOVER
         before = rec_value(rec, node, tr.update)
         for t, v in rec.series(node):
             if t <= tr.update or (node, t) in claimed or before is None:
@@ -418,7 +425,7 @@ def _devices_healthy(rec: Recording, e: ex.DevicesHealthy) -> Outcome:
             if not marked or where is None:
                 continue
             recovered = any(
-                f.kind == "recover" and (f.node, f.gpu) == where and marked[-1] < f.t <= running
+                f.kind == RECOVER and (f.node, f.gpu) == where and marked[-1] < f.t <= running
                 for f in rec.faults
             )
             if not recovered:

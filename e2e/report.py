@@ -14,6 +14,7 @@ from itertools import groupby
 from pathlib import Path
 
 from e2e.recording import (
+    FAULT_NAMES,
     Disruption,
     Outcome,
     Recording,
@@ -23,6 +24,7 @@ from e2e.recording import (
     layer_stats,
     traces,
 )
+from fakenvml.journal import ECC, Kind
 
 PHASE_COLORS = {
     "Unschedulable": "#f0ad4e",
@@ -32,12 +34,13 @@ PHASE_COLORS = {
     "Failed": "#d9534f",
     "Terminating": "#bbbbbb",
 }
-FAULT_STYLE = {  # marker, color
-    "xid": ("x", "#c9302c"),
-    "ecc_dbe": ("D", "#8e44ad"),
-    "ecc_sbe": ("d", "#c39bd3"),
-    "lost": ("X", "#222222"),
-    "recover": ("P", "#2e8b57"),
+FAULT_STYLE = {  # marker, color; keys are the kinds' spellings (fakenvml/journal.py)
+    Kind.XID.spelling: ("x", "#c9302c"),
+    Kind.ECC_DOUBLE.spelling: ("D", "#8e44ad"),
+    Kind.ECC_SINGLE.spelling: ("d", "#c39bd3"),
+    Kind.LOST.spelling: ("X", "#222222"),
+    Kind.FALLEN_OFF_BUS.spelling: ("X", "#555555"),
+    Kind.RECOVER.spelling: ("P", "#2e8b57"),
 }
 NODE_COLORS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#17becf"]
 
@@ -394,9 +397,9 @@ def timeline_png(rec: Recording, trs: list[Trace], outcomes: list[Outcome], path
 
     # Actions as vertical lines through all three panels: faults red, disruptions gray.
     for a in rec.actions:
-        if a.do in ("xid", "ecc", "lost"):
+        if a.do in (Kind.XID.spelling, ECC, Kind.LOST.spelling):
             style = {"color": "#c9302c", "ls": ":", "lw": 0.9, "alpha": 0.6}
-        elif a.do == "recover":
+        elif a.do == Kind.RECOVER.spelling:
             style = {"color": "#2e8b57", "ls": ":", "lw": 0.9, "alpha": 0.6}
         elif a.do in ("restart_kubelet", "stop_plugin", "start_plugin", "restart_plugin"):
             style = {"color": "#555555", "ls": "--", "lw": 1.1, "alpha": 0.8}
@@ -430,7 +433,7 @@ def timeline_png(rec: Recording, trs: list[Trace], outcomes: list[Outcome], path
 
     for kind, (marker, color) in FAULT_STYLE.items():
         pts = [(tr.fault.t, y[tr.fault.node] + 0.22) for tr in trs if tr.fault.kind == kind]
-        mark(pts, _FAULT_NAMES[kind], marker=marker, color=color, s=36, linewidths=1.2, zorder=3)
+        mark(pts, FAULT_NAMES[kind], marker=marker, color=color, s=36, linewidths=1.2, zorder=3)
     for _, grp in groupby(trs, key=lambda t: (t.fault.action, t.fault.node)):
         g = list(grp)
         if len(g) > 1:
@@ -553,12 +556,3 @@ def timeline_png(rec: Recording, trs: list[Trace], outcomes: list[Outcome], path
     ax_pod.set_xlabel("seconds since t=0")
     fig.savefig(path, dpi=110)
     plt.close(fig)
-
-
-_FAULT_NAMES = {
-    "xid": "Xid",
-    "ecc_dbe": "ECC double-bit",
-    "ecc_sbe": "ECC single-bit",
-    "lost": "GPU lost",
-    "recover": "recover",
-}

@@ -36,14 +36,6 @@ UPDATE = re.compile(r"'[^']+' device marked (?P<health>healthy|unhealthy): (?P<d
 XID = re.compile(r"XidCriticalError: Xid=(?P<xid>\d+) on Device=(?P<dev>[^\s;,]+)")
 REGISTERED = re.compile(r"Registered device plugin for '(?P<res>[^']+)' with Kubelet")
 RESTART = re.compile(r"inotify: \S*kubelet\.sock created, (restarting|re-registering)")
-FAULT_KINDS = {
-    Kind.XID: "xid",
-    Kind.ECC_DBE: "ecc_dbe",
-    Kind.ECC_SBE: "ecc_sbe",
-    Kind.LOST: "lost",
-    Kind.FALLEN_OFF_BUS: "lost",
-    Kind.RECOVER: "recover",
-}
 
 
 def parse_log(text: str, node: str, t0_ns: int, resource: str = RESOURCE) -> list[LogLine]:
@@ -213,7 +205,7 @@ class Runner:
         if isinstance(a, ex.Xid):
             self._burst(a, i, rec)
         elif isinstance(a, ex.Ecc):
-            r = self.lab.fake_gpus(a.node).inject_ecc(a.gpu, a.double_bit, a.count)
+            r = self.lab.fake_gpus(a.node).inject_ecc(a.gpu, a.double, a.count)
             rec.faults.append(self._fault(r, a.node, i, rec))
         elif isinstance(a, ex.Lost):
             rec.faults.append(self._fault(self.lab.fake_gpus(a.node).lose(a.gpu), a.node, i, rec))
@@ -252,7 +244,7 @@ class Runner:
             node,
             r.gpu,
             uuid,
-            FAULT_KINDS[r.kind],
+            r.kind.spelling,
             r.data,
             i,
         )

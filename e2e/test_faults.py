@@ -124,7 +124,7 @@ def test_double_bit_ecc(subject: Subject, lab: Lab, fake_gpus: Callable[[str], N
     want = N - 2 if counted else N - 1
     verdict.expect(f"DBE {subject.expects.double_bit_ecc} + sentinel: {want}/{N}")
     node = fake_gpus(NODE)
-    node.inject_ecc(5, double_bit=True)
+    node.inject_ecc(5, double=True)
     rec = node.inject_xid(6, 79)  # sentinel
     timed(verdict, lab, rec, want)
 

@@ -18,12 +18,11 @@ from typing import NoReturn
 
 from fakenvml import inventory
 from fakenvml.errors import FakeNvmlError
-from fakenvml.journal import JOURNAL_FILE, NO_INSTANCE, Kind, Record
+from fakenvml.journal import ECC, JOURNAL_FILE, NO_INSTANCE, Kind, Record
 from fakenvml.node import DEFAULT_STATE_DIR, STATE_DIR_ENV, NodeDir, default_state_dir
 
 EXIT_BAD_INPUT = 2
 FOLLOW_INTERVAL_S = 0.2  # `events --follow` is for people; a fifth of a second feels live
-_KIND_NAMES = {Kind.ECC_SBE: "ecc-single", Kind.ECC_DBE: "ecc-double"}
 _NO_DATA = {Kind.LOST, Kind.FALLEN_OFF_BUS, Kind.RECOVER}  # data is implied (or unused)
 
 
@@ -85,11 +84,11 @@ def _smi(args: argparse.Namespace) -> None:
 
 def _inject(args: argparse.Namespace) -> None:
     d = NodeDir(_state_dir(args))
-    if args.fault == "xid":
+    if args.fault == Kind.XID.spelling:
         rec = d.inject_xid(args.gpu, args.code, args.gpu_instance, args.compute_instance)
-    elif args.fault == "ecc":
+    elif args.fault == ECC:
         rec = d.inject_ecc(args.gpu, args.double, args.count)
-    elif args.fault == "lost":
+    elif args.fault == Kind.LOST.spelling:
         rec = d.lose(args.gpu)
     else:
         rec = d.fall_off_bus(args.gpu)
@@ -142,19 +141,15 @@ def _iso(ns: int) -> str:
     return t.strftime("%Y-%m-%dT%H:%M:%S.%f") + "Z"
 
 
-def _kind(kind: Kind) -> str:
-    return _KIND_NAMES.get(kind, kind.name.lower().replace("_", "-"))
-
-
 def _what(rec: Record) -> str:
     if rec.kind == Kind.XID:
         text = f"xid {rec.data}"
         if rec.gpu_instance != NO_INSTANCE or rec.compute_instance != NO_INSTANCE:
             text += f" (gi {_instance(rec.gpu_instance)}, ci {_instance(rec.compute_instance)})"
         return text
-    if rec.kind in (Kind.ECC_SBE, Kind.ECC_DBE):
-        return f"{_kind(rec.kind)} x{rec.data}"
-    return _kind(rec.kind) if rec.kind in _NO_DATA else f"{_kind(rec.kind)} {rec.data}"
+    if rec.kind in (Kind.ECC_SINGLE, Kind.ECC_DOUBLE):
+        return f"{rec.kind.spelling} x{rec.data}"
+    return rec.kind.spelling if rec.kind in _NO_DATA else f"{rec.kind.spelling} {rec.data}"
 
 
 def _instance(value: int) -> str:
@@ -175,7 +170,7 @@ def _print_event(rec: Record, uuids: dict[int, str], as_json: bool) -> None:
                 "time": _iso(rec.realtime_ns),
                 "realtime_ns": rec.realtime_ns,
                 "monotonic_ns": rec.monotonic_ns,
-                "kind": _kind(rec.kind),
+                "kind": rec.kind.spelling,
                 "gpu": rec.gpu,
                 "uuid": uuids.get(rec.gpu),
                 "data": rec.data,
@@ -235,24 +230,26 @@ def _parser() -> argparse.ArgumentParser:
 
     c = sub.add_parser("inject", help="inject a fault")
     faults = c.add_subparsers(dest="fault", required=True, metavar="FAULT")
-    f = faults.add_parser("xid", parents=[state], help="an Xid error event")
+    # Subcommands are the kinds' spellings (fakenvml/journal.py); ECC is one verb, its
+    # --single/--double flag picks ecc-single or ecc-double.
+    f = faults.add_parser(Kind.XID.spelling, parents=[state], help="an Xid error event")
     f.add_argument("gpu", metavar="GPU", help="index, UUID or PCI bus id")
     f.add_argument("code", metavar="CODE", type=_positive, help="Xid number, e.g. 79")
     f.add_argument("--gpu-instance", metavar="N", type=_non_negative)
     f.add_argument("--compute-instance", metavar="N", type=_non_negative)
-    f = faults.add_parser("ecc", parents=[state], help="ECC error events (bump the counters)")
+    f = faults.add_parser(ECC, parents=[state], help="ECC error events (bump the counters)")
     f.add_argument("gpu", metavar="GPU", help="index, UUID or PCI bus id")
     bits = f.add_mutually_exclusive_group(required=True)
     bits.add_argument("--single", action="store_true", help="single-bit (corrected)")
     bits.add_argument("--double", action="store_true", help="double-bit (uncorrected)")
     f.add_argument("--count", metavar="N", type=_positive, default=1)
-    f = faults.add_parser("lost", parents=[state], help="the GPU answers GPU_IS_LOST")
+    f = faults.add_parser(Kind.LOST.spelling, parents=[state], help="the GPU answers GPU_IS_LOST")
     f.add_argument("gpu", metavar="GPU", help="index, UUID or PCI bus id")
-    f = faults.add_parser("fallen-off-bus", parents=[state], help="Xid 79, then lost")
+    f = faults.add_parser(Kind.FALLEN_OFF_BUS.spelling, parents=[state], help="Xid 79, then lost")
     f.add_argument("gpu", metavar="GPU", help="index, UUID or PCI bus id")
     c.set_defaults(run=_inject)
 
-    c = sub.add_parser("recover", parents=[state], help="clear a GPU's faults")
+    c = sub.add_parser(Kind.RECOVER.spelling, parents=[state], help="clear a GPU's faults")
     c.add_argument("gpu", metavar="GPU", help="index, UUID or PCI bus id")
     c.set_defaults(run=_recover)
 

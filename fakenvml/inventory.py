@@ -21,19 +21,17 @@ from __future__ import annotations
 
 import hashlib
 import re
-import typing
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
-from fakenvml import profiles, topology
+from fakenvml import profiles, topology, yamlmodel
 from fakenvml.errors import FakeNvmlError
 from fakenvml.model import MAX_DEVICES, Gpu, Node
 from fakenvml.profiles import Profile
+from fakenvml.yamlmodel import Strict
 
 SYS_PCI_DEVICES = Path("/sys/bus/pci/devices")
 # Fake GPUs live in PCI domains no host uses, so nothing that reads
@@ -60,12 +58,7 @@ BusAddr = tuple[int, int, int, int]  # domain, bus, device, function
 # --------------------------------------------------------------------------- schema
 
 
-class _Strict(BaseModel):
-    # strict: YAML `count: "8"` or `nvswitch: yes-ish` is an error, not a guess.
-    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
-
-
-class GpuEntry(_Strict):
+class GpuEntry(Strict):
     profile: str
     count: int = Field(1, ge=1, le=MAX_DEVICES)
     uuid: str | None = None
@@ -120,12 +113,12 @@ class GpuEntry(_Strict):
         return self
 
 
-class NvlinkPair(_Strict):
+class NvlinkPair(Strict):
     gpus: list[int] = Field(min_length=2, max_length=2)
     count: int = Field(1, ge=1)
 
 
-class NvlinkSpec(_Strict):
+class NvlinkSpec(Strict):
     nvswitch: bool = False
     board_size: int | None = Field(None, ge=1)  # GPUs per NVSwitch baseboard (default 8)
     groups: list[list[int]] | None = None
@@ -142,19 +135,19 @@ class NvlinkSpec(_Strict):
         return self
 
 
-class PcieSpec(_Strict):
+class PcieSpec(Strict):
     gpus_per_switch: int = Field(2, ge=1)
     switches_per_upper: int = Field(2, ge=1)
     uppers_per_bridge: int = Field(1, ge=1)
 
 
-class NumaSpec(_Strict):
+class NumaSpec(Strict):
     nodes: int = Field(2, ge=0, le=1024)  # 0: no NUMA (numa_node -1), as in most VMs
     cpus_per_node: int = Field(32, ge=1, le=65536)
     gpus: list[int] | None = None  # NUMA node of each GPU, by index
 
 
-class Topology(_Strict):
+class Topology(Strict):
     nvlink: NvlinkSpec | None = None  # None: the profile's default wiring
     pcie: PcieSpec = PcieSpec()
     numa: NumaSpec = NumaSpec()
@@ -168,7 +161,7 @@ class Topology(_Strict):
         return None if v is True else v
 
 
-class Inventory(_Strict):
+class Inventory(Strict):
     node: str | None = None
     driver_version: str | None = None
     cuda_version: str | None = None
@@ -188,16 +181,8 @@ class Inventory(_Strict):
 def load(path: str | Path, node_name: str | None = None, *, sysfs: Path = SYS_PCI_DEVICES) -> Node:
     """Read and validate an inventory file; errors name the file and the bad key."""
     path = Path(path)
+    data = yamlmodel.read(path, what="inventory", error=FakeNvmlError)
     try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise FakeNvmlError(f"inventory {path} not found") from None
-    except UnicodeDecodeError:
-        raise FakeNvmlError(f"{path}: not UTF-8 text") from None
-    except OSError as e:
-        raise FakeNvmlError(f"cannot read inventory {path}: {e.strerror}") from None
-    try:
-        data = _parse_yaml(text)
         return from_dict(data, node_name, sysfs=sysfs, default_name=path.stem)
     except FakeNvmlError as e:
         raise FakeNvmlError(f"{path}: {e}") from None
@@ -211,13 +196,7 @@ def from_dict(
     default_name: str | None = None,
 ) -> Node:
     """Validate parsed YAML into a Node; node_name (e.g. --node) overrides `node:`."""
-    if not isinstance(data, dict):
-        found = "an empty document" if data is None else f"a {type(data).__name__}"
-        raise FakeNvmlError(f"expected a mapping with a `gpus:` list, found {found}")
-    try:
-        inv = Inventory.model_validate(data)
-    except ValidationError as e:
-        raise FakeNvmlError(_explain(e)) from None
+    inv = yamlmodel.validate(Inventory, data, error=FakeNvmlError)
     name = node_name or inv.node or default_name
     if not name:
         raise FakeNvmlError("no node name: add `node: NAME` or pass --node")
@@ -268,32 +247,6 @@ def default_serial(node_name: str, index: int) -> str:
 
 
 # --------------------------------------------------------------------------- internals
-
-
-class _UniqueKeyLoader(yaml.SafeLoader):
-    """SafeLoader that refuses duplicate keys instead of keeping the last one."""
-
-    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
-        seen: set[object] = set()
-        for key_node, _ in node.value:
-            key = self.construct_object(key_node, deep=True)
-            if key in seen:
-                mark = key_node.start_mark
-                raise FakeNvmlError(
-                    f"duplicate key {key!r} (line {mark.line + 1}, column {mark.column + 1})"
-                )
-            seen.add(key)
-        return super().construct_mapping(node, deep)
-
-
-def _parse_yaml(text: str) -> object:
-    try:
-        return yaml.load(text, Loader=_UniqueKeyLoader)  # a SafeLoader subclass
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        problem = getattr(e, "problem", None) or str(e).splitlines()[0]
-        raise FakeNvmlError(f"not valid YAML{where}: {problem}") from None
 
 
 def _versions(inv: Inventory) -> tuple[str, str, int]:
@@ -389,63 +342,3 @@ def _switch_addresses(gpus: list[Gpu], sysfs: Path) -> Iterator[BusAddr]:
 
 def _fmt_bus(addr: BusAddr) -> str:
     return f"{addr[0]:08X}:{addr[1]:02X}:{addr[2]:02X}.{addr[3]:X}"
-
-
-def _explain(err: ValidationError) -> str:
-    """The first problem pydantic found, as one line: where, what was expected, what was found."""
-    errors = err.errors()
-    # An unknown key is usually the root cause of a "missing" one (a typo), so it goes first.
-    e = next((x for x in errors if x["type"] == "extra_forbidden"), errors[0])
-    loc = tuple(e["loc"])
-    where = _loc(loc) or "inventory"
-    kind, found = e["type"], e.get("input")
-    if kind == "extra_forbidden":
-        model = _model_at(Inventory, loc[:-1])
-        keys = ", ".join(model.model_fields) if model else "?"
-        return f"{where}: unknown key (expected one of: {keys})"
-    if kind == "missing":
-        return f"{where}: required key missing"
-    if kind in ("value_error", "assertion_error"):
-        return f"{where}: {str(e['msg']).removeprefix('Value error, ')}"
-    ctx = e.get("ctx") or {}
-    expected = {
-        "greater_than_equal": f"a number >= {ctx.get('ge')}",
-        "greater_than": f"a number > {ctx.get('gt')}",
-        "less_than_equal": f"a number <= {ctx.get('le')}",
-        "too_short": f"at least {ctx.get('min_length')} item(s)",
-        "too_long": f"at most {ctx.get('max_length')} item(s)",
-        "int_type": "an integer",
-        "bool_type": "true or false",
-        "string_type": "a string",
-        "list_type": "a list",
-        "model_type": "a mapping",
-        "dict_type": "a mapping",
-    }.get(kind, str(e["msg"]).lower())
-    shown = f"{len(found)} item(s)" if kind in ("too_short", "too_long") else repr(found)
-    return f"{where}: expected {expected}, found {shown}"
-
-
-def _loc(loc: tuple[int | str, ...]) -> str:
-    out = ""
-    for part in loc:
-        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
-    return out
-
-
-def _model_at(model: type[BaseModel], loc: tuple[int | str, ...]) -> type[BaseModel] | None:
-    current: type[BaseModel] | None = model
-    for part in loc:
-        if isinstance(part, int) or current is None:
-            continue
-        field = current.model_fields.get(part)
-        current = _inner_model(field.annotation) if field else None
-    return current
-
-
-def _inner_model(tp: object) -> type[BaseModel] | None:
-    if isinstance(tp, type) and issubclass(tp, BaseModel):
-        return tp
-    for arg in typing.get_args(tp):
-        if found := _inner_model(arg):
-            return found
-    return None

@@ -31,13 +31,46 @@ NO_INSTANCE = 0xFFFFFFFF  # nvmlEventData_t gpuInstanceId/computeInstanceId outs
 
 
 class Kind(enum.IntEnum):
+    """The fault kinds, one table: the numbers are the journal format (FNV_<NAME> in
+    src/state_format.h), and `spelling` is the one name every command, file and report
+    uses for a kind (`fakenvml events`, recordings, reports, experiments' actions)."""
+
     XID = 1
-    ECC_SBE = 2
-    ECC_DBE = 3
+    ECC_SINGLE = 2  # single-bit (corrected) ECC errors; data: how many
+    ECC_DOUBLE = 3  # double-bit (uncorrected) ECC errors; data: how many
     LOST = 4
     FALLEN_OFF_BUS = 5
     RECOVER = 6  # clears lost and the recovery action
     RECOVERY_ACTION = 7  # data: the nvmlDeviceGpuRecoveryAction_t now asked for
+
+    @property
+    def spelling(self) -> str:
+        """xid, ecc-single, ecc-double, lost, fallen-off-bus, recover, recovery-action."""
+        return self.name.lower().replace("_", "-")
+
+    @classmethod
+    def named(cls, text: str) -> Kind:
+        """A kind by its spelling, or by one a file that already shipped used for it."""
+        for kind in cls:
+            if kind.spelling == text:
+                return kind
+        if text in SHIPPED_ALIASES:
+            return SHIPPED_ALIASES[text]
+        raise ValueError(f"{text!r}: expected a fault kind ({', '.join(k.spelling for k in cls)})")
+
+
+# Spellings that files written before the table still hold, read as the kind they meant:
+# recording.json (`gpulab experiment report DIR` re-renders old runs) said ecc_sbe/ecc_dbe.
+SHIPPED_ALIASES = {"ecc_sbe": Kind.ECC_SINGLE, "ecc_dbe": Kind.ECC_DOUBLE}
+
+# What users type to inject: the spelling itself, except that ECC is one verb with a flag
+# (`fakenvml inject ecc --double|--single`; experiments `do: ecc` with `double:`), the CLI
+# grammar users already had; `ecc_kind` turns that flag into the kind.
+ECC = "ecc"
+
+
+def ecc_kind(double: bool) -> Kind:
+    return Kind.ECC_DOUBLE if double else Kind.ECC_SINGLE
 
 
 @dataclass(frozen=True)

@@ -104,13 +104,14 @@ class NodeDir:
             self._append(rec.gpu, Kind.RECOVERY_ACTION, action)
         return rec
 
-    def inject_ecc(self, gpu: str | int, double_bit: bool, count: int = 1) -> Record:
-        """ECC error events; a double-bit error also makes the driver ask for a GPU reset
-        (the pending row remap or page retirement applies then)."""
+    def inject_ecc(self, gpu: str | int, double: bool, count: int = 1) -> Record:
+        """ECC error events, ecc-double or ecc-single as `fakenvml inject ecc --double`;
+        a double-bit error also makes the driver ask for a GPU reset (the pending row remap
+        or page retirement applies then)."""
         if not 0 < count < 2**32:
             raise FakeNvmlError(f"ECC error count must be positive, not {count}")
-        rec = self._append(gpu, Kind.ECC_DBE if double_bit else Kind.ECC_SBE, count)
-        if double_bit:
+        rec = self._append(gpu, journal.ecc_kind(double), count)
+        if double:
             self._append(rec.gpu, Kind.RECOVERY_ACTION, xids.RecoveryAction.GPU_RESET)
         return rec
 

@@ -33,6 +33,12 @@ class ConfigError(Exception):
     """A config the plugin refuses; the message is one line."""
 
 
+# The lab's YAML files (inventories, lab specs, subjects, experiments) share one loader,
+# fakenvml/yamlmodel.py; this config deliberately does not. The plugin is the product that
+# runs on real GPUs, and importing fakenvml, the test double, would make it depend on the
+# thing it is tested against: a change made for the lab's files would change what a
+# cluster's ConfigMap accepts. It has no durations, its loader is a dozen lines, and its
+# refusals keep the same `file: key: problem` one-line shape.
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 

@@ -144,8 +144,8 @@ static int deliver(struct nvmlEventSet_st *s, const fnv_record *rec, uint64_t po
     switch (rec->kind) {
     case FNV_XID:
     case FNV_FALLEN_OFF_BUS: type = nvmlEventTypeXidCriticalError; break;
-    case FNV_ECC_SBE: type = nvmlEventTypeSingleBitEccError; break;
-    case FNV_ECC_DBE: type = nvmlEventTypeDoubleBitEccError; break;
+    case FNV_ECC_SINGLE: type = nvmlEventTypeSingleBitEccError; break;
+    case FNV_ECC_DOUBLE: type = nvmlEventTypeDoubleBitEccError; break;
     case FNV_RECOVERY_ACTION:
     case FNV_RECOVER: type = nvmlEventTypeGpuRecoveryAction; break;
     case FNV_LOST: return 2;
@@ -155,7 +155,7 @@ static int deliver(struct nvmlEventSet_st *s, const fnv_record *rec, uint64_t po
     data->device = &fnv_handles[rec->gpu];
     data->eventType = type;
     /* Xid code, or the recovery action now asked for (RECOVER: none). */
-    data->eventData = rec->kind == FNV_RECOVER || rec->kind == FNV_ECC_SBE || rec->kind == FNV_ECC_DBE
+    data->eventData = rec->kind == FNV_RECOVER || rec->kind == FNV_ECC_SINGLE || rec->kind == FNV_ECC_DOUBLE
                           ? 0
                           : rec->data;
     data->gpuInstanceId = rec->gpu_instance;

@@ -20,8 +20,8 @@ ssize_t fnv_read_record(int fd, uint64_t position, fnv_record *rec) {
 static void apply(fnv_fault *f, const fnv_record *rec) {
     switch (rec->kind) {
     case FNV_XID: f->last_xid = (uint32_t)rec->data; break;
-    case FNV_ECC_SBE: f->ecc_sbe += rec->data; break;
-    case FNV_ECC_DBE:
+    case FNV_ECC_SINGLE: f->ecc_sbe += rec->data; break;
+    case FNV_ECC_DOUBLE:
         f->ecc_dbe += rec->data;
         f->retired_dbe_pages += rec->data; /* a double-bit error retires its page */
         break;

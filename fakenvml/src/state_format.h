@@ -71,10 +71,12 @@ typedef struct {
     uint8_t reserved[40];
 } fnv_journal_header;
 
+/* Names as in fakenvml/journal.py's Kind, whose spellings (xid, ecc-single, ...) every
+   command, file and report uses; the numbers are the format. */
 enum fnv_record_kind {
     FNV_XID = 1,
-    FNV_ECC_SBE = 2,
-    FNV_ECC_DBE = 3,
+    FNV_ECC_SINGLE = 2,
+    FNV_ECC_DOUBLE = 3,
     FNV_LOST = 4,
     FNV_FALLEN_OFF_BUS = 5,
     FNV_RECOVER = 6,         /* clears lost and the recovery action */

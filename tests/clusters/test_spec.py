@@ -40,6 +40,14 @@ def test_gpu_nodes_get_state_mounts_labels_and_fast_status_updates() -> None:
     assert "nodeStatusUpdateFrequency: 2s" in cfg["kubeadmConfigPatches"][0]
 
 
+def test_status_update_frequency_reaches_kubelet_in_go_duration_text() -> None:
+    lab = spec.from_dict({"name": "x", "node_status_update_frequency": "1.5s",
+                          "nodes": [{"role": "control-plane"}]})  # fmt: skip
+    assert lab.spec.node_status_update_frequency == 1.5
+    cfg = kindconfig.render(lab, "i", Path("/l"))
+    assert "nodeStatusUpdateFrequency: 1500ms\n" in cfg["kubeadmConfigPatches"][0]
+
+
 def test_plugin_start_false_leaves_the_plugin_label_off() -> None:
     lab = spec.from_dict({"name": "x", "nodes": [
         {"role": "control-plane"},
@@ -49,17 +57,24 @@ def test_plugin_start_false_leaves_the_plugin_label_off() -> None:
     assert "gpulab.dev/plugin" not in labels and labels["gpulab.dev/fake-gpus"] == "true"
 
 
+CP = {"role": "control-plane"}
+
+
 @pytest.mark.parametrize(
     ("data", "message"),
     [
-        ({"nodes": [{"role": "control-plane"}]}, "name: Field required"),
+        ({"nodes": [{"role": "control-plane"}]}, "name: required key missing"),
         ({"name": "Bad_Name", "nodes": [{"role": "control-plane"}]}, "name: 'Bad_Name'"),
         ({"name": "x", "nodes": [{"role": "worker"}]}, "exactly one control-plane"),
         ({"name": "x", "kubernetes": "1.20", "nodes": [{"role": "control-plane"}]}, "v1.33.x"),
         ({"name": "x", "nodes": [{"role": "control-plane", "gpus": [{"profile": "H900"}]}]},
          "GPU inventory: "),
         ({"name": "x", "nodes": [{"role": "control-plane", "colour": "red"}]},
-         "Extra inputs are not permitted"),
+         "nodes[0].colour: unknown key (expected one of: role, gpus, "),
+        ({"name": "x", "node_status_update_frequency": "soon", "nodes": [CP]},
+         "node_status_update_frequency: 'soon': expected a duration such as 500ms"),
+        ({"name": "x", "node_status_update_frequency": 0, "nodes": [CP]},
+         "node_status_update_frequency: expected a number > 0, found 0"),
     ],
 )  # fmt: skip
 def test_bad_specs_are_refused_with_one_line(data: dict, message: str) -> None:
@@ -70,6 +85,6 @@ def test_bad_specs_are_refused_with_one_line(data: dict, message: str) -> None:
 
 def test_unknown_lab_names_the_known_ones() -> None:
     with pytest.raises(
-        spec.SpecError, match=r"no lab 'nope' \(known: hetero, seed, single, wide\)"
+        spec.SpecError, match=r"no lab 'nope' \(shipped: hetero, seed, single, wide\)"
     ):
         spec.load("nope")

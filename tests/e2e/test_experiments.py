@@ -14,7 +14,7 @@ from e2e import report
 from e2e.cli import main
 from e2e.recording import Fault, LogLine, PodInfo, Recording, Sample, evaluate, traces
 from e2e.runner import faulted, parse_log
-from fakenvml.journal import Kind, Record
+from fakenvml.journal import ECC, Kind, Record
 
 SHIPPED = sorted(ex.EXPERIMENTS.glob("*.yaml"))
 MINIMAL = {
@@ -47,12 +47,13 @@ def _with(**changes: object) -> dict:
 @pytest.mark.parametrize(
     ("data", "message"),
     [
-        (_with(timeline=[{"at": "1s", "do": "explode"}]), "timeline[0]: Input tag 'explode'"),
+        (_with(timeline=[{"at": "1s", "do": "explode"}]),
+         "timeline[0].do: expected one of 'xid', 'ecc', "),
         (_with(timeline=[{"at": "1s", "do": "xid", "node": "n", "gpu": 0}]),
-         "timeline[0].xid.code: Field required"),
+         "timeline[0].xid.code: required key missing"),
         (_with(timeline=[{"at": "1s", "do": "lost", "node": "n", "gpu": 0, "cnt": 2}]),
-         "timeline[0].lost.cnt: Extra inputs are not permitted"),
-        (_with(duration="soon"), "duration: 'soon': expected a time such as 2s"),
+         "timeline[0].lost.cnt: unknown key (expected one of: at, node, gpu, do)"),
+        (_with(duration="soon"), "duration: 'soon': expected a duration such as 500ms, 2s"),
         (_with(timeline=[{"at": "20s", "do": "restart_kubelet", "node": "n"}]),
          "timeline[0] at 20s is after duration 10s"),
         (_with(expect=[{"check": "changes", "node": "n"}]),
@@ -66,7 +67,7 @@ def _with(**changes: object) -> dict:
         (_with(expect=[{"check": "capacity", "node": "n", "equals": 1, "during": [3, 1]}]),
          "expect[0].capacity: during: [3.0, 1.0] ends before it starts"),
         (_with(timeline=[{"at": "-1s", "do": "lost", "node": "n", "gpu": 0}]),
-         "timeline[0].lost.at: '-1s': expected a time"),
+         "timeline[0].lost.at: '-1s': a duration cannot be negative"),
     ],
 )  # fmt: skip
 def test_bad_experiment_is_one_line_naming_the_key(data: dict, message: str) -> None:
@@ -110,6 +111,21 @@ def test_times_accept_units_and_plain_seconds() -> None:
         ex.seconds(-1)
 
 
+def test_fault_actions_are_spelled_as_in_the_fault_table() -> None:
+    tags = {c.model_fields["do"].annotation.__args__[0] for c in ex.FAULTS}
+    assert tags == {Kind.XID.spelling, ECC, Kind.LOST.spelling, Kind.RECOVER.spelling}
+
+
+def test_ecc_takes_double_as_the_cli_and_reads_the_older_double_bit_key() -> None:
+    ecc = {"at": 1, "do": "ecc", "node": "hetero-worker", "gpu": 0}
+    new = ex.from_dict(_with(timeline=[{**ecc, "double": False}])).timeline[0]
+    old = ex.from_dict(_with(timeline=[{**ecc, "double_bit": False}])).timeline[0]
+    assert isinstance(new, ex.Ecc) and old == new and not new.double
+    assert "double_bit" not in new.model_dump() and new.model_dump()["double"] is False
+    assert ex.from_dict(_with(timeline=[ecc])).timeline[0].double  # type: ignore[union-attr]
+    assert new.describe() == "single-bit ECC on hetero-worker GPU 0"
+
+
 # -- plugin log lines
 
 
@@ -145,7 +161,7 @@ def test_faulted_gpus_are_those_not_recovered_since() -> None:
 
     records = [
         r(1, Kind.XID, 0, 79), r(2, Kind.RECOVERY_ACTION, 0, 2), r(3, Kind.LOST, 1),
-        r(4, Kind.RECOVER, 0), r(5, Kind.RECOVERY_ACTION, 0, 0), r(6, Kind.ECC_DBE, 3),
+        r(4, Kind.RECOVER, 0), r(5, Kind.RECOVERY_ACTION, 0, 0), r(6, Kind.ECC_DOUBLE, 3),
     ]  # fmt: skip
     assert faulted(records) == [1, 3]
 
@@ -287,3 +303,14 @@ def test_e2e_summary_splits_scenario_params_from_the_plugin() -> None:
         "test_p [Tesla-T4-hetero-worker3]", "gpulab",
     )  # fmt: skip
     assert summary_key("tests/x.py::test_y[gpulab]", plugins) is None
+
+
+def test_a_recording_that_spelled_ecc_dbe_reads_as_ecc_double(tmp_path: Path) -> None:
+    rec = sample_recording()
+    rec.faults.append(Fault(20, 7.0, "lab-a", 3, "GPU-a3", "ecc-double", 1, -1))
+    rec.save(tmp_path / "recording.json")
+    text = (tmp_path / "recording.json").read_text()
+    (tmp_path / "recording.json").write_text(text.replace('"ecc-double"', '"ecc_dbe"'))
+    again = Recording.load(tmp_path / "recording.json")
+    assert again == rec
+    assert again.faults[-1].label() == "ECC double-bit"

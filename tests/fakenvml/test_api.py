@@ -286,8 +286,8 @@ def ecc_counters_follow_injected_faults(st: NodeDir, node: Node) -> None:
     assert nv.nvmlDeviceGetEccMode(h(2)) == [nv.NVML_FEATURE_ENABLED] * 2
     assert nv.nvmlDeviceGetDefaultEccMode(h(2)) == [nv.NVML_FEATURE_ENABLED]
     assert nv.nvmlDeviceGetTotalEccErrors(h(2), U, V) == 0
-    st.inject_ecc(2, double_bit=False, count=5)
-    st.inject_ecc(2, double_bit=True, count=2)
+    st.inject_ecc(2, double=False, count=5)
+    st.inject_ecc(2, double=True, count=2)
     assert nv.nvmlDeviceGetTotalEccErrors(h(2), C, V) == 5
     assert nv.nvmlDeviceGetTotalEccErrors(h(2), U, nv.NVML_AGGREGATE_ECC) == 2
     dram = nv.NVML_MEMORY_LOCATION_DEVICE_MEMORY
@@ -317,7 +317,7 @@ def page_retirement_on_turing(st: NodeDir, node: Node) -> None:
         dbe = nv.NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR
         assert nv.nvmlDeviceGetRetiredPages(h(1), dbe) == []
         assert nv.nvmlDeviceGetRetiredPagesPendingStatus(h(1)) == nv.NVML_FEATURE_DISABLED
-        t4.inject_ecc(1, double_bit=True, count=3)
+        t4.inject_ecc(1, double=True, count=3)
         pages = nv.nvmlDeviceGetRetiredPages(h(1), dbe)
         assert len(pages) == 3 and len(set(pages)) == 3
         assert len(nv.nvmlDeviceGetRetiredPages_v2(h(1), dbe)) == 3

@@ -407,7 +407,7 @@ def test_unknown_inventory_key_is_refused(node: Path, run: Run, tmp_path: Path) 
 
 
 def test_missing_inventory_file_is_refused(node: Path, run: Run, tmp_path: Path) -> None:
-    refused(run, node, "not found", "init", tmp_path / "missing.yaml", "--state-dir", node)
+    refused(run, node, "no inventory file", "init", tmp_path / "missing.yaml", "--state-dir", node)
 
 
 def test_unwritable_state_dir_is_refused(tmp_path: Path, run: Run) -> None:
@@ -496,7 +496,7 @@ def test_faulted_lists_the_gpus_not_recovered_since_their_last_fault(node: Path)
     d = NodeDir(node)
     assert d.faulted() == set()
     d.inject_xid(1, 79)
-    d.inject_ecc(2, double_bit=False)
+    d.inject_ecc(2, double=False)
     d.lose(3)
     d.recover(2)
     d.recover(3)

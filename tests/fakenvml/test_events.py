@@ -63,9 +63,9 @@ def test_injection_reaches_every_set_in_two_other_processes_once_in_order(
 
 def test_sets_receive_only_their_registered_event_types(state: NodeDir) -> None:
     w = Waiter(state, "--gpus", "1", "--mask", "xid", "--expect", "2", "--idle-ms", "1500")
-    state.inject_ecc(1, double_bit=True)  # filtered out: the set asked for Xids only
+    state.inject_ecc(1, double=True)  # filtered out: the set asked for Xids only
     state.inject_xid(1, 79)
-    state.inject_ecc(1, double_bit=False)
+    state.inject_ecc(1, double=False)
     state.inject_xid(1, 48)
     got = [(e["type"], e["data"]) for e in w.events()]
     assert got == [(XID, 79), (XID, 48)]
@@ -75,8 +75,8 @@ def test_ecc_events_carry_their_type(nvml: object, state: NodeDir) -> None:
     es = nv.nvmlEventSetCreate()
     mask = XID | nv.nvmlEventTypeDoubleBitEccError | nv.nvmlEventTypeSingleBitEccError
     nv.nvmlDeviceRegisterEvents(nv.nvmlDeviceGetHandleByIndex(0), mask, es)
-    state.inject_ecc(0, double_bit=True)
-    state.inject_ecc(0, double_bit=False)
+    state.inject_ecc(0, double=True)
+    state.inject_ecc(0, double=False)
     assert nv.nvmlEventSetWait_v2(es, 1000).eventType == nv.nvmlEventTypeDoubleBitEccError
     assert nv.nvmlEventSetWait_v2(es, 1000).eventType == nv.nvmlEventTypeSingleBitEccError
     nv.nvmlEventSetFree(es)
@@ -141,7 +141,7 @@ def test_journal_numbers_and_timestamps_every_fault(state: NodeDir) -> None:
     recs = [state.inject_xid(0, 31), state.lose(1), state.recover(1), state.inject_ecc(2, False)]
     journal = list(state.events())
     assert [r.seq for r in journal] == [1, 2, 3, 4]
-    assert [r.kind for r in journal] == [Kind.XID, Kind.LOST, Kind.RECOVER, Kind.ECC_SBE]
+    assert [r.kind for r in journal] == [Kind.XID, Kind.LOST, Kind.RECOVER, Kind.ECC_SINGLE]
     assert journal == recs
     state.inject_xid(0, 79)  # the Xid, then the recovery action the driver asks for
     assert [(r.kind, r.data) for r in state.events(start=4)] == [

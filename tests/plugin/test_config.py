@@ -108,3 +108,16 @@ def test_config_directory_picks_the_node_file_then_default(tmp_path: Path) -> No
     assert cfg.config_file(tmp_path / "default.yaml", {}) == tmp_path / "default.yaml"
     (tmp_path / "default.yaml").unlink()
     assert cfg.config_file(tmp_path, {"NODE_NAME": "other"}) is None
+
+
+def test_the_plugin_imports_nothing_of_the_lab() -> None:
+    """The plugin runs on real GPUs: its config has its own loader (see plugin/config.py),
+    and nothing it imports reaches fakenvml, clusters or e2e."""
+    code = (
+        "import sys, plugin.main\n"
+        "print(sorted({m.split('.')[0] for m in sys.modules} & {'fakenvml', 'clusters', 'e2e'}))"
+    )
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO,
+                         timeout=60)  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.strip() == "[]"

@@ -166,7 +166,7 @@ def test_double_bit_ecc_as_the_subject_expects(
 ) -> None:
     """NVIDIA registers for double-bit ECC events but acts only on Xids; ours acts."""
     before = kubelet.resource(R).updates
-    gpus8.node.inject_ecc(5, double_bit=True)
+    gpus8.node.inject_ecc(5, double=True)
     gpus8.node.inject_xid(0, 79)  # sentinel
     ecc = subject.expects.double_bit_ecc == "unhealthy"
     sick = [gpus8.uuids[0]] + ([gpus8.uuids[5]] if ecc else [])
