@@ -34,7 +34,7 @@ from typing import Annotated, Literal
 import yaml
 from pydantic import AfterValidator, Field, model_validator
 
-from clusters import versions
+from clusters import kube, versions
 from fakenvml import yamlmodel
 from fakenvml.yamlmodel import LoadError, Strict
 
@@ -141,8 +141,7 @@ class Subject:
 
     @property
     def selector(self) -> str:
-        labels = self.daemonset["spec"]["selector"]["matchLabels"]
-        return ",".join(f"{k}={v}" for k, v in sorted(labels.items()))
+        return kube.selector(self.daemonset["spec"]["selector"]["matchLabels"])
 
     def needs_met(self, needs: tuple[str, ...]) -> bool:
         """Every named expectation is true (or, for `lost_gpu=that-device` style, equal)."""

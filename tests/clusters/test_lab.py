@@ -93,8 +93,9 @@ def test_a_failed_up_deletes_the_cluster_it_created_unless_retained(
     capsys: pytest.CaptureFixture[str],
     retain: bool,
 ) -> None:
-    """kind's Retain rule: a step failing after `kind create` (here the deploy, refused by
-    the test) leaves no half-made cluster behind, unless KEEP=1 asks to keep it."""
+    """kind's Retain rule: an action failing after `kind create` (here the deploy: the API
+    server refuses to apply, by the test's hand) leaves no half-made cluster behind, unless
+    KEEP=1 asks to keep it."""
     path = tmp_path / "failup.yaml"
     path.write_text(
         "name: failup\nnodes:\n  - role: control-plane\n"
@@ -102,10 +103,10 @@ def test_a_failed_up_deletes_the_cluster_it_created_unless_retained(
     )
     lab = Lab(path, subject="gpulab", retain=retain)
 
-    def refuse() -> None:
+    def refuse(doc: dict) -> None:
         raise StepError("deploy refused by the test")
 
-    monkeypatch.setattr(lab, "_deploy", refuse)
+    monkeypatch.setattr(lab.kube, "apply", refuse)
     try:
         with pytest.raises(StepError, match="deploy refused by the test"):
             lab.up()

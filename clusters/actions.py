@@ -1,0 +1,157 @@
+"""A lab's bring-up as ordered actions, the way kind creates a cluster: each action one
+step with a title, run in order with one progress line (✓ or ✗ and its seconds). An action
+that has nothing to do in this run (the cluster already exists, say) returns SKIP and
+prints nothing.
+
+    UP      the cluster: infrastructure, reuse or recreate, fake GPUs, kind create, faults
+    SUBJECT the plugin under test: images, load, deploy, its pods, every node's capacity
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import yaml
+
+from clusters import infra, kindconfig, steps, versions
+
+if TYPE_CHECKING:
+    from clusters.lab import Lab
+
+SKIP = object()  # an action's result when it had nothing to do
+
+
+@dataclass(frozen=True)
+class Action:
+    title: str  # str.format()ed with lab= and subject= (the names)
+    run: Callable[[Lab], object]
+
+
+# -- the cluster
+
+
+def infrastructure(lab: Lab) -> None:
+    lab.host.kind = infra.require(()).kind
+
+
+def reuse_or_recreate(lab: Lab) -> object:
+    """A cluster left from an earlier run must answer: Docker restarts kind's nodes with the
+    engine; most come back within a minute, some never do. Those are deleted (and made
+    again by the next actions)."""
+    if not lab.host.exists():
+        return SKIP
+    ok, why = lab.kube.healthy(lab.health_deadline_s)
+    if not ok:
+        lab.console.print(f"[yellow]![/] {why}", highlight=False)
+        lab.console.print(f"[yellow]![/] {lab.name} does not recover (left from an earlier "
+                          "run and restarted?): recreating it")  # fmt: skip
+        lab.down()
+    return None
+
+
+def fake_gpus(lab: Lab) -> object:
+    """Each GPU node's fakenvml state, written on the host (kind bind-mounts the dirs)."""
+    if lab.host.exists():
+        return SKIP
+    for n in lab.lab.gpu_nodes:
+        d = lab.fake_gpus(n.name)
+        if d.path.exists():
+            shutil.rmtree(d.path)
+        assert n.gpu_node is not None
+        d.init(n.gpu_node)
+    return None
+
+
+def create_cluster(lab: Lab) -> object:
+    if lab.host.exists():
+        return SKIP
+    lab.created = True
+    lab.host.create(kindconfig.render(lab.lab, infra.require(()).node_image, lab.labs_root))
+    return None
+
+
+def clear_faults(lab: Lab) -> object:
+    """Recover every fake GPU whose last event is a fault: a reused lab starts from its spec
+    (an interrupted test never recovered what it injected), and a plugin that never re-adds
+    a device it marked Unhealthy gets fresh pods."""
+    if lab.created:
+        return SKIP
+    cleared = 0
+    for n in lab.lab.gpu_nodes:
+        d = lab.fake_gpus(n.name)
+        for gpu in sorted(d.faulted()):
+            d.recover(gpu)
+            cleared += 1
+    if cleared:
+        lab.delete_subjects(keep=None)
+    return None
+
+
+# -- the plugin under test
+
+
+def lab_images(lab: Lab) -> None:
+    # The newest NVIDIA image too: the images share the base layer, so one `kind load` of
+    # all costs little more than of one, and a later switch of subjects loads less.
+    wanted = ["gpulab", "workload", *(f"nvidia-{v}" for v in
+                                      versions.nvidia_plugin_versions()[:1])]  # fmt: skip
+    products = infra.require(wanted)
+    lab.images = {k: products.images[k] for k in wanted}
+    lab.images["subject"] = infra.subject_image(lab.subject, products)
+
+
+def load_images(lab: Lab) -> None:
+    # Only GPU nodes run lab pods (fakenvml, the plugin, GPU workloads).
+    lab.host.load(list(lab.images.values()), [n.name for n in lab.lab.gpu_nodes])
+
+
+def deploy(lab: Lab) -> None:
+    """fakenvml, the lab's per-node plugin config and the subject's manifest, applied;
+    every other subject's DaemonSet deleted first (one plugin per node, as in real
+    clusters)."""
+    lab.delete_subjects(keep=lab.subject.name)
+    docs = [*steps.manifest("fakenvml.yaml", {"gpulab/gpulab:latest": lab.images["gpulab"]}),
+            plugin_config(lab)]  # fmt: skip
+    placeholders = {"GPULAB_IMAGE": lab.images["gpulab"], "SUBJECT_IMAGE": lab.images["subject"]}
+    for doc in lab.subject.render(placeholders):
+        if doc["kind"] == "DaemonSet":
+            doc["metadata"].setdefault("labels", {})[lab.subject_label] = lab.subject.name
+        docs.append(doc)
+    for doc in docs:
+        lab.kube.apply(doc)
+
+
+def plugin_config(lab: Lab) -> dict:
+    """gpulab's plugin reads its per-node config (the lab spec's extra resources) here."""
+    data = {f"{n.name}.yaml": yaml.safe_dump({"extra_resources": n.spec.extra_resources})
+            for n in lab.lab.gpu_nodes if n.spec.extra_resources}  # fmt: skip
+    return {"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "gpulab-plugin-config", "namespace": "kube-system"},
+            "data": data}  # fmt: skip
+
+
+def wait_plugin(lab: Lab) -> None:
+    lab.kube.wait_daemonset(lab.subject.daemonset_name, lab.subject.namespace)
+
+
+def wait_capacity(lab: Lab) -> None:
+    lab.wait_capacity()
+
+
+UP = [
+    Action("Infrastructure (built by `make infra`)", infrastructure),
+    Action("Cluster {lab} exists: is it healthy?", reuse_or_recreate),
+    Action("Fake GPUs on the host", fake_gpus),
+    Action("Cluster {lab}", create_cluster),
+    Action("Clear faults left from an earlier run", clear_faults),
+]
+SUBJECT = [
+    Action("Lab images (built by `make infra`)", lab_images),
+    Action("Load images into the nodes", load_images),
+    Action("Deploy fakenvml and {subject}", deploy),
+    Action("Wait for {subject}'s pods", wait_plugin),
+    Action("Wait for every GPU node's capacity", wait_capacity),
+]

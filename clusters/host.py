@@ -1,0 +1,62 @@
+"""The host seam: what a lab does on the machine, outside the API server — kind (create,
+delete, load images), commands inside node containers, and the fake GPUs' state dirs that
+kind bind-mounts into the nodes."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import yaml
+
+from clusters import infra, steps
+
+
+class Host:
+    def __init__(self, name: str, workdir: Path) -> None:
+        self.name, self.dir = name, workdir
+        self.kubeconfig = workdir / "kubeconfig"
+        self._kind = ""
+
+    @property
+    def kind(self) -> str:
+        """kind's binary, as `make infra` built it."""
+        if not self._kind:
+            self._kind = infra.Products.load().kind
+        if not self._kind:
+            raise infra.InfraMissing(f"kind is not built; {infra.MAKE_INFRA}")
+        return self._kind
+
+    @kind.setter
+    def kind(self, path: str) -> None:
+        self._kind = path
+
+    def exists(self) -> bool:
+        out = steps.kind(self.kind, "get", "clusters", capture=True)
+        return self.name in out.split() and self.kubeconfig.exists()
+
+    def create(self, kind_config: dict) -> None:
+        self.dir.mkdir(parents=True, exist_ok=True)
+        cfg_file = self.dir / "kind.yaml"
+        cfg_file.write_text(yaml.safe_dump(kind_config, sort_keys=False))
+        steps.kind(self.kind, "create", "cluster", "--name", self.name, "--config",
+                   str(cfg_file), "--kubeconfig", str(self.kubeconfig), "--wait", "0s")  # fmt: skip
+
+    def delete(self) -> None:
+        steps.kind(self.kind, "delete", "cluster", "--name", self.name)
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def load(self, images: list[str], nodes: list[str]) -> None:
+        """kind load: it skips nodes that already have an image with the same ID."""
+        steps.kind(self.kind, "load", "docker-image", "--name", self.name, "--nodes",
+                   ",".join(nodes), *sorted(set(images)))  # fmt: skip
+
+    def exec(self, node: str, *cmd: str) -> str:
+        """Run a command inside a node container (docker SDK); its output, or StepError."""
+        import docker
+
+        res = docker.from_env().containers.get(node).exec_run(list(cmd))
+        if res.exit_code != 0:
+            raise steps.StepError(f"{' '.join(cmd)} on {node} exited {res.exit_code}: "
+                                  f"{res.output.decode(errors='replace')[-500:]}")  # fmt: skip
+        return res.output.decode()

@@ -1,0 +1,207 @@
+"""The Kubernetes seam: everything a lab does through the API server, in one place.
+
+Server-side apply for any manifest kind, namespaces, pods by selector and their logs,
+DaemonSet roll-outs and restarts, and one wait: `watch_until`, a list followed by a watch
+that re-checks on every change (so a measured time is when the change arrived, not the
+next tick of a poll) and lists again when the stream drops.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import urllib3
+from kubernetes import client, config, dynamic, watch
+from kubernetes.client.exceptions import ApiException
+
+from clusters.steps import StepError
+
+FIELD_MANAGER = "gpulab"
+# (done, what was seen) from the objects a watch currently knows, by name.
+Check = Callable[[dict[str, Any]], tuple[bool, str]]
+
+
+def selector(labels: dict[str, str]) -> str:
+    """A label selector string for matchLabels."""
+    return ",".join(f"{k}={v}" for k, v in sorted(labels.items()))
+
+
+def ready(pods: list[client.V1Pod]) -> list[client.V1Pod]:
+    """The pods that run with every container ready."""
+    return [p for p in pods if p.status.phase == "Running" and not p.metadata.deletion_timestamp
+            and all(c.ready for c in p.status.container_statuses or [])]  # fmt: skip
+
+
+class Kube:
+    def __init__(self, kubeconfig: Path) -> None:
+        self.kubeconfig = kubeconfig
+        self._api: client.ApiClient | None = None
+        self._dynamic: dynamic.DynamicClient | None = None
+
+    def reset(self) -> None:
+        """Forget the connection: a cluster made again listens on another port."""
+        self._api = self._dynamic = None
+
+    @property
+    def api(self) -> client.ApiClient:
+        if self._api is None:
+            cfg = client.Configuration()
+            config.load_kube_config(str(self.kubeconfig), client_configuration=cfg)
+            # A busy two-core API server drops a connection now and then (EOF in the TLS
+            # handshake): retry those with back-off instead of failing a test.
+            cfg.retries = urllib3.Retry(total=6, backoff_factor=0.5, allowed_methods=None,
+                                        raise_on_status=False)  # fmt: skip
+            self._api = client.ApiClient(cfg)
+        return self._api
+
+    @property
+    def core(self) -> client.CoreV1Api:
+        return client.CoreV1Api(self.api)
+
+    @property
+    def apps(self) -> client.AppsV1Api:
+        return client.AppsV1Api(self.api)
+
+    # -- objects
+
+    def apply(self, doc: dict) -> None:
+        """Server-side apply of one manifest document, whatever its kind (a subject's
+        manifest may bring RBAC, ServiceAccounts, ConfigMaps ...): fields gpulab set
+        before and no longer sets are removed, fields others own are kept."""
+        if self._dynamic is None:
+            self._dynamic = dynamic.DynamicClient(self.api)
+        resource = self._dynamic.resources.get(api_version=doc["apiVersion"], kind=doc["kind"])
+        namespace = doc["metadata"].get("namespace", "default") if resource.namespaced else None
+        self._dynamic.server_side_apply(resource, body=doc, namespace=namespace,
+                                        field_manager=FIELD_MANAGER,
+                                        force_conflicts=True)  # fmt: skip
+
+    def ensure_namespace(self, name: str) -> None:
+        self.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
+
+    def label_node(self, node: str, labels: dict[str, str | None]) -> None:
+        """Set (None: remove) labels on a node."""
+        self.core.patch_node(node, {"metadata": {"labels": labels}})
+
+    # -- pods
+
+    def pods(self, namespace: str, labels: str, node: str | None = None) -> list[client.V1Pod]:
+        """Pods matching the label selector (on `node` only, if given)."""
+        return self.core.list_namespaced_pod(
+            namespace, label_selector=labels,
+            field_selector=f"spec.nodeName={node}" if node else None).items  # fmt: skip
+
+    def pod_log(self, pod: client.V1Pod, timestamps: bool = False) -> str:
+        """The log of a pod's first container (containerd's timestamps if asked)."""
+        return self.core.read_namespaced_pod_log(
+            pod.metadata.name, pod.metadata.namespace, container=pod.spec.containers[0].name,
+            timestamps=timestamps)  # fmt: skip
+
+    def restart_pods(self, namespace: str, labels: str, what: str, deadline_s: float = 180) -> None:
+        """Delete the pods (their controller recreates them) and wait for as many *new*
+        pods, Ready (a DaemonSet's status still counts the old ones for a moment)."""
+        old = {p.metadata.uid for p in self.pods(namespace, labels)}
+        self.core.delete_collection_namespaced_pod(namespace, label_selector=labels,
+                                                   grace_period_seconds=0)  # fmt: skip
+
+        def new_ready(pods: dict[str, client.V1Pod]) -> tuple[bool, str]:
+            fresh = [p for p in pods.values() if p.metadata.uid not in old]
+            up = ready(fresh)
+            return (len(up) == len(old) == len(pods),
+                    f"{len(up)}/{len(old)} new pods ready, {len(pods)} pods")  # fmt: skip
+
+        self.watch_until(f"{what} pods restarted", self.core.list_namespaced_pod, new_ready,
+                         deadline_s, namespace=namespace, label_selector=labels)  # fmt: skip
+
+    # -- DaemonSets
+
+    def wait_daemonset(self, name: str, namespace: str, deadline_s: float = 180) -> None:
+        """Every scheduled pod of the DaemonSet is of its current generation and Ready."""
+
+        def rolled_out(found: dict[str, client.V1DaemonSet]) -> tuple[bool, str]:
+            ds = found.get(name)
+            if ds is None:
+                return False, "no such DaemonSet"
+            st = ds.status
+            want = st.desired_number_scheduled or 0
+            up, updated = st.number_ready or 0, st.updated_number_scheduled or 0
+            current = st.observed_generation == ds.metadata.generation
+            return current and want > 0 and up == updated == want, (
+                f"{up}/{want} ready, {updated} updated")  # fmt: skip
+
+        self.watch_until(f"DaemonSet {name}", self.apps.list_namespaced_daemon_set, rolled_out,
+                         deadline_s, namespace=namespace,
+                         field_selector=f"metadata.name={name}")  # fmt: skip
+
+    def delete_daemonset(self, name: str, namespace: str) -> None:
+        """Delete it and wait until its pods are gone."""
+        try:
+            ds = self.apps.read_namespaced_daemon_set(name, namespace)
+            labels = selector(ds.spec.selector.match_labels or {})
+            self.apps.delete_namespaced_daemon_set(name, namespace)
+        except ApiException as e:
+            if e.status != 404:
+                raise
+            return
+        self.watch_until(f"{name} pods to go", self.core.list_namespaced_pod,
+                         lambda pods: (not pods, f"{len(pods)} {name} pods"), 120,
+                         namespace=namespace, label_selector=labels)  # fmt: skip
+
+    # -- the one wait
+
+    def watch_until(self, what: str, list_fn: Callable[..., Any], check: Check,
+                    deadline_s: float, **query: Any) -> int:  # fmt: skip
+        """List with `query`, then watch, until check({name: object}) says done; returns
+        time.time_ns() of the event that satisfied it. A watch the server ends (its
+        timeout, 410 Gone) or a dropped connection lists again; at the deadline, StepError
+        with what was seen last."""
+        end = time.monotonic() + deadline_s
+        seen = "nothing yet"
+        while True:
+            try:
+                listed = list_fn(**query, _request_timeout=10)
+                objects = {o.metadata.name: o for o in listed.items}
+                done, seen = check(objects)
+                if done:
+                    return time.time_ns()
+                left = max(1, int(end - time.monotonic()))
+                # Server-side timeout ends a quiet watch; the client one, a dead connection.
+                for event in watch.Watch().stream(
+                    list_fn, resource_version=listed.metadata.resource_version,
+                    timeout_seconds=left, _request_timeout=left + 5, **query,
+                ):  # fmt: skip
+                    obj = event["object"]
+                    if event["type"] == "ERROR" or not hasattr(obj, "metadata"):
+                        break  # e.g. 410 Gone: list again
+                    if event["type"] == "DELETED":
+                        objects.pop(obj.metadata.name, None)
+                    else:
+                        objects[obj.metadata.name] = obj
+                    done, seen = check(objects)
+                    if done:
+                        return time.time_ns()
+            except (ApiException, OSError, urllib3.exceptions.HTTPError) as e:
+                seen = f"{type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"
+                time.sleep(0.5)  # API server starting, or the watch dropped: list again
+            if time.monotonic() > end:
+                raise StepError(f"waited {deadline_s:.0f}s for {what}; last saw: {seen}")
+
+    def healthy(self, deadline_s: float) -> tuple[bool, str]:
+        """The API server answers and every node is Ready, within the deadline; a reused
+        cluster may still be starting (403 until RBAC is loaded, 5xx, refused)."""
+
+        def all_ready(nodes: dict[str, client.V1Node]) -> tuple[bool, str]:
+            up = [n for n in nodes.values()
+                  if any(c.type == "Ready" and c.status == "True"
+                         for c in n.status.conditions or [])]  # fmt: skip
+            return bool(nodes) and len(up) == len(nodes), f"{len(up)}/{len(nodes)} Ready"
+
+        try:
+            self.watch_until("the API server and Ready nodes", self.core.list_node, all_ready,
+                             deadline_s)  # fmt: skip
+        except StepError as e:
+            return False, str(e)
+        return True, ""
