@@ -47,7 +47,7 @@ from fakenvml import library, paths
 # named relative to ROOT: the checkout, or site-packages for an installed package.
 ROOT = Path(__file__).resolve().parents[1]
 T = TypeVar("T")
-MAKE_INFRA = "run `make infra`" if paths.checkout() else "run `python -m clusters.infra`"
+MAKE_INFRA = "run `make infra`" if paths.checkout() else "run `gpulab infra`"
 # What the gpulab image leaves out: the node side (fakenvml, the plugin) never talks to the
 # API server or Docker nor draws reports, and every lab loads the image into every GPU
 # node (the kubernetes client alone is 126 MB).
@@ -133,8 +133,8 @@ def tree_key() -> str:
 
 def _dist_dir() -> Path:
     """The installed package's .dist-info directory."""
-    dist = importlib.metadata.distribution("gpulab")
-    return Path(str(dist.locate_file(""))) / f"gpulab-{dist.version}.dist-info"
+    files = importlib.metadata.distribution("gpulab").files or []
+    return Path(str(next(f for f in files if f.name == "METADATA").locate())).parent
 
 
 def node_requirements() -> list[str]:

@@ -9,6 +9,7 @@ every gpulab package imports from the wheel.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -127,6 +128,10 @@ def test_report_renders_markdown_and_png_from_a_recording(installed: Installed) 
     assert "PASS" in res.stderr
     assert (out / "report.md").read_text().startswith("# ")
     assert (out / "timeline.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # The PNG needs matplotlib: a runtime requirement of the wheel, not only of `dev`
+    # (this venv borrows the test environment's packages, so it must be checked here).
+    metadata = (installed.dist_info / "METADATA").read_text().splitlines()
+    assert "Requires-Dist: matplotlib==3.11.2" in metadata
 
 
 def test_fakenvml_builds_its_library_into_the_cache_and_serves_smi(installed: Installed) -> None:
@@ -180,6 +185,22 @@ def test_the_e2e_suites_load_as_a_pytest_plugin(installed: Installed) -> None:
     assert res.returncode == 0, res.stdout[-2000:] + res.stderr
     assert "\ntest_seed.py::" in res.stdout and "\ntest_faults.py::" in res.stdout
     assert re.search(r"^\d+/\d+ tests collected", res.stdout, re.M), res.stdout[-500:]
+
+
+def test_the_gpulab_image_is_made_of_the_installed_files(installed: Installed) -> None:
+    code = ("import json; from clusters import infra; "
+            "print(json.dumps({'key': infra.tree_key(), **infra.image_env('k')}))")  # fmt: skip
+    res = installed.run("python", "-c", code)
+    assert res.returncode == 0, res.stderr
+    env = json.loads(res.stdout)
+    assert re.fullmatch(r"[0-9a-f]{16}", env["key"])
+    assert env["GPULAB_SITE"] == str(installed.site) and "GPULAB_SOURCE" not in env
+    items = env["GPULAB_SITE_ITEMS"].split()
+    assert {*PACKAGES, installed.dist_info.name} == set(items)
+    assert all((installed.site / i).is_dir() for i in items)
+    reqs = env["GPULAB_NODE_REQS"].split("\n")
+    assert "pydantic==2.14.3" in reqs
+    assert not [r for r in reqs if r.split("=")[0] in ("matplotlib", "kubernetes", "docker")]
 
 
 def test_nothing_was_written_beside_the_installed_code(installed: Installed) -> None:
