@@ -1,7 +1,7 @@
 # Pieces of `make infra` (clusters/infra.py groups), included from the top-level Makefile.
-#   make engine         a Docker engine that runs kind's privileged nodes (ci/docker.sh)
-#   make kind           the pinned kind, on PATH or built with Go (ci/kind.sh)
-#   make node-image     kind's node image, pulled or built locally (ci/node-image.sh)
+#   make engine         a Docker engine that runs kind's privileged nodes (clusters/scripts/docker.sh)
+#   make kind           the pinned kind, on PATH or built with Go (clusters/scripts/kind.sh)
+#   make node-image     kind's node image, pulled or built locally (clusters/scripts/node-image.sh)
 #   make cluster-smoke  3-node kind cluster + workload pods, then deleted (ci/cluster-smoke.sh)
 # Build products are cached under /var/cache/gpulab (override with GPULAB_CACHE).
 

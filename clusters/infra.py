@@ -3,6 +3,7 @@
     python -m clusters.infra                  # every step; seconds when warm
     python -m clusters.infra nvidia-plugins   # only some groups (see GROUPS)
     python -m clusters.infra tree-key         # the gpulab image's input key
+    python -m clusters.infra --list           # each group's scripts; runs nothing
 
 Each step runs one script in a process group of its own, with the script's output in a
 log file under $GPULAB_CACHE/logs: one status line per step (✓ or ✗ and seconds), a line a
@@ -18,12 +19,15 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import importlib.metadata
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
 import time
+import tomllib
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -37,14 +41,28 @@ from clusters.subject import Subject, SubjectError
 from clusters.subject import examples as subject_examples
 from clusters.subject import load as load_subject
 from clusters.subject import names as subject_names
+from fakenvml import library, paths
 
-REPO = Path(__file__).resolve().parents[1]
+# The scripts are package data (clusters/scripts, clusters/nodeimage, clusters/images),
+# named relative to ROOT: the checkout, or site-packages for an installed package.
+ROOT = Path(__file__).resolve().parents[1]
 T = TypeVar("T")
-MAKE_INFRA = "run `make infra`"
+MAKE_INFRA = "run `make infra`" if paths.checkout() else "run `gpulab infra`"
+# What the gpulab image leaves out: the node side (fakenvml, the plugin) never talks to the
+# API server or Docker nor draws reports, and every lab loads the image into every GPU
+# node (the kubernetes client alone is 126 MB).
+LAB_ONLY = {"kubernetes", "docker", "matplotlib"}
+STEPS = {  # group -> the scripts its steps run (`--list`)
+    "engine": ["clusters/scripts/docker.sh"],
+    "kind": ["clusters/scripts/kind.sh"],
+    "nvidia-plugins": ["clusters/scripts/nvidia-plugin.sh"],
+    "node-image": ["clusters/scripts/node-image.sh", "clusters/nodeimage/build.sh"],
+    "lab-images": ["clusters/images/build.sh"],
+}
 
 
 def cache_dir() -> Path:
-    return Path(os.environ.get("GPULAB_CACHE", "/var/cache/gpulab"))
+    return paths.cache_dir()
 
 
 def manifest_path() -> Path:
@@ -90,24 +108,56 @@ class Products:
 
 def tree_key() -> str:
     """A hash of everything the gpulab image is made of: the fakenvml and plugin packages,
-    pyproject.toml (the pins), the built library and how the image is built."""
+    the pins (pyproject.toml, or an installed package's METADATA), the built library and
+    how the image is built."""
     h = hashlib.sha256()
+    pins = ROOT / "pyproject.toml" if paths.checkout() else _dist_dir() / "METADATA"
     files: list[Path] = [
-        REPO / "pyproject.toml",
-        REPO / "clusters/images/gpulab.Dockerfile",
-        REPO / "clusters/images/build.sh",
-        REPO / "build/release/libnvidia-ml.so.1",
+        pins,
+        ROOT / "clusters/images/gpulab.Dockerfile",
+        ROOT / "clusters/images/build.sh",
+        library.default_path(),
     ]
     for pkg in ("fakenvml", "plugin"):
         files += sorted(
             p
-            for p in (REPO / pkg).rglob("*")
+            for p in (ROOT / pkg).rglob("*")
             if p.is_file() and "__pycache__" not in p.parts and p.suffix != ".pyc"
         )
     for p in files:
-        h.update(str(p.relative_to(REPO)).encode() + b"\0")
+        name = p.relative_to(ROOT) if p.is_relative_to(ROOT) else Path("build/release", p.name)
+        h.update(str(name).encode() + b"\0")
         h.update(p.read_bytes() if p.exists() else b"<missing>")
     return h.hexdigest()[:16]
+
+
+def _dist_dir() -> Path:
+    """The installed package's .dist-info directory."""
+    files = importlib.metadata.distribution("gpulab").files or []
+    return Path(str(next(f for f in files if f.name == "METADATA").locate())).parent
+
+
+def node_requirements() -> list[str]:
+    """gpulab's runtime requirements minus LAB_ONLY: what the gpulab image installs."""
+    if (root := paths.checkout()) is not None:
+        with (root / "pyproject.toml").open("rb") as f:
+            deps = tomllib.load(f)["project"]["dependencies"]
+    else:
+        deps = [r for r in importlib.metadata.requires("gpulab") or [] if "extra ==" not in r]
+    return [d for d in deps if re.split(r"[=<>!~\[; ]", d)[0].lower() not in LAB_ONLY]
+
+
+def image_env(key: str) -> dict[str, str]:
+    """What clusters/images/build.sh needs to build the gpulab image: the interpreter (and
+    its pip), the library, the requirements, and gpulab itself: the checkout to build a
+    wheel of, or the installed package's files to copy."""
+    env = {"GPULAB_TREE_KEY": key, "GPULAB_PYTHON": sys.executable,
+           "GPULAB_LIBRARY": str(library.default_path()),
+           "GPULAB_NODE_REQS": "\n".join(node_requirements())}  # fmt: skip
+    if (root := paths.checkout()) is not None:
+        return {**env, "GPULAB_SOURCE": str(root)}
+    items = ("fakenvml", "plugin", "clusters", "e2e", _dist_dir().name)
+    return {**env, "GPULAB_SITE": str(ROOT), "GPULAB_SITE_ITEMS": " ".join(items)}
 
 
 # -- running steps -----------------------------------------------------------------------
@@ -146,20 +196,21 @@ class Runner:
     def script(
         self, title: str, log_name: str, path: str, *args: str, env: dict[str, str] | None = None
     ) -> str:
-        """Run a repo script in its own process group; stderr to the step's log, stdout
-        returned (the product). A line a minute while it runs."""
+        """Run a shipped script (a path relative to ROOT, or absolute) in its own process
+        group; stderr to the step's log, stdout returned (the product). A line a minute
+        while it runs. The scripts get the same cache this process uses."""
         self.logs.mkdir(parents=True, exist_ok=True)
         log, out = self.logs / f"{log_name}.log", self.logs / f"{log_name}.out"
         t0 = time.monotonic()
         with log.open("w") as err, out.open("w") as products:
             proc = subprocess.Popen(
-                [str(REPO / path), *args],
+                [str(ROOT / path), *args],
                 stdout=products,
                 stderr=err,
                 text=True,
-                env={**os.environ, **(env or {})},
+                env={**os.environ, "GPULAB_CACHE": str(cache_dir()), **(env or {})},
                 start_new_session=True,
-                cwd=REPO,
+                cwd=paths.checkout() or self.logs,
             )
             try:
                 self._wait(proc, title, log, t0)
@@ -228,7 +279,7 @@ def run(groups: Iterable[str] = GROUPS, console: Console | None = None) -> Produ
     if "kind" in want:
         p.kind = r.step(
             f"kind {versions.get('KIND_VERSION')}",
-            lambda: r.script("kind", "kind", "ci/kind.sh").splitlines()[-1],
+            lambda: r.script("kind", "kind", "clusters/scripts/kind.sh").splitlines()[-1],
         )
         p.save()
     if want & {"nvidia-plugins", "lab-images"}:
@@ -236,7 +287,10 @@ def run(groups: Iterable[str] = GROUPS, console: Console | None = None) -> Produ
             p.nvidia[v] = r.step(
                 f"NVIDIA device plugin {v} (Go)",
                 lambda v=v: r.script(
-                    f"NVIDIA plugin {v}", f"nvidia-plugin-{v}", "ci/nvidia-plugin.sh", v
+                    f"NVIDIA plugin {v}",
+                    f"nvidia-plugin-{v}",
+                    "clusters/scripts/nvidia-plugin.sh",
+                    v,
                 ),
             )
             p.save()
@@ -260,7 +314,7 @@ def run(groups: Iterable[str] = GROUPS, console: Console | None = None) -> Produ
 
 
 def _engine(r: Runner) -> str:
-    r.script("Docker engine", "docker", "ci/docker.sh")
+    r.script("Docker engine", "docker", "clusters/scripts/docker.sh")
     out = subprocess.run(
         ["docker", "version", "-f", "{{.Server.Version}}"],
         capture_output=True,
@@ -273,7 +327,9 @@ def _engine(r: Runner) -> str:
 def _node_image(r: Runner, p: Products) -> None:
     source = r.step(
         "Node image: pull or build",
-        lambda: r.script("node image", "node-image-choose", "ci/node-image.sh", "--choose"),
+        lambda: r.script(
+            "node image", "node-image-choose", "clusters/scripts/node-image.sh", "--choose"
+        ),
     )
     if source.startswith("upstream "):
         p.node_image = source.split(" ", 1)[1]
@@ -300,11 +356,16 @@ def _lab_images(r: Runner, p: Products) -> None:
         )
         return dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
 
+    if paths.checkout() is None and not library.default_path().is_file():
+        # An installed package builds its library here (a checkout's is `make install`'s).
+        from fakenvml.native import build
+
+        r.step("fakenvml library (gcc)", lambda: str(build.build("release", library.build_dir())))
     key = tree_key()
     for which, title, env in (
         ("base", "Lab base image (debootstrap)", None),
         ("workload", "Workload image (busybox)", None),
-        ("gpulab", "gpulab image (fakenvml + plugin)", {"GPULAB_TREE_KEY": key}),
+        ("gpulab", "gpulab image (fakenvml + plugin)", image_env(key)),
         ("nvidia", "NVIDIA plugin images", None),
     ):
         p.images.update(r.step(title, lambda w=which, e=env: image(w, e)))
@@ -423,9 +484,22 @@ def subject_image(s: Subject, p: Products) -> str:
     return tag
 
 
-def main(argv: list[str] | None = None) -> int:
+def _list(groups: Iterable[str]) -> int:
+    """Each group's scripts, resolved where this package is; 1 when one is not there."""
+    missing = 0
+    for g in groups:
+        for script in STEPS.get(g, []):
+            path = ROOT / script
+            ok = path.is_file() and os.access(path, os.X_OK)
+            missing += not ok
+            print(f"{g:<15} {path}{'' if ok else '  (missing or not executable)'}")
+    print(f"cache: {cache_dir()}  record: {manifest_path()}")
+    return 1 if missing else 0
+
+
+def main(argv: list[str] | None = None, prog: str = "python -m clusters.infra") -> int:
     ap = argparse.ArgumentParser(
-        prog="python -m clusters.infra",
+        prog=prog,
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -435,7 +509,14 @@ def main(argv: list[str] | None = None) -> int:
         metavar="GROUP",
         help=f"some of {', '.join(GROUPS)}, or tree-key (default: all)",
     )
+    ap.add_argument("--list", action="store_true", help="list the steps' scripts; run nothing")
     args = ap.parse_args(argv)
+    if args.list:
+        if unknown := set(args.groups) - set(GROUPS):
+            print(f"infra: error: unknown group(s) {', '.join(sorted(unknown))} "
+                  f"({', '.join(GROUPS)})", file=sys.stderr)  # fmt: skip
+            return 2
+        return _list(args.groups or GROUPS)
     if args.groups == ["tree-key"]:
         print(tree_key())
         return 0

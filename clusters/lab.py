@@ -31,9 +31,14 @@ from clusters.host import Host
 from clusters.kube import Kube, ready
 from clusters.subject import Subject
 from clusters.subject import load as load_subject
+from fakenvml import paths
 from fakenvml.node import NodeDir
 
-LABS_ROOT = Path(os.environ.get("GPULAB_LABS", "/var/lib/gpulab/labs"))
+# Lab state (kind configs, node state dirs): machine-wide where this process may write.
+LABS_ROOT = Path(
+    os.environ.get("GPULAB_LABS")
+    or paths.user_or_system(Path("/var/lib/gpulab/labs"), paths.cache_dir() / "labs")
+)
 RESOURCE = "nvidia.com/gpu"
 SUBJECT_LABEL = f"{kindconfig.LABEL_PREFIX}/subject"  # on every DaemonSet a lab deploys
 

@@ -3,6 +3,7 @@
     gpulab experiment run e2e/experiments/xid-storm.yaml [--subject nvidia] [--out DIR]
     gpulab experiment validate e2e/experiments/*.yaml
     gpulab experiment report out/experiments/xid-storm-gpulab    # re-render from recording.json
+    gpulab infra [GROUP...] [--list]     # what labs need, built (python -m clusters.infra)
 
 `run` brings the experiment's lab up (re-using a running cluster), plays the scenario,
 writes report.md + timeline.png and exits 1 when an expectation fails (2: a bad file,
@@ -12,6 +13,7 @@ writes report.md + timeline.png and exits 1 when an expectation fails (2: a bad 
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 from rich.console import Console
@@ -87,8 +89,14 @@ def _report(args: argparse.Namespace, console: Console) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    args_in = sys.argv[1:] if argv is None else argv
+    if args_in[:1] == ["infra"]:  # its own parser: `gpulab infra --help` is clusters.infra's
+        from clusters import infra
+
+        return infra.main(args_in[1:], prog="gpulab infra")
     ap = argparse.ArgumentParser(prog="gpulab", description=__doc__.splitlines()[0])
     sub = ap.add_subparsers(dest="group", required=True)
+    sub.add_parser("infra", help="build what labs need: engine, kind, node image, images")
     exp = sub.add_parser("experiment", help="fault-injection experiments on a lab")
     cmds = exp.add_subparsers(dest="cmd", required=True)
     run = cmds.add_parser("run", help="run an experiment and write its report")
@@ -104,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
     val.add_argument("files", nargs="+")
     rep = cmds.add_parser("report", help="re-render a report directory from recording.json")
     rep.add_argument("dir", type=Path)
-    args = ap.parse_args(argv)
+    args = ap.parse_args(args_in)
     console = Console(stderr=True, soft_wrap=True)
     handler = {"run": _run, "validate": _validate, "report": _report}[args.cmd]
     try:

@@ -20,8 +20,8 @@ from e2e.recording import layer_stats, traces
 from e2e.runner import Runner
 from e2e.verdict import Verdict
 
-REPO = Path(__file__).resolve().parents[1]
-REPORTS = Path(os.environ.get("GPULAB_REPORTS", REPO / "out" / "experiments"))
+# Under the working directory (the checkout for `make e2e`), never beside installed code.
+REPORTS = Path(os.environ.get("GPULAB_REPORTS", "out/experiments"))
 
 
 @pytest.fixture

@@ -22,6 +22,7 @@ from fakenvml.journal import ECC, JOURNAL_FILE, NO_INSTANCE, Kind, Record
 from fakenvml.node import DEFAULT_STATE_DIR, STATE_DIR_ENV, NodeDir, default_state_dir
 
 EXIT_BAD_INPUT = 2
+SHIPPED_INVENTORIES = Path(__file__).resolve().parent / "inventories"
 FOLLOW_INTERVAL_S = 0.2  # `events --follow` is for people; a fifth of a second feels live
 _NO_DATA = {Kind.LOST, Kind.FALLEN_OFF_BUS, Kind.RECOVER}  # data is implied (or unused)
 
@@ -54,10 +55,34 @@ def _init(args: argparse.Namespace) -> None:
         # which every plugin process has open.
         print(f"node state already in {d.path}; kept")
         return
-    node = inventory.load(args.inventory, args.node)
+    node = inventory.load(_inventory(args.inventory), args.node)
     d.init(node)
     names = sorted({g.name for g in node.gpus})
     print(f"node {node.name}: {len(node.gpus)} GPU(s) ({', '.join(names)}) in {d.path}")
+
+
+def _inventory(given: str) -> Path:
+    """A file, or the name of a shipped inventory (`dgx-h100`): an installed package's
+    files are not where a user would type their path."""
+    path = Path(given)
+    if path.exists() or path.suffix in (".yaml", ".yml") or "/" in given:
+        return path
+    shipped = SHIPPED_INVENTORIES / f"{given}.yaml"
+    if not shipped.is_file():
+        names = ", ".join(sorted(p.stem for p in SHIPPED_INVENTORIES.glob("*.yaml")))
+        raise FakeNvmlError(f"no inventory file or shipped inventory {given!r} (shipped: {names})")
+    return shipped
+
+
+def _build(args: argparse.Namespace) -> None:
+    import shutil
+
+    from fakenvml import library
+    from fakenvml.native import build
+
+    if shutil.which("gcc") is None:
+        raise FakeNvmlError("building the library needs gcc on PATH")
+    build.build("release", Path(args.out) if args.out else library.build_dir())
 
 
 def _install_driver(args: argparse.Namespace) -> None:
@@ -213,10 +238,15 @@ def _parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     c = sub.add_parser("init", parents=[state], help="write a node's state from an inventory")
-    c.add_argument("inventory", metavar="INVENTORY.yaml")
+    c.add_argument("inventory", metavar="INVENTORY", help="a file, or a shipped name: dgx-h100")
     c.add_argument("--node", metavar="NAME", help="node name (default: the inventory's `node:`)")
     c.add_argument("--if-absent", action="store_true", help="keep a state that already exists")
     c.set_defaults(run=_init)
+
+    c = sub.add_parser("build", help="compile libnvidia-ml.so.1 (needs gcc, gpulab[build])")
+    c.add_argument("--out", metavar="DIR", help="build tree (default: the checkout's build/ "
+                   "or $GPULAB_CACHE/fakenvml/<sources>)")  # fmt: skip
+    c.set_defaults(run=_build)
 
     c = sub.add_parser("install-driver", help="copy the library into a node's driver root")
     c.add_argument("root", metavar="DIR", help="e.g. /run/fakenvml/driver")

@@ -8,21 +8,40 @@ later CDLL("libnvidia-ml.so.1") in this process resolve to it, with no LD_LIBRAR
 from __future__ import annotations
 
 import ctypes
+import hashlib
 import os
 from pathlib import Path
 
+from fakenvml import paths
 from fakenvml.errors import FakeNvmlError
 
 LIBRARY_ENV = "FAKENVML_LIBRARY"
 SONAME = "libnvidia-ml.so.1"
-_REPO_BUILD = Path(__file__).resolve().parent.parent / "build" / "release" / SONAME
+SRC = Path(__file__).resolve().parent / "src"
+
+
+def build_dir() -> Path:
+    """Where `build()` puts its tree (release/, gen/, obj/): the checkout's build/, or for
+    an installed package a cache directory keyed by the C sources, so an upgrade that
+    changes them never finds an older library."""
+    if (root := paths.checkout()) is not None:
+        return root / "build"
+    h = hashlib.sha256()
+    for f in sorted(SRC.iterdir()):
+        h.update(f.name.encode() + b"\0" + f.read_bytes())
+    return paths.cache_dir() / "fakenvml" / h.hexdigest()[:12]
+
+
+def default_path() -> Path:
+    return build_dir() / "release" / SONAME
 
 
 def path() -> Path:
-    """The library file: $FAKENVML_LIBRARY, else the repository's build/lib."""
-    candidate = Path(os.environ.get(LIBRARY_ENV, _REPO_BUILD))
+    """The library file: $FAKENVML_LIBRARY, else the release build of build_dir()."""
+    candidate = Path(os.environ.get(LIBRARY_ENV) or default_path())
     if not candidate.is_file():
-        raise FakeNvmlError(f"{candidate} not found: run `make install` (or set {LIBRARY_ENV})")
+        how = "make install" if paths.checkout() else "fakenvml build"
+        raise FakeNvmlError(f"{candidate} not found: run `{how}` (or set {LIBRARY_ENV})")
     return candidate
 
 

@@ -3,15 +3,15 @@
 #   base       Debian bookworm minbase + python3 (the glibc userland the others share)
 #   gpulab     gpulab's Python package (fakenvml CLI, our plugin) + libnvidia-ml.so.1
 #   workload   what the pod specs run: busybox, prints its env, sleeps (a few MB)
-#   nvidia     NVIDIA's device plugin binaries (ci/nvidia-plugin.sh) on the base image,
+#   nvidia     NVIDIA's device plugin binaries (clusters/scripts/nvidia-plugin.sh) on the base image,
 #              one `nvidia-<version>=image` line per pinned version
 # Every image is tagged with a hash of its inputs, so a warm run only checks tags. Tags
 # appear only on finished, checked images (temporary tags first; see lib.sh).
 # usage: clusters/images/build.sh [base|gpulab|workload|nvidia]...   (default: all)
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
-repo=$(cd "$here/../.." && pwd)
-source "$repo/clusters/nodeimage/lib.sh"
+repo=$(cd "$here/../.." && pwd)  # the checkout, or site-packages for an installed gpulab
+source "$here/../nodeimage/lib.sh"
 WORK=$GPULAB_CACHE/images
 mkdir -p "$WORK"
 # One build at a time: two labs coming up together share $WORK (wheels, contexts).
@@ -57,18 +57,21 @@ image_base() {
   echo "$tag"
 }
 
+# What clusters/infra.py passes in (image_env); the defaults are a checkout's `make infra`.
+PY=${GPULAB_PYTHON:-$repo/.venv/bin/python}
+
 # The gpulab image's key: what `python -m clusters.infra tree-key` hashes (the fakenvml
-# and plugin packages, pyproject.toml, the library, the Dockerfile). clusters/infra.py
-# passes it in; fixtures compare it with the checkout's to catch a stale image.
+# and plugin packages, the pins, the library, the Dockerfile). clusters/infra.py passes
+# it in; fixtures compare it with the checkout's to catch a stale image.
 tree_key() {
   if [[ -n ${GPULAB_TREE_KEY:-} ]]; then echo "$GPULAB_TREE_KEY"; return; fi
-  (cd "$repo" && .venv/bin/python -m clusters.infra tree-key)
+  (cd "$repo" && "$PY" -m clusters.infra tree-key)
 }
 
 image_gpulab() {
-  local base lib=$repo/build/release/libnvidia-ml.so.1
+  local base lib=${GPULAB_LIBRARY:-$repo/build/release/libnvidia-ml.so.1}
   base=$(image_base)
-  [[ -f $lib ]] || die "images: $lib missing; run make install first"
+  [[ -f $lib ]] || die "images: $lib missing; run make install (or fakenvml build) first"
   local tag key
   key=$(tree_key) || die "images: cannot compute the gpulab tree key"
   tag=gpulab/gpulab:$(inputs_hash "$base" "$key")
@@ -76,28 +79,29 @@ image_gpulab() {
     local wheels=$WORK/wheels ctx
     rm -rf "$wheels"; mkdir -p "$wheels"
     log "images: gpulab: building wheels"
-    # The node side (fakenvml, the plugin) never talks to the API server or to Docker: the
-    # image gets the project's pinned dependencies minus the lab's clients (the kubernetes
-    # client alone is 126 MB, and every lab loads this image into every GPU node). The
-    # import check below proves the rest suffices.
-    local reqs
-    reqs=$("$repo/.venv/bin/python" - "$repo/pyproject.toml" <<'PY'
-import re, sys, tomllib
-LAB_ONLY = {"kubernetes", "docker"}
-deps = tomllib.load(open(sys.argv[1], "rb"))["project"]["dependencies"]
-print("\n".join(d for d in deps if re.split(r"[=<>!~\[ ]", d)[0].lower() not in LAB_ONLY))
-PY
-) || die "images: cannot read the dependencies from pyproject.toml"
-    "$repo/.venv/bin/pip" wheel -q --disable-pip-version-check --no-deps -w "$wheels" "$repo" >/dev/null ||
-      die "images: pip wheel of $repo failed"
+    # gpulab's pinned dependencies minus the lab's clients (infra.LAB_ONLY); the import
+    # check below proves the rest suffices.
+    local reqs=${GPULAB_NODE_REQS:-}
+    [[ -n $reqs ]] || reqs=$("$PY" -c 'from clusters import infra; print("\n".join(infra.node_requirements()))') ||
+      die "images: cannot read gpulab's dependencies"
     # shellcheck disable=SC2086  # one requirement per word
-    "$repo/.venv/bin/pip" wheel -q --disable-pip-version-check -w "$wheels" $reqs >/dev/null ||
+    "$PY" -m pip wheel -q --disable-pip-version-check -w "$wheels" $reqs >/dev/null ||
       die "images: pip wheel of gpulab's node-side dependencies failed"
     ctx=$(fresh_tmp "$WORK/gpulab.ctx")
     mkdir -p "$ctx/site" "$ctx/lib"
+    if [[ -n ${GPULAB_SITE:-} ]]; then
+      # An installed gpulab: its files as installed (there is no project to build).
+      local item
+      for item in $GPULAB_SITE_ITEMS; do cp -r "$GPULAB_SITE/$item" "$ctx/site/"; done
+      find "$ctx/site" -name __pycache__ -prune -exec rm -rf {} +
+    else
+      local src=${GPULAB_SOURCE:-$repo}
+      "$PY" -m pip wheel -q --disable-pip-version-check --no-deps -w "$wheels" "$src" >/dev/null ||
+        die "images: pip wheel of $src failed"
+    fi
     # Install on the host into a tree the image copies: the base has no pip, and the
     # wheels are cp311 like the image's python3.
-    "$repo/.venv/bin/pip" install -q --disable-pip-version-check --no-deps --no-compile \
+    "$PY" -m pip install -q --disable-pip-version-check --no-deps --no-compile \
       --target "$ctx/site" "$wheels"/*.whl >/dev/null
     cp "$lib" "$ctx/lib/"
     sed "s|@BASE@|$base|" "$here/gpulab.Dockerfile" >"$ctx/Dockerfile"
@@ -139,7 +143,7 @@ image_workload() {
 image_nvidia() {
   local base version bin bins
   base=$(image_base)
-  bins=$("$repo/ci/nvidia-plugin.sh") || die "images: ci/nvidia-plugin.sh failed"
+  bins=$("$here/../scripts/nvidia-plugin.sh") || die "images: clusters/scripts/nvidia-plugin.sh failed"
   for bin in $bins; do
     version=$(basename "$(dirname "$bin")")
     local tag

@@ -234,7 +234,7 @@ step_node() {
 }
 
 [[ $(id -u) -eq 0 ]] || die "the node image build needs root (debootstrap, chroot, mounts)"
-docker info >/dev/null 2>&1 || die "no Docker engine answers; run ci/docker.sh first"
+docker info >/dev/null 2>&1 || die "no Docker engine answers; run clusters/scripts/docker.sh first"
 # One build at a time per cache: steps share $WORK and the Docker tags.
 mkdir -p "$GPULAB_CACHE"
 exec 9>"$GPULAB_CACHE/.node-image.lock"

@@ -9,7 +9,14 @@
 # nothing a later run takes for done; that run deletes the leftovers and resumes from the
 # Go module/build caches and the debootstrap package cache, which are themselves atomic.
 
-GPULAB_CACHE=${GPULAB_CACHE:-/var/cache/gpulab}
+# The default is fakenvml/paths.py's: machine-wide where writable (root), else per user.
+if [[ -z ${GPULAB_CACHE:-} ]]; then
+  if [[ -w /var/cache/gpulab ]] || [[ ! -e /var/cache/gpulab && -w /var/cache ]]; then
+    GPULAB_CACHE=/var/cache/gpulab
+  else
+    GPULAB_CACHE=${XDG_CACHE_HOME:-$HOME/.cache}/gpulab
+  fi
+fi
 NODEIMAGE_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 # shellcheck source=../versions.env
 source "$NODEIMAGE_DIR/../versions.env"

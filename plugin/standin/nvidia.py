@@ -2,7 +2,7 @@
 
     argv, env = nvidia.command("v0.19.3", kubelet.dir, node.path, workdir)
 
-The binary comes from `make infra` (ci/nvidia-plugin.sh, into a cache outside the repo). It
+The binary comes from `make infra` (clusters/scripts/nvidia-plugin.sh, into $GPULAB_CACHE). It
 dlopens libnvidia-ml.so.1 from `<container driver root>/usr/lib/x86_64-linux-gnu` first,
 so a driver root holding a link to our library is all it needs; its plugin socket path is
 compiled in (/var/lib/kubelet/device-plugins), hence the private mount namespace.
@@ -14,11 +14,11 @@ import os
 from pathlib import Path
 
 from clusters import versions as pins
-from fakenvml import library
+from fakenvml import library, paths
 from fakenvml.node import STATE_DIR_ENV
 from plugin.standin.process import DEFAULT_DIR, in_private_mount, kubelet_env
 
-CACHE = Path(os.environ.get("GPULAB_CACHE", "/var/cache/gpulab")) / "nvidia-device-plugin"
+CACHE = paths.cache_dir() / "nvidia-device-plugin"
 
 # The settings under which the plugin runs on a library alone (no driver files, no
 # /dev/nvidia*): see shared/design/FACTS.md.
@@ -36,7 +36,7 @@ SOCKET = "nvidia-gpu.sock"
 def versions() -> tuple[str, ...]:
     """The versions the suites run, newest first (clusters/versions.env, or
     $GPULAB_NVIDIA_PLUGIN_VERSIONS). v0.20.0 is not served by the Go module proxy here;
-    ci/nvidia-plugin.sh --git builds it from a clone."""
+    clusters/scripts/nvidia-plugin.sh --git builds it from a clone."""
     return pins.nvidia_plugin_versions()
 
 

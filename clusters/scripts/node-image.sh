@@ -9,7 +9,7 @@
 # Products are cached under /var/cache/gpulab (GPULAB_CACHE); a cold build works too.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
-source "$here/../clusters/nodeimage/lib.sh"
+source "$here/../nodeimage/lib.sh"
 
 source=${NODE_IMAGE_SOURCE:-auto}
 case $source in auto | local | upstream) ;; *) die "NODE_IMAGE_SOURCE is '$source', expected auto, local or upstream" ;; esac
@@ -34,7 +34,7 @@ choose() {
   echo local
 }
 
-docker info >/dev/null 2>&1 || die "no Docker engine answers; run ci/docker.sh first"
+docker info >/dev/null 2>&1 || die "no Docker engine answers; run clusters/scripts/docker.sh first"
 choice=$(choose)
 if [[ ${1:-} == --choose ]]; then echo "$choice"; exit 0; fi
 if [[ $choice == upstream* ]]; then echo "${choice#upstream }"; exit 0; fi

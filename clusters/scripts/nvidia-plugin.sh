@@ -3,10 +3,10 @@
 # Go module proxy, into a cache outside the repository:
 #   $GPULAB_CACHE/nvidia-device-plugin/<version>/nvidia-device-plugin
 # Idempotent: a version whose binary exists is not rebuilt. Progress goes to stderr and
-# the binary paths to stdout, so `BIN=$(ci/nvidia-plugin.sh v0.17.4)` works.
+# the binary paths to stdout, so `BIN=$(clusters/scripts/nvidia-plugin.sh v0.17.4)` works.
 #
-# usage: ci/nvidia-plugin.sh [VERSION...]            (default: every pinned version)
-#        ci/nvidia-plugin.sh --git GITDIR VERSION...  (build the tag from a clone instead)
+# usage: clusters/scripts/nvidia-plugin.sh [VERSION...]            (default: every pinned version)
+#        clusters/scripts/nvidia-plugin.sh --git GITDIR VERSION...  (build the tag from a clone instead)
 #
 # Why not `go install <pkg>@<version>`: it also asks the proxy for the module's version
 # list (to check for deprecation), and the proxy this lab uses answers 403 for that list,
@@ -19,8 +19,8 @@
 set -euo pipefail
 
 # The Go caches, toolchain and flags all Go builds here share, log/die, with_ticker.
-# shellcheck source=../clusters/nodeimage/lib.sh
-source "$(dirname "$0")/../clusters/nodeimage/lib.sh"
+# shellcheck source=../nodeimage/lib.sh
+source "$(dirname "$0")/../nodeimage/lib.sh"
 # The pinned versions (clusters/versions.env), or $GPULAB_NVIDIA_PLUGIN_VERSIONS.
 versions=${GPULAB_NVIDIA_PLUGIN_VERSIONS:-$NVIDIA_PLUGIN_VERSIONS}
 read -ra VERSIONS <<<"${versions//,/ }"
@@ -34,7 +34,7 @@ export CGO_ENABLED=1
 export CGO_CFLAGS="${CGO_CFLAGS:--O2 -g} -Wno-deprecated-declarations"
 
 command -v go >/dev/null || die "nvidia-plugin: no Go toolchain on PATH (need go >= 1.26)"
-command -v gcc >/dev/null || die "nvidia-plugin: no gcc on PATH (cgo needs it); run ci/bootstrap.sh"
+command -v gcc >/dev/null || die "nvidia-plugin: no gcc on PATH (cgo needs it); install gcc"
 
 # Prints the directory of a module version's source, downloading it through the proxy.
 module_source() {
@@ -42,7 +42,7 @@ module_source() {
   json=$(go mod download -json "$MODULE@$1") || {
     die "nvidia-plugin $1: the Go module proxy does not serve $MODULE@$1:
   $(sed -n 's/^\s*"Error": "\(.*\)"$/\1/p' <<<"$json" | sed 's/\\n\\t/ /g')
-  build it from a clone instead: ci/nvidia-plugin.sh --git <clone of NVIDIA/k8s-device-plugin> $1"
+  build it from a clone instead: clusters/scripts/nvidia-plugin.sh --git <clone of NVIDIA/k8s-device-plugin> $1"
   }
   sed -n 's/^\s*"Dir": "\(.*\)",$/\1/p' <<<"$json"
 }

@@ -2,9 +2,9 @@
 # Prints the path of a kind binary: the one on PATH when it is the pinned release,
 # otherwise that release built with `go install` through the Go module proxy and cached under
 # $GPULAB_CACHE/bin/kind-<version>/ (outside the repository). Progress goes to stderr,
-# so `KIND=$(ci/kind.sh)` works.
+# so `KIND=$(clusters/scripts/kind.sh)` works.
 set -euo pipefail
-source "$(dirname "$0")/../clusters/nodeimage/lib.sh"
+source "$(dirname "$0")/../nodeimage/lib.sh"
 
 if found=$(command -v kind) && has_output "kind $KIND_VERSION " "$found" version; then
   log "kind: using $found ($KIND_VERSION)"

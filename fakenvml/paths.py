@@ -1,0 +1,42 @@
+"""Where gpulab's tools write, the same in a checkout and in an installed package.
+
+Nothing is ever written next to the code: an installed package lives in site-packages,
+which may be read-only and is shared by every user of the environment.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+CACHE_ENV = "GPULAB_CACHE"
+SYSTEM_CACHE = Path("/var/cache/gpulab")
+
+
+def writable(path: Path) -> bool:
+    """path is (or could be created as) a directory this process may write."""
+    while not path.exists():
+        if path.parent == path:
+            return False
+        path = path.parent
+    return path.is_dir() and os.access(path, os.W_OK | os.X_OK)
+
+
+def user_or_system(system: Path, user: Path) -> Path:
+    """The machine-wide place where this process may write there (root on the lab and CI
+    machines, so every clone shares one cache), else the per-user one."""
+    return system if writable(system) else user
+
+
+def cache_dir() -> Path:
+    """$GPULAB_CACHE; else /var/cache/gpulab where writable; else ~/.cache/gpulab."""
+    if given := os.environ.get(CACHE_ENV):
+        return Path(given)
+    xdg = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return user_or_system(SYSTEM_CACHE, Path(xdg) / "gpulab")
+
+
+def checkout() -> Path | None:
+    """The source checkout these packages run from, or None for an installed package."""
+    root = Path(__file__).resolve().parents[1]
+    return root if (root / "pyproject.toml").is_file() else None
