@@ -36,6 +36,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     g.addoption("--lab", default=os.environ.get("GPULAB_LAB", "seed"))
     g.addoption(
         "--subjects",
+        "--subject",
         dest="gpulab_subjects",
         default=os.environ.get("GPULAB_SUBJECTS") or "gpulab,nvidia",
         help="plugins under test: shipped subject names or subject files, comma-separated",

@@ -61,7 +61,7 @@ def test_a_pytest_run_prints_expected_and_seen_per_subject(tmp_path: Path) -> No
     )
     out = subprocess.run(
         [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "e2e",
-         "--subjects", "gpulab,nvidia"],
+         "--subject", "gpulab,nvidia"],  # --subject: the spelling the issue asked for
         cwd=tmp_path, capture_output=True, text=True,
     ).stdout  # fmt: skip
     section = out[out.index("scenario x subject") :].splitlines()
