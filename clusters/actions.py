@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 import yaml
 
 from clusters import infra, kindconfig, steps, versions
+from fakenvml.errors import FakeNvmlError
 
 if TYPE_CHECKING:
     from clusters.lab import Lab
@@ -43,6 +44,12 @@ def reuse_or_recreate(lab: Lab) -> object:
     again by the next actions)."""
     if not lab.host.exists():
         return SKIP
+    stale = stale_states(lab)
+    if stale:
+        # Its nodes' libraries and plugins hold the old format: only a new cluster is sure.
+        lab.console.print(f"[yellow]![/] {lab.name}: {stale}: recreating it", highlight=False)
+        lab.down()
+        return None
     ok, why = lab.kube.healthy(lab.health_deadline_s)
     if not ok:
         lab.console.print(f"[yellow]![/] {why}", highlight=False)
@@ -50,6 +57,17 @@ def reuse_or_recreate(lab: Lab) -> object:
                           "run and restarted?): recreating it")  # fmt: skip
         lab.down()
     return None
+
+
+def stale_states(lab: Lab) -> str:
+    """Why a GPU node's fake-GPU state cannot be used as it is (written by another gpulab
+    version, or damaged), or "" when every one reads."""
+    for n in lab.lab.gpu_nodes:
+        try:
+            lab.fake_gpus(n.name).node()
+        except FakeNvmlError as e:
+            return f"fake GPU state of {n.name}: {e}"
+    return ""
 
 
 def fake_gpus(lab: Lab) -> object:

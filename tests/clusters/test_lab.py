@@ -72,6 +72,17 @@ def test_a_lab_that_never_answers_is_made_again(seed: Lab) -> None:
         assert again.capacity(worker) == (10, 10)
 
 
+def test_a_lab_whose_fake_gpu_state_is_unreadable_is_made_again(seed: Lab) -> None:
+    """State written by another gpulab version (or damaged): the nodes' libraries and
+    plugins would refuse it, so the lab is recreated, not reused."""
+    state = seed.fake_gpus("seed-worker").path / "state.bin"
+    state.write_bytes(b"\0" * 64)
+    again, log = reuse("seed")
+    assert "seed: fake GPU state of seed-worker:" in log and "recreating it" in log
+    for worker in WORKERS:
+        assert again.capacity(worker) == (10, 10)
+
+
 def kind_nodes(cluster: str) -> list[Container]:
     nodes = docker.from_env().containers.list(filters={"label": f"io.x-k8s.kind.cluster={cluster}"})
     assert len(nodes) == 3
