@@ -2,12 +2,15 @@
 
     node: dgx-a                       # optional; --node or the file name otherwise
     driver_version: "580.95.05"       # optional; CUDA version follows the branch
+    driver_branch: r582_49            # optional; nvmlSystemGetDriverBranch ("r580" otherwise)
     gpus:
       - {profile: H100-SXM5-80GB, count: 8}
       - {profile: T4, uuid: GPU-..., serial: "...", bus_id: "0000:3b:00.0", memory: 16GiB}
     topology:
       nvlink: {nvswitch: true}        # or {groups: [[0,1,2,3],[4,5,6,7]]},
-                                      # {links: [{gpus: [0, 1], count: 4}]}, or false
+                                      # {links: [{gpus: [0, 1], count: 4}]}, false (links
+                                      # down), or {hidden: true} (no NVLink at all, as a VM
+                                      # without the fabric sees: link getters NOT_SUPPORTED)
       pcie: {gpus_per_switch: 2, switches_per_upper: 2, uppers_per_bridge: 1}
       numa: {nodes: 2, cpus_per_node: 32}   # gpus: [0, 0, 1, 1] places them explicitly
 
@@ -119,6 +122,7 @@ class NvlinkPair(Strict):
 
 
 class NvlinkSpec(Strict):
+    hidden: bool = False  # the driver shows no NVLink (a GPU passed through to a VM)
     nvswitch: bool = False
     board_size: int | None = Field(None, ge=1)  # GPUs per NVSwitch baseboard (default 8)
     groups: list[list[int]] | None = None
@@ -126,7 +130,12 @@ class NvlinkSpec(Strict):
 
     @model_validator(mode="after")
     def _one_mode(self) -> NvlinkSpec:
-        given = {"nvswitch": self.nvswitch, "groups": self.groups, "links": self.links}
+        given = {
+            "hidden": self.hidden,
+            "nvswitch": self.nvswitch,
+            "groups": self.groups,
+            "links": self.links,
+        }
         modes = [k for k, v in given.items() if v not in (None, False)]
         if len(modes) > 1:
             raise ValueError(f"give one of nvswitch, groups or links, not {' and '.join(modes)}")
@@ -164,6 +173,7 @@ class Topology(Strict):
 class Inventory(Strict):
     node: str | None = None
     driver_version: str | None = None
+    driver_branch: str | None = Field(None, pattern=r"^r[0-9][0-9_.]{0,30}$")
     cuda_version: str | None = None
     gpus: list[GpuEntry] = Field(min_length=1)
     topology: Topology = Topology()
@@ -213,7 +223,7 @@ def from_dict(
     topology.place(gpus, inv.topology.numa, inv.topology.pcie)
     profs = [p for _, p in entries]
     topology.wire(gpus, profs, inv.topology.nvlink, _switch_addresses(gpus, sysfs))
-    return Node(name, gpus, driver, nvml, cuda)
+    return Node(name, gpus, driver, nvml, cuda, inv.driver_branch or "")
 
 
 def host_pci_domains(sysfs: Path = SYS_PCI_DEVICES) -> set[int]:

@@ -27,6 +27,33 @@ class Link:
     active: bool = True
 
 
+@dataclass(frozen=True)
+class MigProfile:
+    """A GPU-instance profile a MIG-capable GPU offers (nvmlGpuInstanceProfileInfo_v2_t)."""
+
+    profile: int  # NVML_GPU_INSTANCE_PROFILE_*: what callers ask with
+    id: int
+    name: str
+    slice_count: int
+    instance_count: int
+    multiprocessors: int
+    memory_mib: int
+    copy_engines: int
+    decoders: int
+    encoders: int
+    jpegs: int
+    ofas: int
+    placement_size: int  # slices one placement spans
+    placement_starts: tuple[int, ...]  # first slice of each possible placement
+    is_p2p: bool = False
+
+
+# nvmlValueType_t, and a marker for field ids the driver rejects (INVALID_ARGUMENT).
+VALUE_DOUBLE, VALUE_UINT, VALUE_ULL, VALUE_SINT = 0, 1, 3, 5
+FIELD_UNKNOWN = 0xFFFFFFFF
+FieldValue = tuple[int, int | float]  # (value type, value)
+
+
 @dataclass
 class Gpu:
     index: int
@@ -86,6 +113,28 @@ class Gpu:
     num_cores: int = 0
     memory_bus_width: int = 0
     links: list[Link] = field(default_factory=list)
+    # Capabilities; the defaults are what every profile answered before they were captured.
+    event_types: int = 0x800B  # Xid, recovery action, ECC (the library drops ECC when it is off)
+    clock_event_reasons: int = 0x7FF  # nvmlClocksEventReasonAll
+    ecc_locations: int = 0xFF  # bit per nvmlMemoryLocation_t
+    display_mode: int = 0
+    app_clocks: tuple[int, int, int, int] | None = None  # None: max_clocks; 0: NOT_SUPPORTED
+    boost_clocks: tuple[int, int, int, int] | None = None
+    mem_clocks: tuple[int, ...] = ()  # supported memory clocks, highest first; (): NOT_SUPPORTED
+    gfx_clock_min: int = 0
+    gfx_clock_step: int = 0
+    pstates: tuple[int, ...] = ()  # supported P-states as the driver lists them
+    row_remap_max: int = 0
+    conf_compute: bool = False
+    mig_profiles: list[MigProfile] = field(default_factory=list)
+    fields: dict[int, FieldValue] = field(default_factory=dict)  # id -> (type, value)
+
+    def __post_init__(self) -> None:
+        # Application and boost clocks default to the maximum, as before profiles said more.
+        if self.app_clocks is None:
+            self.app_clocks = self.max_clocks
+        if self.boost_clocks is None:
+            self.boost_clocks = self.max_clocks
 
     @property
     def bus_id(self) -> str:
@@ -102,3 +151,4 @@ class Node:
     driver_version: str = "580.95.05"
     nvml_version: str = "13.580.95.05"
     cuda_driver_version: int = 13000  # CUDA 13.0, as nvmlSystemGetCudaDriverVersion
+    driver_branch: str = ""  # nvmlSystemGetDriverBranch; "": "r" and the driver's major

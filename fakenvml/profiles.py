@@ -11,7 +11,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from fakenvml.errors import FakeNvmlError
-from fakenvml.model import Gpu
+from fakenvml.model import (
+    FIELD_UNKNOWN,
+    VALUE_DOUBLE,
+    VALUE_SINT,
+    VALUE_UINT,
+    VALUE_ULL,
+    FieldValue,
+    Gpu,
+    MigProfile,
+)
 
 MIB = 1 << 20
 
@@ -60,6 +69,9 @@ class Profile:
     nvswitches_per_board: int = 0  # > 0: an HGX baseboard part (SXM)
     fans: int = 0  # SXM and passively cooled PCIe cards report no fans
     fan_speed: int = 0
+    # Capabilities captured from a real board; a profile without a capture keeps the
+    # defaults of model.Gpu (what the fake always answered).
+    caps: dict[str, object] | None = None
 
     @property
     def sxm(self) -> bool:
@@ -113,8 +125,74 @@ class Profile:
             nvlink_version=NVLINK_VERSION_ENUM.get(self.nvlink_gen, 0),
             num_cores=self.cuda_cores,
             memory_bus_width=self.memory_bus_width,
+            **(self.caps or {}),  # type: ignore[arg-type]
         )
 
+
+def _mig(
+    profile: int, id: int, name: str, slices: int, count: int, sms: int, mib: int,
+    engines: tuple[int, int, int, int], ofas: int, size: int, starts: tuple[int, ...],
+) -> MigProfile:  # fmt: skip
+    ce, dec, enc, jpg = engines
+    return MigProfile(
+        profile=profile, id=id, name=name, slice_count=slices, instance_count=count,
+        multiprocessors=sms, memory_mib=mib, copy_engines=ce, decoders=dec, encoders=enc,
+        jpegs=jpg, ofas=ofas, placement_size=size, placement_starts=starts,
+    )  # fmt: skip
+
+
+def _fields(kind: int, values: dict[int, int | float]) -> dict[int, FieldValue]:
+    return {i: (kind, v) for i, v in values.items()}
+
+
+# The real H100 80GB HBM3 of tests/fakenvml/data/h100/h100-walk.json, every value from that
+# capture (key in brackets). Static values are the capture's; counters of time, traffic
+# and energy start at 0 on a fake, and the library answers power, ECC and remapping fields
+# from the state.
+H100_CAPS: dict[str, object] = {
+    "event_types": 0xFF9F,  # [_supported_events] 65439
+    "clock_event_reasons": 0x1FF,  # [nvmlDeviceGetSupportedClocksEventReasons] 511
+    "ecc_locations": 1 << 2 | 1 << 7,  # [nvmlDeviceGetMemoryErrorCounter(*,*,2|7)]: DRAM, SRAM
+    "display_mode": 1,  # [nvmlDeviceGetDisplayMode]
+    "app_clocks": (1980, 1980, 2619, 0),  # [nvmlDeviceGetApplicationsClock(0..3)]; video: N/S
+    "boost_clocks": (1980, 1980, 0, 0),  # [nvmlDeviceGetMaxCustomerBoostClock(0..3)]
+    "mem_clocks": (2619, 1593),  # [nvmlDeviceGetSupportedMemoryClocks]
+    # [nvmlDeviceGetSupportedGraphicsClocks(maxmem)]: 1980 down in 15 MHz steps; the lowest,
+    # 345, is nvclockmin of [nvmlDeviceGetCurrentClockFreqs]
+    "gfx_clock_min": 345,
+    "gfx_clock_step": 15,
+    "pstates": (2, 0),  # [nvmlDeviceGetSupportedPerformanceStates], in the driver's order
+    "row_remap_max": 2560,  # [nvmlDeviceGetRowRemapperHistogram] max
+    "conf_compute": True,  # [nvmlSystemGetConfComputeCapabilities] gpusCaps 1
+    # [nvmlDeviceGetGpuInstanceProfileInfo(p)] and [...PossiblePlacements(id)]:
+    # (profile, id, name, slices, instances, SMs, MiB, (CE, NVDEC, NVENC, NVJPG), OFA,
+    #  placement size, placement starts)
+    "mig_profiles": [
+        _mig(0, 19, "MIG 1g.10gb", 1, 7, 16, 9984, (1, 1, 0, 1), 0, 1, (0, 1, 2, 3, 4, 5, 6)),
+        _mig(1, 14, "MIG 2g.20gb", 2, 3, 32, 20096, (2, 2, 0, 2), 0, 2, (0, 2, 4)),
+        _mig(2, 9, "MIG 3g.40gb", 3, 2, 60, 40448, (3, 3, 0, 3), 0, 4, (0, 4)),
+        _mig(3, 5, "MIG 4g.40gb", 4, 1, 64, 40448, (4, 4, 0, 4), 0, 4, (0,)),
+        _mig(4, 0, "MIG 7g.80gb", 7, 1, 132, 81152, (8, 7, 0, 7), 1, 8, (0,)),
+        _mig(7, 20, "MIG 1g.10gb+me", 1, 1, 16, 9984, (1, 1, 0, 1), 1, 1, (0, 1, 2, 3, 4, 5, 6)),
+        _mig(9, 15, "MIG 1g.20gb", 1, 4, 26, 20096, (1, 1, 0, 1), 0, 2, (0, 2, 4, 6)),
+    ],
+    # [field[N]]: every id the real GPU answers, with its value type; ids the driver
+    # rejects (INVALID_ARGUMENT) are FIELD_UNKNOWN; the rest answer NOT_SUPPORTED.
+    "fields": {
+        **_fields(VALUE_ULL, {1: 1, 2: 1, 3: 0, 4: 0, 5: 0, 6: 0}),
+        **_fields(VALUE_ULL, {74: 0, 75: 0, 76: 0, 77: 0, 78: 0, 79: 0, 80: 0, 81: 0, 83: 0}),
+        **_fields(VALUE_UINT, {82: 50, 94: 0, 95: 0}),
+        **_fields(VALUE_ULL, {142: 0, 143: 0, 144: 0, 145: 0, 269: 0, 270: 0, 271: 0}),
+        147: (VALUE_DOUBLE, 0.0),
+        **_fields(VALUE_UINT, {169: 0, **{i: 0 for i in range(173, 184)}, 184: 1}),
+        **_fields(VALUE_UINT, {185: 0, 186: 0, 187: 0, 188: 0, 189: 0, 190: 0, 192: 0}),
+        191: (VALUE_ULL, 0),
+        **_fields(VALUE_SINT, {193: -8, 194: -2, 195: 0, 196: 0}),
+        **_fields(VALUE_UINT, {197: 0, 198: 0, 199: 1, 226: 0, 227: 0, 228: 0, 229: 0}),
+        230: (VALUE_UINT, 0),
+        **{i: (FIELD_UNKNOWN, 0) for i in (0, 274, 289, 290, 291, 292, 293, 296, 297, 298, 299)},
+    },
+}
 
 _ALL = [
     Profile(
@@ -174,22 +252,24 @@ _ALL = [
     Profile(
         key="H100-SXM5-80GB",
         name="NVIDIA H100 80GB HBM3",
+        # Values below marked [walk] / [smi-q] come from the real H100 80GB HBM3 in
+        # tests/fakenvml/data/h100/: h100-walk.json / h100-smi-q.txt (driver 580.159.04).
         memory_mib=81559,
-        reserved_mib=454,
+        reserved_mib=480,  # [smi-q] FB Memory Usage: Reserved 480 MiB
         cc=(9, 0),
         arch=ARCH_HOPPER,
         pci_device_id=0x233010DE,
         pci_subsystem_id=0x16C110DE,
-        part_number="692-2G520-0200-000",
-        vbios="96.00.74.00.01",
+        part_number="692-2G520-0200-500",  # [walk] nvmlDeviceGetBoardPartNumber
+        vbios="96.00.DA.00.0C",  # [walk] nvmlDeviceGetVbiosVersion
         inforom="G520.0200.00.05",
         bar1_mib=131072,
         power_w=(700, 200, 700),
-        idle_power_w=75,
+        idle_power_w=72,  # [walk] nvmlDeviceGetPowerUsage 71836 mW at idle
         pstate=0,
         clocks=(345, 345, 2619, 765),
         max_clocks=(1980, 1980, 2619, 1545),
-        temps=(30, 89, 92, 87, 95),  # ~ Hopper reports T.Limit offsets, not absolute limits
+        temps=(46, 89, 95, 87, 95),  # [walk] nvmlDeviceGetTemperature(Threshold(0..3))
         cuda_cores=16896,
         memory_bus_width=5120,
         pcie=(5, 16),
@@ -197,6 +277,7 @@ _ALL = [
         nvlink_gen=4,
         nvswitch_device_id=NVSWITCH_GEN3,
         nvswitches_per_board=4,
+        caps=H100_CAPS,
     ),
     Profile(
         key="H200",

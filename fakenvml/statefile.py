@@ -4,7 +4,10 @@ Why binary: fixed-size little-endian records are the simplest thing to validate 
 bounds are known before a byte is parsed, strings are fixed arrays, and a trailing CRC-32
 rejects a truncated or torn file. Layout:
 
-    header (168 B) | device record x device_count | crc32 (4 B) of all preceding bytes
+    header (200 B) | device record x device_count | crc32 (4 B) of all preceding bytes
+
+A device record is its fixed fields, 36 NVLink slots, then (since version 2) the profile's
+capabilities: event types, ECC locations, clocks, P-states, MIG profiles, field values.
 
 Writes are atomic (staged): a temp file in the same directory, fsync, rename.
 """
@@ -20,13 +23,24 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from fakenvml.errors import FakeNvmlError
-from fakenvml.model import MAX_DEVICES, MAX_LINKS, Gpu, Link, Node
+from fakenvml.model import (
+    FIELD_UNKNOWN,
+    MAX_DEVICES,
+    MAX_LINKS,
+    VALUE_DOUBLE,
+    VALUE_SINT,
+    FieldValue,
+    Gpu,
+    Link,
+    MigProfile,
+    Node,
+)
 
 STATE_FILE = "state.bin"
 MAGIC = b"FNVMLST1"
-VERSION = 1
+VERSION = 2  # 2: driver branch in the header, capabilities after the links
 
-HEADER = struct.Struct("<8sIIIIQiI32s32s64s")
+HEADER = struct.Struct("<8sIIIIQiI32s32s64s32s")
 LINK = struct.Struct("<IIII32s")
 # Field order is the C struct's; tests round-trip every field through the library.
 DEVICE_FIELDS: list[tuple[str, str]] = [
@@ -53,7 +67,17 @@ DEVICE_FIELDS: list[tuple[str, str]] = [
     ("num_cores", "I"), ("memory_bus_width", "I"),
 ]  # fmt: skip
 DEVICE_HEAD = struct.Struct("<" + "".join(f for _, f in DEVICE_FIELDS))
-DEVICE_SIZE = DEVICE_HEAD.size + MAX_LINKS * LINK.size
+MAX_MIG_PROFILES, MAX_FIELDS, MAX_MEM_CLOCKS, MAX_PSTATES = 8, 80, 4, 4
+# event_types, clock_event_reasons, ecc_locations, display_mode, app_clocks, boost_clocks,
+# mem_clocks, mem_clock_count, gfx_clock_min, gfx_clock_step, pstates, pstate_count,
+# row_remap_max, conf_compute, mig_count, field_count
+CAPS = struct.Struct("<QQII4I4I4IIII4IIIIII")
+MIG = struct.Struct("<14IQ32s")
+FIELD = struct.Struct("<IIQ")
+DEVICE_SIZE = (
+    DEVICE_HEAD.size + MAX_LINKS * LINK.size + CAPS.size
+    + MAX_MIG_PROFILES * MIG.size + MAX_FIELDS * FIELD.size
+)  # fmt: skip
 CRC = struct.Struct("<I")
 _NUMA_NONE = 0xFFFFFFFF
 
@@ -99,7 +123,52 @@ def _pack_device(gpu: Gpu) -> bytes:
         else:
             values.append(int(getattr(gpu, name)))
     links = [_pack_link(gpu.links[i] if i < len(gpu.links) else None) for i in range(MAX_LINKS)]
-    return DEVICE_HEAD.pack(*values) + b"".join(links)
+    return DEVICE_HEAD.pack(*values) + b"".join(links) + _pack_caps(gpu)
+
+
+def _fixed(values: tuple[int, ...], size: int, what: str) -> list[int]:
+    if len(values) > size:
+        raise FakeNvmlError(f"{what}: at most {size}, found {len(values)}")
+    return [*values, *[0] * (size - len(values))]
+
+
+def _pack_field(field_id: int, fv: FieldValue) -> bytes:
+    kind, value = fv
+    if kind == VALUE_DOUBLE:
+        (bits,) = struct.unpack("<Q", struct.pack("<d", float(value)))
+    else:
+        bits = int(value) & 0xFFFFFFFFFFFFFFFF  # signed values as two's complement
+    return FIELD.pack(field_id, kind, bits)
+
+
+def _pack_mig(m: MigProfile) -> bytes:
+    starts = sum(1 << s for s in m.placement_starts)
+    return MIG.pack(
+        m.profile, m.id, int(m.is_p2p), m.slice_count, m.instance_count, m.multiprocessors,
+        m.copy_engines, m.decoders, m.encoders, m.jpegs, m.ofas, m.placement_size, starts, 0,
+        m.memory_mib, _enc(m.name, 32, "MIG profile name"),
+    )  # fmt: skip
+
+
+def _pack_caps(gpu: Gpu) -> bytes:
+    if len(gpu.mig_profiles) > MAX_MIG_PROFILES or len(gpu.fields) > MAX_FIELDS:
+        raise FakeNvmlError(
+            f"GPU {gpu.index}: at most {MAX_MIG_PROFILES} MIG profiles and {MAX_FIELDS} fields"
+        )
+    assert gpu.app_clocks is not None and gpu.boost_clocks is not None
+    caps = CAPS.pack(
+        gpu.event_types, gpu.clock_event_reasons, gpu.ecc_locations, gpu.display_mode,
+        *gpu.app_clocks, *gpu.boost_clocks,
+        *_fixed(gpu.mem_clocks, MAX_MEM_CLOCKS, "memory clocks"), len(gpu.mem_clocks),
+        gpu.gfx_clock_min, gpu.gfx_clock_step,
+        *_fixed(gpu.pstates, MAX_PSTATES, "P-states"), len(gpu.pstates),
+        gpu.row_remap_max, int(gpu.conf_compute), len(gpu.mig_profiles), len(gpu.fields),
+    )  # fmt: skip
+    migs = [_pack_mig(m) for m in gpu.mig_profiles]
+    migs += [bytes(MIG.size)] * (MAX_MIG_PROFILES - len(migs))
+    fields = [_pack_field(i, fv) for i, fv in sorted(gpu.fields.items())]
+    fields += [bytes(FIELD.size)] * (MAX_FIELDS - len(fields))
+    return caps + b"".join(migs) + b"".join(fields)
 
 
 def pack(node: Node, boot_id: int) -> bytes:
@@ -118,6 +187,7 @@ def pack(node: Node, boot_id: int) -> bytes:
         _enc(node.driver_version, 32, "driver version"),
         _enc(node.nvml_version, 32, "NVML version"),
         _enc(node.name, 64, "node name"),
+        _enc(node.driver_branch, 32, "driver branch"),
     )
     body = head + b"".join(_pack_device(g) for g in node.gpus)
     return body + CRC.pack(zlib.crc32(body))
@@ -134,15 +204,15 @@ def unpack(data: bytes) -> tuple[Node, int]:
     (body, (crc,)) = data[: -CRC.size], CRC.unpack(data[-CRC.size :])
     if zlib.crc32(body) != crc:
         raise FakeNvmlError("state file checksum mismatch: truncated or torn write")
-    magic, version, hsize, dsize, count, boot_id, cuda, _, drv, nvml, name = HEADER.unpack_from(
-        body
+    magic, version, hsize, dsize, count, boot_id, cuda, _, drv, nvml, name, branch = (
+        HEADER.unpack_from(body)
     )
     if magic != MAGIC or version != VERSION or hsize != HEADER.size or dsize != DEVICE_SIZE:
         raise FakeNvmlError("state file has a different format version; re-run `fakenvml init`")
     if len(body) != HEADER.size + count * DEVICE_SIZE:
         raise FakeNvmlError("state file length does not match its device count")
     gpus = [_unpack_device(body, HEADER.size + i * DEVICE_SIZE) for i in range(count)]
-    node = Node(_dec(name), gpus, _dec(drv), _dec(nvml), cuda)
+    node = Node(_dec(name), gpus, _dec(drv), _dec(nvml), cuda, _dec(branch))
     return node, boot_id
 
 
@@ -168,7 +238,57 @@ def _unpack_device(body: bytes, offset: int) -> Gpu:
             body, offset + DEVICE_HEAD.size + i * LINK.size
         )
         links.append(Link(kind, remote, _dec(bus), dev_id, bool(active)))
+    kw.update(_unpack_caps(body, offset + DEVICE_HEAD.size + MAX_LINKS * LINK.size))
     return Gpu(links=links, **kw)  # type: ignore[arg-type]
+
+
+def _unpack_caps(body: bytes, offset: int) -> dict[str, object]:
+    v = CAPS.unpack_from(body, offset)
+    events, reasons, locations, display = v[:4]
+    app, boost, mem = tuple(v[4:8]), tuple(v[8:12]), v[12:16]
+    nmem, gmin, gstep, pst, npst = v[16], v[17], v[18], v[19:23], v[23]
+    remap, conf, nmig, nfields = v[24:28]
+    offset += CAPS.size
+    migs = []
+    for i in range(nmig):
+        m = MIG.unpack_from(body, offset + i * MIG.size)
+        starts = tuple(s for s in range(32) if m[12] >> s & 1)
+        migs.append(
+            MigProfile(
+                profile=m[0],
+                id=m[1],
+                is_p2p=bool(m[2]),
+                slice_count=m[3],
+                instance_count=m[4],
+                multiprocessors=m[5],
+                copy_engines=m[6],
+                decoders=m[7],
+                encoders=m[8],
+                jpegs=m[9],
+                ofas=m[10],
+                placement_size=m[11],
+                placement_starts=starts,
+                memory_mib=m[14],
+                name=_dec(m[15]),
+            )
+        )
+    offset += MAX_MIG_PROFILES * MIG.size
+    fields: dict[int, FieldValue] = {}
+    for i in range(nfields):
+        fid, kind, bits = FIELD.unpack_from(body, offset + i * FIELD.size)
+        value: int | float = bits
+        if kind == VALUE_DOUBLE:
+            (value,) = struct.unpack("<d", struct.pack("<Q", bits))
+        elif kind == VALUE_SINT or (kind != FIELD_UNKNOWN and bits >> 63):
+            value = bits - (1 << 64) if bits >> 63 else bits
+        fields[fid] = (kind, value)
+    return {
+        "event_types": events, "clock_event_reasons": reasons, "ecc_locations": locations,
+        "display_mode": display, "app_clocks": app, "boost_clocks": boost,
+        "mem_clocks": tuple(mem[:nmem]), "gfx_clock_min": gmin, "gfx_clock_step": gstep,
+        "pstates": tuple(pst[:npst]), "row_remap_max": remap, "conf_compute": bool(conf),
+        "mig_profiles": migs, "fields": fields,
+    }  # fmt: skip
 
 
 class _Staged:

@@ -57,7 +57,11 @@ def wire(
 ) -> None:
     """Give every GPU its profile's NVLinks (inactive), then connect them per `spec`."""
     for gpu, prof in zip(gpus, profs, strict=True):
-        gpu.links = [Link(active=False) for _ in range(prof.nvlinks)]
+        gpu.links = (
+            [] if spec and spec.hidden else [Link(active=False) for _ in range(prof.nvlinks)]
+        )
+    if spec and spec.hidden:
+        return
     if spec is None or not (spec.nvswitch or spec.groups is not None or spec.links):
         _wire_defaults(gpus, profs, switch_addrs)
     elif spec.nvswitch:

@@ -198,6 +198,9 @@ nvmlReturn_t nvmlSystemGetDriverBranch(nvmlSystemDriverBranchInfo_t *branchInfo,
         snprintf(branch, sizeof branch, "r%s", fnv_g->header.driver_version);
         char *dot = strchr(branch, '.');
         if (dot) *dot = '\0';
+        /* The inventory's branch when it names one: r580 drivers may report r582_49. */
+        if (fnv_g->header.driver_branch[0])
+            snprintf(branch, sizeof branch, "%s", fnv_g->header.driver_branch);
         return fnv_leave(fnv_copy_str(branchInfo->branch, length, branch));
     });
 }

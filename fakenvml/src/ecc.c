@@ -47,6 +47,8 @@ nvmlReturn_t nvmlDeviceGetMemoryErrorCounter(nvmlDevice_t device, nvmlMemoryErro
     if (locationType >= NVML_MEMORY_LOCATION_COUNT) return NVML_ERROR_INVALID_ARGUMENT;
     DEVICE_ENTER(device);
     nvmlReturn_t ret = ecc_count(d, errorType, counterType, count);
+    /* Each board counts ECC errors in some locations only (H100: DRAM and SRAM). */
+    if (ret == NVML_SUCCESS && !(d->ecc_locations >> locationType & 1u)) ret = NVML_ERROR_NOT_SUPPORTED;
     if (ret == NVML_SUCCESS && locationType != NVML_MEMORY_LOCATION_DEVICE_MEMORY) *count = 0;
     return fnv_leave(ret);
 }

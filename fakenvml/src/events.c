@@ -16,8 +16,14 @@
 #include "getters.h"
 
 #define SET_MAGIC 0x4E564553u /* "NVES" */
-#define ALWAYS_SUPPORTED (nvmlEventTypeXidCriticalError | nvmlEventTypeGpuRecoveryAction)
 #define ECC_EVENTS (nvmlEventTypeSingleBitEccError | nvmlEventTypeDoubleBitEccError)
+/* Types a set may register for: every type the r580 driver knows (bits 0-15), supported by
+ * the board or not, as a real H100 accepts them; only ECC needs ECC on. */
+#define KNOWN_EVENTS 0xFFFFull
+
+static unsigned long long supported_events(const fnv_device *d) {
+    return d->event_types & (d->ecc_enabled ? ~0ull : ~(unsigned long long)ECC_EVENTS);
+}
 
 struct nvmlEventSet_st {
     uint32_t magic;
@@ -50,8 +56,8 @@ static uint64_t journal_end(int fd) {
 nvmlReturn_t nvmlDeviceGetSupportedEventTypes(nvmlDevice_t device, unsigned long long *eventTypes) {
     if (!eventTypes) return NVML_ERROR_INVALID_ARGUMENT;
     DEVICE_ENTER(device);
-    /* ECC events exist only where ECC is on, as on real boards. */
-    *eventTypes = ALWAYS_SUPPORTED | (d->ecc_enabled ? ECC_EVENTS : 0);
+    /* The profile's types; ECC events exist only where ECC is on, as on real boards. */
+    *eventTypes = supported_events(d);
     return fnv_leave(NVML_SUCCESS);
 }
 
@@ -102,8 +108,8 @@ nvmlReturn_t nvmlDeviceRegisterEvents(nvmlDevice_t device, unsigned long long ev
     DEVICE_ENTER(device);
     if (!set_is_live(set) || set->boot_id != fnv_g->header.boot_id)
         return fnv_leave(NVML_ERROR_INVALID_ARGUMENT);
-    unsigned long long supported = ALWAYS_SUPPORTED | (d->ecc_enabled ? ECC_EVENTS : 0);
-    if (eventTypes & ~supported) return fnv_leave(NVML_ERROR_NOT_SUPPORTED);
+    unsigned long long allowed = KNOWN_EVENTS & (d->ecc_enabled ? ~0ull : ~(unsigned long long)ECC_EVENTS);
+    if (eventTypes & ~allowed) return fnv_leave(NVML_ERROR_NOT_SUPPORTED);
     if (set->mask[d->index] == 0) set->from[d->index] = journal_end(set->journal_fd);
     set->mask[d->index] |= eventTypes;
     return fnv_leave(NVML_SUCCESS);

@@ -21,7 +21,7 @@ DEVICE_GETTER(nvmlDeviceGetMultiGpuBoard, unsigned int, d->multi_gpu_board)
 DEVICE_GETTER(nvmlDeviceGetModuleId, unsigned int, d->index + 1) /* SXM module ids are 1-based */
 DEVICE_GETTER(nvmlDeviceGetPersistenceMode, nvmlEnableState_t, d->persistence)
 DEVICE_GETTER(nvmlDeviceGetComputeMode, nvmlComputeMode_t, d->compute_mode)
-DEVICE_GETTER(nvmlDeviceGetDisplayMode, nvmlEnableState_t, NVML_FEATURE_DISABLED)
+DEVICE_GETTER(nvmlDeviceGetDisplayMode, nvmlEnableState_t, d->display_mode)
 DEVICE_GETTER(nvmlDeviceGetDisplayActive, nvmlEnableState_t, NVML_FEATURE_DISABLED)
 DEVICE_GETTER(nvmlDeviceGetVirtualizationMode, nvmlGpuVirtualizationMode_t,
               NVML_GPU_VIRTUALIZATION_MODE_NONE)
@@ -38,12 +38,16 @@ DEVICE_GETTER(nvmlDeviceGetCurrPcieLinkGeneration, unsigned int, d->pcie_gen)
 DEVICE_GETTER(nvmlDeviceGetCurrPcieLinkWidth, unsigned int, d->pcie_width)
 DEVICE_GETTER(nvmlDeviceGetPcieReplayCounter, unsigned int, 0)
 
+/* nvmlDeviceGetPcieLinkMaxSpeed answers NVML_PCIE_LINK_MAX_SPEED_*, which numbers the
+ * generations from 1 (a real Gen5 H100 answers 5); GetPcieSpeed answers MT/s. */
+static unsigned pcie_speed_enum(unsigned gen) { return gen <= 6 ? gen : 0; }
+
 static unsigned pcie_speed_mbps(unsigned gen) {
     /* Per-lane transfer rate in MT/s by generation, as NVML reports it. */
     static const unsigned rate[] = {0, 2500, 5000, 8000, 16000, 32000, 64000};
     return gen < sizeof rate / sizeof rate[0] ? rate[gen] : 0;
 }
-DEVICE_GETTER(nvmlDeviceGetPcieLinkMaxSpeed, unsigned int, pcie_speed_mbps(d->pcie_gen))
+DEVICE_GETTER(nvmlDeviceGetPcieLinkMaxSpeed, unsigned int, pcie_speed_enum(d->pcie_gen))
 DEVICE_GETTER(nvmlDeviceGetPcieSpeed, unsigned int, pcie_speed_mbps(d->pcie_gen))
 
 nvmlReturn_t nvmlDeviceGetPcieThroughput(nvmlDevice_t device, nvmlPcieUtilCounter_t counter,
@@ -151,7 +155,49 @@ nvmlReturn_t nvmlDeviceOnSameBoard(nvmlDevice_t device1, nvmlDevice_t device2, i
     return fnv_leave(NVML_SUCCESS);
 }
 
-/* ---- field values: the GPU recovery action the driver asks for; the rest unsupported ---- */
+/* ---- field values: the profile's table, with the values the state knows filled in ---- */
+
+static const fnv_field *field_of(const fnv_device *d, unsigned id) {
+    for (unsigned i = 0; i < d->field_count; i++)
+        if (d->fields[i].id == id) return &d->fields[i];
+    return NULL;
+}
+
+/* The value of a field the state holds (ECC, remapping, power); else the profile's. */
+static uint64_t field_bits(const fnv_device *d, const fnv_field *f) {
+    const fnv_fault *x = &fnv_g->faults[d->index];
+    switch (f->id) {
+    case NVML_FI_DEV_ECC_CURRENT:
+    case NVML_FI_DEV_ECC_PENDING: return d->ecc_enabled != 0;
+    case NVML_FI_DEV_ECC_SBE_VOL_TOTAL:
+    case NVML_FI_DEV_ECC_SBE_AGG_TOTAL: return x->ecc_sbe;
+    case NVML_FI_DEV_ECC_DBE_VOL_TOTAL:
+    case NVML_FI_DEV_ECC_DBE_AGG_TOTAL:
+    case NVML_FI_DEV_REMAPPED_UNC: return x->ecc_dbe;
+    case NVML_FI_DEV_REMAPPED_PENDING: return x->ecc_dbe > 0;
+    case NVML_FI_DEV_POWER_AVERAGE:
+    case NVML_FI_DEV_POWER_INSTANT: return d->power_usage_mw;
+    case NVML_FI_DEV_POWER_MIN_LIMIT: return d->power_min_mw;
+    case NVML_FI_DEV_POWER_MAX_LIMIT: return d->power_max_mw;
+    case NVML_FI_DEV_POWER_DEFAULT_LIMIT: return d->power_default_mw;
+    case NVML_FI_DEV_POWER_CURRENT_LIMIT:
+    case NVML_FI_DEV_POWER_REQUESTED_LIMIT: return d->power_limit_mw;
+    default: return f->value;
+    }
+}
+
+static void put_value(nvmlFieldValue_t *v, unsigned type, uint64_t bits) {
+    v->valueType = (nvmlValueType_t)type;
+    switch (type) {
+    case NVML_VALUE_TYPE_DOUBLE: memcpy(&v->value.dVal, &bits, sizeof v->value.dVal); break;
+    case NVML_VALUE_TYPE_UNSIGNED_INT: v->value.uiVal = (unsigned)bits; break;
+    case NVML_VALUE_TYPE_UNSIGNED_LONG: v->value.ulVal = (unsigned long)bits; break;
+    case NVML_VALUE_TYPE_SIGNED_LONG_LONG: v->value.sllVal = (long long)bits; break;
+    case NVML_VALUE_TYPE_SIGNED_INT: v->value.siVal = (int)(int64_t)bits; break;
+    case NVML_VALUE_TYPE_UNSIGNED_SHORT: v->value.usVal = (unsigned short)bits; break;
+    default: v->value.ullVal = bits; break;
+    }
+}
 
 nvmlReturn_t nvmlDeviceGetFieldValues(nvmlDevice_t device, int valuesCount,
                                       nvmlFieldValue_t *values) {
@@ -163,12 +209,17 @@ nvmlReturn_t nvmlDeviceGetFieldValues(nvmlDevice_t device, int valuesCount,
         nvmlFieldValue_t *v = &values[i];
         v->timestamp = (long long)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
         v->latencyUsec = 0;
+        v->nvmlReturn = NVML_SUCCESS;
+        const fnv_field *f = field_of(d, v->fieldId);
         if (v->fieldId == NVML_FI_DEV_GET_GPU_RECOVERY_ACTION) {
-            v->valueType = NVML_VALUE_TYPE_UNSIGNED_INT;
-            v->value.uiVal = fnv_g->faults[d->index].recovery_action;
-            v->nvmlReturn = NVML_SUCCESS;
-        } else {
+            /* Every profile: what the driver asks for after the faults injected so far. */
+            put_value(v, NVML_VALUE_TYPE_UNSIGNED_INT, fnv_g->faults[d->index].recovery_action);
+        } else if (!f) {
             v->nvmlReturn = NVML_ERROR_NOT_SUPPORTED;
+        } else if (f->type == FNV_FIELD_UNKNOWN) {
+            v->nvmlReturn = NVML_ERROR_INVALID_ARGUMENT; /* an id this driver does not know */
+        } else {
+            put_value(v, f->type, field_bits(d, f));
         }
     }
     return fnv_leave(NVML_SUCCESS);

@@ -1,5 +1,6 @@
 /* What a device measures: memory, BAR1, temperature, power, energy, utilisation, clocks,
  * performance state, fans. Values are the profile's idle readings from the state file. */
+#include <stddef.h>
 #include <time.h>
 
 #include "getters.h"
@@ -125,11 +126,13 @@ nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t device, nvmlUtilization_
         DEVICE_ENTER(device);                                                                      \
         (void)d;                                                                                   \
         *utilization = 0;                                                                          \
-        *samplingPeriodUs = 167000; /* the driver's sampling window */                            \
+        *samplingPeriodUs = 100000; /* the driver's window (a real H100 reports 100 ms) */                            \
         return fnv_leave(NVML_SUCCESS);                                                            \
     }
 IDLE_ENGINE(nvmlDeviceGetEncoderUtilization)
 IDLE_ENGINE(nvmlDeviceGetDecoderUtilization)
+IDLE_ENGINE(nvmlDeviceGetJpgUtilization)
+IDLE_ENGINE(nvmlDeviceGetOfaUtilization)
 
 /* ---- clocks ---- */
 
@@ -160,20 +163,32 @@ nvmlReturn_t nvmlDeviceGetMaxClockInfo(nvmlDevice_t device, nvmlClockType_t type
     return fnv_leave(NVML_SUCCESS);
 }
 
-/* Application clocks default to the maximum, as on data-centre boards out of the box. */
+/* Application and customer-boost clocks per type, from the profile; 0: that clock has none
+ * (a real H100 has no video application clock and boosts graphics/SM only). */
+static nvmlReturn_t profile_clock(nvmlDevice_t device, nvmlClockType_t type, unsigned int *clock,
+                                  size_t member) {
+    int slot = clock_slot(type);
+    if (!clock || slot < 0) return NVML_ERROR_INVALID_ARGUMENT;
+    DEVICE_ENTER(device);
+    unsigned value = ((const uint32_t *)((const char *)d + member))[slot];
+    if (!value) return fnv_leave(NVML_ERROR_NOT_SUPPORTED);
+    *clock = value;
+    return fnv_leave(NVML_SUCCESS);
+}
+
 nvmlReturn_t nvmlDeviceGetApplicationsClock(nvmlDevice_t device, nvmlClockType_t clockType,
                                             unsigned int *clockMHz) {
-    return nvmlDeviceGetMaxClockInfo(device, clockType, clockMHz);
+    return profile_clock(device, clockType, clockMHz, offsetof(fnv_device, app_clocks));
 }
 
 nvmlReturn_t nvmlDeviceGetDefaultApplicationsClock(nvmlDevice_t device, nvmlClockType_t clockType,
                                                    unsigned int *clockMHz) {
-    return nvmlDeviceGetMaxClockInfo(device, clockType, clockMHz);
+    return profile_clock(device, clockType, clockMHz, offsetof(fnv_device, app_clocks));
 }
 
 nvmlReturn_t nvmlDeviceGetMaxCustomerBoostClock(nvmlDevice_t device, nvmlClockType_t clockType,
                                                 unsigned int *clockMHz) {
-    return nvmlDeviceGetMaxClockInfo(device, clockType, clockMHz);
+    return profile_clock(device, clockType, clockMHz, offsetof(fnv_device, boost_clocks));
 }
 
 nvmlReturn_t nvmlDeviceGetClock(nvmlDevice_t device, nvmlClockType_t clockType,
@@ -182,8 +197,9 @@ nvmlReturn_t nvmlDeviceGetClock(nvmlDevice_t device, nvmlClockType_t clockType,
     case NVML_CLOCK_ID_CURRENT: return nvmlDeviceGetClockInfo(device, clockType, clockMHz);
     case NVML_CLOCK_ID_APP_CLOCK_TARGET:
     case NVML_CLOCK_ID_APP_CLOCK_DEFAULT:
+        return profile_clock(device, clockType, clockMHz, offsetof(fnv_device, app_clocks));
     case NVML_CLOCK_ID_CUSTOMER_BOOST_MAX:
-        return nvmlDeviceGetMaxClockInfo(device, clockType, clockMHz);
+        return profile_clock(device, clockType, clockMHz, offsetof(fnv_device, boost_clocks));
     default: return NVML_ERROR_INVALID_ARGUMENT;
     }
 }
@@ -193,14 +209,14 @@ DEVICE_GETTER(nvmlDeviceGetCurrentClocksEventReasons, unsigned long long,
 DEVICE_GETTER(nvmlDeviceGetCurrentClocksThrottleReasons, unsigned long long,
               nvmlClocksEventReasonGpuIdle)
 DEVICE_GETTER(nvmlDeviceGetSupportedClocksEventReasons, unsigned long long,
-              nvmlClocksEventReasonAll)
+              d->clock_event_reasons)
 DEVICE_GETTER(nvmlDeviceGetSupportedClocksThrottleReasons, unsigned long long,
-              nvmlClocksEventReasonAll)
+              d->clock_event_reasons)
 
 /* ---- fans: SXM boards have none, and NVML says NOT_SUPPORTED there ---- */
 
 DEVICE_GETTER_IF(nvmlDeviceGetFanSpeed, unsigned int, d->fan_count > 0, d->fan_speed)
-DEVICE_GETTER_IF(nvmlDeviceGetNumFans, unsigned int, d->fan_count > 0, d->fan_count)
+DEVICE_GETTER(nvmlDeviceGetNumFans, unsigned int, d->fan_count) /* SXM: 0 fans, SUCCESS */
 
 nvmlReturn_t nvmlDeviceGetFanSpeed_v2(nvmlDevice_t device, unsigned int fan, unsigned int *speed) {
     if (!speed) return NVML_ERROR_INVALID_ARGUMENT;

@@ -38,6 +38,17 @@ static void sanitize_device(fnv_device *d) {
     if (d->nvlink_count > FNV_MAX_LINKS) d->nvlink_count = FNV_MAX_LINKS;
     for (unsigned i = 0; i < FNV_MAX_LINKS; i++)
         terminate(d->links[i].remote_bus_id, sizeof d->links[i].remote_bus_id);
+    /* Counts bound the arrays every getter walks: clamp, never trust. */
+    if (d->mem_clock_count > FNV_MAX_MEM_CLOCKS) d->mem_clock_count = FNV_MAX_MEM_CLOCKS;
+    if (d->pstate_count > FNV_MAX_PSTATES) d->pstate_count = FNV_MAX_PSTATES;
+    if (d->mig_count > FNV_MAX_MIG_PROFILES) d->mig_count = FNV_MAX_MIG_PROFILES;
+    if (d->field_count > FNV_MAX_FIELDS) d->field_count = FNV_MAX_FIELDS;
+    for (unsigned i = 0; i < FNV_MAX_MIG_PROFILES; i++) {
+        terminate(d->mig[i].name, sizeof d->mig[i].name);
+        if (d->mig[i].placement_size == 0 || d->mig[i].placement_size > 32)
+            d->mig[i].placement_starts = 0; /* no placement can be described */
+    }
+    if (d->gfx_clock_step == 0) d->gfx_clock_min = d->max_clocks[0]; /* one clock, no loop */
 }
 
 int fnv_parse_state(const uint8_t *buf, size_t len, fnv_header *header, fnv_device **devices,
@@ -76,6 +87,7 @@ int fnv_parse_state(const uint8_t *buf, size_t len, fnv_header *header, fnv_devi
     terminate(header->driver_version, sizeof header->driver_version);
     terminate(header->nvml_version, sizeof header->nvml_version);
     terminate(header->node_name, sizeof header->node_name);
+    terminate(header->driver_branch, sizeof header->driver_branch);
     fnv_device *devs = calloc(header->device_count, sizeof *devs);
     if (!devs) {
         snprintf(err, errlen, "out of memory");
@@ -132,7 +144,7 @@ static int open_journal(fnv_state *st, char *err, size_t errlen) {
     }
     fnv_journal_header jh;
     if (pread(fd, &jh, sizeof jh, 0) != (ssize_t)sizeof jh || memcmp(jh.magic, FNV_JOURNAL_MAGIC, 8) ||
-        jh.version != FNV_FORMAT_VERSION || jh.record_size != sizeof(fnv_record)) {
+        jh.version != FNV_JOURNAL_VERSION || jh.record_size != sizeof(fnv_record)) {
         snprintf(err, errlen, "%s: not a fakenvml journal", st->journal_path);
         close(fd);
         return -1;

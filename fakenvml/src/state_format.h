@@ -10,10 +10,16 @@
 #define FNV_JOURNAL_FILE "journal.bin"
 #define FNV_STATE_MAGIC "FNVMLST1"
 #define FNV_JOURNAL_MAGIC "FNVMLJR1"
-#define FNV_FORMAT_VERSION 1
+#define FNV_FORMAT_VERSION 2 /* state.bin; 2 added the driver branch and the profile tail */
+#define FNV_JOURNAL_VERSION 1
 #define FNV_MAX_DEVICES 4096
 #define FNV_MAX_LINKS 36 /* NVML_NVLINK_MAX_LINKS */
 #define FNV_NO_NUMA 0xFFFFFFFFu
+#define FNV_MAX_MIG_PROFILES 8
+#define FNV_MAX_FIELDS 80
+#define FNV_MAX_MEM_CLOCKS 4
+#define FNV_MAX_PSTATES 4
+#define FNV_FIELD_UNKNOWN 0xFFFFFFFFu /* fnv_field.type: an id the driver rejects */
 
 #pragma pack(push, 1)
 typedef struct {
@@ -28,6 +34,7 @@ typedef struct {
     char driver_version[32];
     char nvml_version[32];
     char node_name[64];
+    char driver_branch[32]; /* nvmlSystemGetDriverBranch, e.g. "r582_49" */
 } fnv_header;
 
 typedef struct {
@@ -37,6 +44,23 @@ typedef struct {
     uint32_t remote_device_id;
     char remote_bus_id[32];
 } fnv_link;
+
+/* One GPU-instance profile a MIG-capable GPU offers (nvmlGpuInstanceProfileInfo_v2_t). */
+typedef struct {
+    uint32_t profile; /* NVML_GPU_INSTANCE_PROFILE_* the caller asks with */
+    uint32_t id, is_p2p, slice_count, instance_count, multiprocessors;
+    uint32_t copy_engines, decoders, encoders, jpegs, ofas;
+    uint32_t placement_size, placement_starts; /* bit i set: a placement starts at slice i */
+    uint32_t pad;
+    uint64_t memory_mib;
+    char name[32];
+} fnv_mig_profile;
+
+/* A field value the profile answers (nvmlFieldValue_t), or one the driver rejects. */
+typedef struct {
+    uint32_t id, type; /* nvmlValueType_t, or FNV_FIELD_UNKNOWN */
+    uint64_t value;    /* the bits of the value: a double's, or a signed value's */
+} fnv_field;
 
 typedef struct {
     uint32_t index, minor;
@@ -61,6 +85,22 @@ typedef struct {
     uint32_t nvlink_version, nvlink_count;
     uint32_t num_cores, memory_bus_width;
     fnv_link links[FNV_MAX_LINKS];
+    /* The profile's capabilities (format 2). */
+    uint64_t event_types;         /* nvmlDeviceGetSupportedEventTypes */
+    uint64_t clock_event_reasons; /* nvmlDeviceGetSupportedClocksEventReasons */
+    uint32_t ecc_locations;       /* bit per nvmlMemoryLocation_t that counts ECC errors */
+    uint32_t display_mode;
+    uint32_t app_clocks[4], boost_clocks[4]; /* per clock type; 0: NOT_SUPPORTED */
+    uint32_t mem_clocks[FNV_MAX_MEM_CLOCKS]; /* supported, highest first */
+    uint32_t mem_clock_count;
+    uint32_t gfx_clock_min, gfx_clock_step; /* graphics clocks: max_clocks[0] down to min */
+    uint32_t pstates[FNV_MAX_PSTATES];      /* in the order the driver lists them */
+    uint32_t pstate_count;
+    uint32_t row_remap_max; /* nvmlRowRemapperHistogramValues_t.max; 0: NOT_SUPPORTED */
+    uint32_t conf_compute;  /* 1: Confidential Computing capable */
+    uint32_t mig_count, field_count;
+    fnv_mig_profile mig[FNV_MAX_MIG_PROFILES];
+    fnv_field fields[FNV_MAX_FIELDS];
 } fnv_device;
 
 typedef struct {
@@ -94,9 +134,13 @@ typedef struct {
 } fnv_record;
 #pragma pack(pop)
 
-_Static_assert(sizeof(fnv_header) == 168, "header layout changed: update statefile.py");
+_Static_assert(sizeof(fnv_header) == 200, "header layout changed: update statefile.py");
 _Static_assert(sizeof(fnv_link) == 48, "link layout changed: update statefile.py");
-_Static_assert(sizeof(fnv_device) == 636 + FNV_MAX_LINKS * 48, "device layout changed");
+_Static_assert(sizeof(fnv_mig_profile) == 96, "MIG profile layout changed: update statefile.py");
+_Static_assert(sizeof(fnv_field) == 16, "field layout changed: update statefile.py");
+_Static_assert(sizeof(fnv_device) == 636 + FNV_MAX_LINKS * 48 + 120 + FNV_MAX_MIG_PROFILES * 96 +
+                                         FNV_MAX_FIELDS * 16,
+               "device layout changed");
 _Static_assert(sizeof(fnv_journal_header) == 64, "journal header layout changed");
 _Static_assert(sizeof(fnv_record) == 64, "record layout changed: update journal.py");
 

@@ -62,7 +62,10 @@ nvmlReturn_t nvmlDeviceGetTopologyCommonAncestor(nvmlDevice_t device1, nvmlDevic
 
 nvmlReturn_t nvmlDeviceGetTopologyNearestGpus(nvmlDevice_t device, nvmlGpuTopologyLevel_t level,
                                               unsigned int *count, nvmlDevice_t *deviceArray) {
-    if (!count || (*count && !deviceArray)) return NVML_ERROR_INVALID_ARGUMENT;
+    /* A buffer of zero entries is refused, as the real driver does: a GPU with no peers
+     * answers pynvml's second call (count 0, a buffer) with INVALID_ARGUMENT. */
+    if (!count || (*count && !deviceArray) || (!*count && deviceArray))
+        return NVML_ERROR_INVALID_ARGUMENT;
     DEVICE_ENTER(device);
     unsigned found = 0;
     for (uint32_t i = 0; i < fnv_g->count; i++) {
@@ -94,11 +97,21 @@ nvmlReturn_t nvmlSystemGetTopologyGpuSet(unsigned int cpuNumber, unsigned int *c
 
 nvmlReturn_t nvmlDeviceGetP2PStatus(nvmlDevice_t device1, nvmlDevice_t device2,
                                     nvmlGpuP2PCapsIndex_t p2pIndex, nvmlGpuP2PStatus_t *p2pStatus) {
-    if (!p2pStatus || p2pIndex >= NVML_P2P_CAPS_INDEX_UNKNOWN) return NVML_ERROR_INVALID_ARGUMENT;
+    if (!p2pStatus) return NVML_ERROR_INVALID_ARGUMENT;
     DEVICE_ENTER(device1);
     nvmlReturn_t ret = NVML_SUCCESS;
     const fnv_device *e = peer(device2, &ret);
     if (!e) return fnv_leave(ret);
+    /* What a real H100 answers: indexes past the known ones report OK, and a GPU is no
+     * peer of itself (tests/fakenvml/data/h100/h100-walk.json). */
+    if (p2pIndex >= NVML_P2P_CAPS_INDEX_UNKNOWN) {
+        *p2pStatus = NVML_P2P_STATUS_OK;
+        return fnv_leave(NVML_SUCCESS);
+    }
+    if (d == e) {
+        *p2pStatus = NVML_P2P_STATUS_NOT_SUPPORTED;
+        return fnv_leave(NVML_SUCCESS);
+    }
     int linked = nvlinked(d, e);
     if (p2pIndex == NVML_P2P_CAPS_INDEX_NVLINK)
         *p2pStatus = linked ? NVML_P2P_STATUS_OK : NVML_P2P_STATUS_NOT_SUPPORTED;

@@ -14,6 +14,7 @@ from pathlib import Path
 import pynvml as nv
 import pytest
 
+from fakenvml import walk
 from fakenvml.model import Node
 from fakenvml.node import NodeDir
 from tests.fakenvml.conftest import CALLED
@@ -128,7 +129,7 @@ def identity(st: NodeDir, node: Node) -> None:
         assert nv.nvmlDeviceGetModuleId(d) == g.index + 1
         assert nv.nvmlDeviceGetPersistenceMode(d) == int(g.persistence)
         assert nv.nvmlDeviceGetComputeMode(d) == g.compute_mode
-        assert nv.nvmlDeviceGetDisplayMode(d) == nv.NVML_FEATURE_DISABLED
+        assert nv.nvmlDeviceGetDisplayMode(d) == g.display_mode
         assert nv.nvmlDeviceGetDisplayActive(d) == nv.NVML_FEATURE_DISABLED
         assert nv.nvmlDeviceGetVirtualizationMode(d) == nv.NVML_GPU_VIRTUALIZATION_MODE_NONE
         assert nv.nvmlDeviceGetNumGpuCores(d) == g.num_cores
@@ -173,8 +174,8 @@ def pci_identity(st: NodeDir, node: Node) -> None:
     assert nv.nvmlDeviceGetCurrPcieLinkGeneration(h()) == g.pcie_gen
     assert nv.nvmlDeviceGetMaxPcieLinkWidth(h()) == g.pcie_width
     assert nv.nvmlDeviceGetCurrPcieLinkWidth(h()) == g.pcie_width
-    assert nv.nvmlDeviceGetPcieLinkMaxSpeed(h()) == {4: 16000, 5: 32000}[g.pcie_gen]
-    assert nv.nvmlDeviceGetPcieSpeed(h()) == nv.nvmlDeviceGetPcieLinkMaxSpeed(h())
+    assert nv.nvmlDeviceGetPcieLinkMaxSpeed(h()) == g.pcie_gen  # NVML_PCIE_LINK_MAX_SPEED_*
+    assert nv.nvmlDeviceGetPcieSpeed(h()) == {4: 16000, 5: 32000}[g.pcie_gen]  # MT/s
     assert nv.nvmlDeviceGetPcieThroughput(h(), nv.NVML_PCIE_UTIL_TX_BYTES) == 0
     assert nv.nvmlDeviceGetPcieReplayCounter(h()) == 0
 
@@ -244,12 +245,19 @@ def clocks(st: NodeDir, node: Node) -> None:
         assert nv.nvmlDeviceGetClockInfo(h(), kind) == g.clocks[i]
         assert nv.nvmlDeviceGetMaxClockInfo(h(), kind) == g.max_clocks[i]
         assert nv.nvmlDeviceGetClock(h(), kind, nv.NVML_CLOCK_ID_CURRENT) == g.clocks[i]
-        assert (
-            nv.nvmlDeviceGetClock(h(), kind, nv.NVML_CLOCK_ID_APP_CLOCK_TARGET) == (g.max_clocks[i])
-        )
-        assert nv.nvmlDeviceGetApplicationsClock(h(), kind) == g.max_clocks[i]
-        assert nv.nvmlDeviceGetDefaultApplicationsClock(h(), kind) == g.max_clocks[i]
-        assert nv.nvmlDeviceGetMaxCustomerBoostClock(h(), kind) == g.max_clocks[i]
+        # The profile's application and boost clocks; 0: that clock type has none.
+        for fn, want in (
+            (nv.nvmlDeviceGetApplicationsClock, g.app_clocks[i]),  # type: ignore[index]
+            (nv.nvmlDeviceGetDefaultApplicationsClock, g.app_clocks[i]),  # type: ignore[index]
+            (nv.nvmlDeviceGetMaxCustomerBoostClock, g.boost_clocks[i]),  # type: ignore[index]
+        ):
+            if want:
+                assert fn(h(), kind) == want
+            else:
+                raises(nv.NVML_ERROR_NOT_SUPPORTED, fn, h(), kind)
+        target = nv.NVML_CLOCK_ID_APP_CLOCK_TARGET
+        if g.app_clocks[i]:  # type: ignore[index]
+            assert nv.nvmlDeviceGetClock(h(), kind, target) == g.app_clocks[i]  # type: ignore[index]
     idle = nv.nvmlClocksEventReasonGpuIdle
     assert nv.nvmlDeviceGetCurrentClocksEventReasons(h()) == idle
     assert nv.nvmlDeviceGetCurrentClocksThrottleReasons(h()) == idle
@@ -262,7 +270,7 @@ def fans_absent_on_sxm(st: NodeDir, node: Node) -> None:
     assert node.gpus[0].fan_count == 0
     raises(nv.NVML_ERROR_NOT_SUPPORTED, nv.nvmlDeviceGetFanSpeed, h())
     raises(nv.NVML_ERROR_NOT_SUPPORTED, nv.nvmlDeviceGetFanSpeed_v2, h(), 0)
-    raises(nv.NVML_ERROR_NOT_SUPPORTED, nv.nvmlDeviceGetNumFans, h())
+    assert nv.nvmlDeviceGetNumFans(h()) == 0  # as a real H100 answers
 
 
 @check
@@ -292,7 +300,9 @@ def ecc_counters_follow_injected_faults(st: NodeDir, node: Node) -> None:
     assert nv.nvmlDeviceGetTotalEccErrors(h(2), U, nv.NVML_AGGREGATE_ECC) == 2
     dram = nv.NVML_MEMORY_LOCATION_DEVICE_MEMORY
     assert nv.nvmlDeviceGetMemoryErrorCounter(h(2), U, V, dram) == 2
-    assert nv.nvmlDeviceGetMemoryErrorCounter(h(2), U, V, nv.NVML_MEMORY_LOCATION_L2_CACHE) == 0
+    assert nv.nvmlDeviceGetMemoryErrorCounter(h(2), U, V, nv.NVML_MEMORY_LOCATION_SRAM) == 0
+    l2 = nv.NVML_MEMORY_LOCATION_L2_CACHE  # H100 counts no ECC errors there
+    raises(nv.NVML_ERROR_NOT_SUPPORTED, nv.nvmlDeviceGetMemoryErrorCounter, h(2), U, V, l2)
     assert nv.nvmlDeviceGetDetailedEccErrors(h(2), C, V).deviceMemory == 5
     assert nv.nvmlDeviceGetTotalEccErrors(h(3), U, V) == 0  # other GPUs untouched
     # Hopper remaps rows; page retirement is the pre-Ampere mechanism.
@@ -439,9 +449,40 @@ def recovery_action_follows_faults(st: NodeDir, node: Node) -> None:
     assert action(1) == nv.NVML_GPU_RECOVERY_ACTION_NONE
     e = nv.nvmlEventSetWait_v2(es, 1000)  # recovery is an event, not something to poll
     assert (e.eventType, e.eventData) == (nv.nvmlEventTypeGpuRecoveryAction, 0)
-    (other,) = nv.nvmlDeviceGetFieldValues(h(1), [nv.NVML_FI_DEV_POWER_INSTANT])
+    (other,) = nv.nvmlDeviceGetFieldValues(h(1), [nv.NVML_FI_DEV_NVLINK_BANDWIDTH_C0_TOTAL])
     assert other.nvmlReturn == nv.NVML_ERROR_NOT_SUPPORTED
     nv.nvmlEventSetFree(es)
+
+
+# ---------------------------------------------------------------- capabilities
+
+
+@check
+def capabilities_through_the_walk(st: NodeDir, node: Node) -> None:
+    g = node.gpus[0]
+    rec = walk.walk(0)  # every read-only call, the capabilities among them
+    nv.nvmlShutdown()  # walk initialised once more
+    ok = {k: a.get("value") for k, a in rec.items() if a["rc"] == "SUCCESS"}
+    assert ok["nvmlDeviceGetSupportedMemoryClocks"] == list(g.mem_clocks)
+    assert ok["nvmlDeviceGetSupportedPerformanceStates"] == list(g.pstates)
+    graphics = ok["nvmlDeviceGetSupportedGraphicsClocks(maxmem)"]
+    assert graphics[:2] == [g.max_clocks[0], g.max_clocks[0] - g.gfx_clock_step]
+    for m in g.mig_profiles:
+        info = ok[f"nvmlDeviceGetGpuInstanceProfileInfoV({m.profile})"]
+        assert (info["id"], info["name"], info["memorySizeMB"]) == (m.id, m.name, m.memory_mib)
+        places = ok[f"nvmlDeviceGetGpuInstancePossiblePlacements(id{m.id})"]
+        assert places == [[s, m.placement_size] for s in m.placement_starts]
+        assert ok[f"nvmlDeviceGetGpuInstanceRemainingCapacity(id{m.id})"] == m.instance_count
+    assert ok["nvmlDeviceGetSupportedEventTypes"] == g.event_types
+    assert ok["field[188]"] == {"type": nv.NVML_VALUE_TYPE_UNSIGNED_INT, "v": g.power_max_mw}
+    assert rec["field[0]"]["rc"] == "NVML_ERROR_INVALID_ARGUMENT"
+    assert ok["nvmlDeviceGetMarginTemperature"] == g.temp_gpu_max - g.temp_gpu
+    assert ok["nvmlDeviceGetGspFirmwareVersion"] == node.driver_version
+    assert ok["nvmlSystemGetConfComputeCapabilities"]["gpusCaps"] == 1
+    assert rec["nvmlDeviceGetMigDeviceHandleByIndex(0)"]["rc"] == "NVML_ERROR_NOT_FOUND"
+    assert rec["nvmlDeviceGetGpuInstanceId"]["rc"] == "NVML_ERROR_INVALID_ARGUMENT"
+    assert rec["nvmlDeviceGetMemoryErrorCounter(0,0,0)"]["rc"] == "NVML_ERROR_NOT_SUPPORTED"
+    assert ok["nvmlDeviceGetViolationStatus(0)"]["violationTime"] == 0
 
 
 # ---------------------------------------------------------------- the tests

@@ -72,7 +72,7 @@ def test_unimplemented_functions_answer_not_supported() -> None:
 
     lib = library.preload()
     handle = ctypes.c_void_p()
-    # Unit and encoder-capacity queries are generated stubs: they answer, never crash.
+    # Unit and vGPU queries are generated stubs: they answer, never crash.
     value = ctypes.c_uint()
     assert lib.nvmlUnitGetCount(ctypes.byref(value)) == 3  # NVML_ERROR_NOT_SUPPORTED
-    assert lib.nvmlDeviceGetEncoderCapacity(handle, 0, ctypes.byref(value)) == 3
+    assert lib.nvmlDeviceGetVgpuCapabilities(handle, 0, ctypes.byref(value)) == 3
