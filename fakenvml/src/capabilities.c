@@ -203,27 +203,9 @@ DEVICE_GETTER(nvmlDeviceGetInforomConfigurationChecksum, unsigned int, 0)
 DEVICE_GETTER(nvmlDeviceGetGpcClkVfOffset, int, 0)
 DEVICE_GETTER(nvmlDeviceGetMemClkVfOffset, int, 0)
 
-nvmlReturn_t nvmlDeviceGetAccountingPids(nvmlDevice_t device, unsigned int *count,
-                                         unsigned int *pids) {
-    (void)pids;
-    if (!count) return NVML_ERROR_INVALID_ARGUMENT;
-    DEVICE_ENTER(device);
-    (void)d;
-    *count = 0;
-    return fnv_leave(NVML_SUCCESS);
-}
-
-#define NO_SESSIONS(fn, info_type)                                                                 \
-    nvmlReturn_t fn(nvmlDevice_t device, unsigned int *sessionCount, info_type *infos) {           \
-        (void)infos;                                                                               \
-        if (!sessionCount) return NVML_ERROR_INVALID_ARGUMENT;                                     \
-        DEVICE_ENTER(device);                                                                      \
-        (void)d;                                                                                   \
-        *sessionCount = 0;                                                                         \
-        return fnv_leave(NVML_SUCCESS);                                                            \
-    }
-NO_SESSIONS(nvmlDeviceGetEncoderSessions, nvmlEncoderSessionInfo_t)
-NO_SESSIONS(nvmlDeviceGetFBCSessions, nvmlFBCSessionInfo_t)
+DEVICE_EMPTY_LIST(nvmlDeviceGetAccountingPids, unsigned int)
+DEVICE_EMPTY_LIST(nvmlDeviceGetEncoderSessions, nvmlEncoderSessionInfo_t)
+DEVICE_EMPTY_LIST(nvmlDeviceGetFBCSessions, nvmlFBCSessionInfo_t)
 
 nvmlReturn_t nvmlDeviceGetEncoderStats(nvmlDevice_t device, unsigned int *sessionCount,
                                        unsigned int *averageFps, unsigned int *averageLatency) {

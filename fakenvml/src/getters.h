@@ -44,4 +44,16 @@
         if (ret_ != NVML_SUCCESS) return ret_;                                                     \
     } while (0)
 
+/* A device list the fake never has entries for (running processes, encoder/FBC sessions,
+ * accounted PIDs): a valid device answers a count of 0 and writes no entries. */
+#define DEVICE_EMPTY_LIST(fn, entry_type)                                                          \
+    nvmlReturn_t fn(nvmlDevice_t device, unsigned int *count, entry_type *entries) {               \
+        (void)entries;                                                                             \
+        if (!count) return NVML_ERROR_INVALID_ARGUMENT;                                            \
+        DEVICE_ENTER(device);                                                                      \
+        (void)d;                                                                                   \
+        *count = 0;                                                                                \
+        return fnv_leave(NVML_SUCCESS);                                                            \
+    }
+
 #endif

@@ -125,25 +125,15 @@ nvmlReturn_t nvmlDeviceGetMigMode(nvmlDevice_t device, unsigned int *currentMode
 
 /* ---- running processes: none, in every flavour ---- */
 
-#define NO_PROCESSES(fn, info_type)                                                                \
-    nvmlReturn_t fn(nvmlDevice_t device, unsigned int *infoCount, info_type *infos) {              \
-        (void)infos;                                                                               \
-        if (!infoCount) return NVML_ERROR_INVALID_ARGUMENT;                                        \
-        DEVICE_ENTER(device);                                                                      \
-        (void)d;                                                                                   \
-        *infoCount = 0;                                                                            \
-        return fnv_leave(NVML_SUCCESS);                                                            \
-    }
-
-NO_PROCESSES(nvmlDeviceGetComputeRunningProcesses, nvmlProcessInfo_v1_t)
-NO_PROCESSES(nvmlDeviceGetComputeRunningProcesses_v2, nvmlProcessInfo_v2_t)
-NO_PROCESSES(nvmlDeviceGetComputeRunningProcesses_v3, nvmlProcessInfo_t)
-NO_PROCESSES(nvmlDeviceGetGraphicsRunningProcesses, nvmlProcessInfo_v1_t)
-NO_PROCESSES(nvmlDeviceGetGraphicsRunningProcesses_v2, nvmlProcessInfo_v2_t)
-NO_PROCESSES(nvmlDeviceGetGraphicsRunningProcesses_v3, nvmlProcessInfo_t)
-NO_PROCESSES(nvmlDeviceGetMPSComputeRunningProcesses, nvmlProcessInfo_v1_t)
-NO_PROCESSES(nvmlDeviceGetMPSComputeRunningProcesses_v2, nvmlProcessInfo_v2_t)
-NO_PROCESSES(nvmlDeviceGetMPSComputeRunningProcesses_v3, nvmlProcessInfo_t)
+DEVICE_EMPTY_LIST(nvmlDeviceGetComputeRunningProcesses, nvmlProcessInfo_v1_t)
+DEVICE_EMPTY_LIST(nvmlDeviceGetComputeRunningProcesses_v2, nvmlProcessInfo_v2_t)
+DEVICE_EMPTY_LIST(nvmlDeviceGetComputeRunningProcesses_v3, nvmlProcessInfo_t)
+DEVICE_EMPTY_LIST(nvmlDeviceGetGraphicsRunningProcesses, nvmlProcessInfo_v1_t)
+DEVICE_EMPTY_LIST(nvmlDeviceGetGraphicsRunningProcesses_v2, nvmlProcessInfo_v2_t)
+DEVICE_EMPTY_LIST(nvmlDeviceGetGraphicsRunningProcesses_v3, nvmlProcessInfo_t)
+DEVICE_EMPTY_LIST(nvmlDeviceGetMPSComputeRunningProcesses, nvmlProcessInfo_v1_t)
+DEVICE_EMPTY_LIST(nvmlDeviceGetMPSComputeRunningProcesses_v2, nvmlProcessInfo_v2_t)
+DEVICE_EMPTY_LIST(nvmlDeviceGetMPSComputeRunningProcesses_v3, nvmlProcessInfo_t)
 
 nvmlReturn_t nvmlDeviceOnSameBoard(nvmlDevice_t device1, nvmlDevice_t device2, int *onSameBoard) {
     if (!onSameBoard) return NVML_ERROR_INVALID_ARGUMENT;
