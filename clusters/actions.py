@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from clusters.lab import Lab
 
 SKIP = object()  # an action's result when it had nothing to do
+SUBJECT_LABEL = f"{kindconfig.LABEL_PREFIX}/subject"  # on every DaemonSet a lab deploys
 
 
 @dataclass(frozen=True)
@@ -104,7 +105,7 @@ def clear_faults(lab: Lab) -> object:
             d.recover(gpu)
             cleared += 1
     if cleared:
-        lab.delete_subjects(keep=None)
+        delete_subjects(lab, keep=None)
     return None
 
 
@@ -130,16 +131,25 @@ def deploy(lab: Lab) -> None:
     """fakenvml, the lab's per-node plugin config and the subject's manifest, applied;
     every other subject's DaemonSet deleted first (one plugin per node, as in real
     clusters)."""
-    lab.delete_subjects(keep=lab.subject.name)
+    delete_subjects(lab, keep=lab.subject.name)
     docs = [*steps.manifest("fakenvml.yaml", {"gpulab/gpulab:latest": lab.images["gpulab"]}),
             plugin_config(lab)]  # fmt: skip
     placeholders = {"GPULAB_IMAGE": lab.images["gpulab"], "SUBJECT_IMAGE": lab.images["subject"]}
     for doc in lab.subject.render(placeholders):
         if doc["kind"] == "DaemonSet":
-            doc["metadata"].setdefault("labels", {})[lab.subject_label] = lab.subject.name
+            doc["metadata"].setdefault("labels", {})[SUBJECT_LABEL] = lab.subject.name
         docs.append(doc)
     for doc in docs:
         lab.kube.apply(doc)
+
+
+def delete_subjects(lab: Lab, keep: str | None) -> None:
+    """Delete the DaemonSets of subjects other than `keep` (None: all of them) and wait
+    for their pods to go: one plugin under test at a time."""
+    found = lab.apps.list_daemon_set_for_all_namespaces(label_selector=SUBJECT_LABEL).items
+    for ds in found:
+        if ds.metadata.labels.get(SUBJECT_LABEL) != keep:
+            lab.kube.delete_daemonset(ds.metadata.name, ds.metadata.namespace)
 
 
 def plugin_config(lab: Lab) -> dict:

@@ -40,7 +40,6 @@ LABS_ROOT = Path(
     or paths.user_or_system(Path("/var/lib/gpulab/labs"), paths.cache_dir() / "labs")
 )
 RESOURCE = "nvidia.com/gpu"
-SUBJECT_LABEL = f"{kindconfig.LABEL_PREFIX}/subject"  # on every DaemonSet a lab deploys
 
 
 class Lab:
@@ -59,7 +58,6 @@ class Lab:
         self.host = Host(self.name, self.dir)
         self.kubeconfig = self.host.kubeconfig
         self.kube = Kube(self.kubeconfig)
-        self.subject_label = SUBJECT_LABEL
         self.images: dict[str, str] = {}
         self.created = False  # by this up(): a failure deletes it again
         # How long a reused cluster may take to answer before it is made again.
@@ -133,14 +131,6 @@ class Lab:
         self.host.delete()
         self.kube.reset()  # a cluster made again listens on another port
         self.console.print(f"[green]✓[/] Lab {self.name} deleted")
-
-    def delete_subjects(self, keep: str | None) -> None:
-        """Delete the DaemonSets of subjects other than `keep` (None: all of them) and wait
-        for their pods to go: one plugin under test at a time."""
-        found = self.apps.list_daemon_set_for_all_namespaces(label_selector=SUBJECT_LABEL).items
-        for ds in found:
-            if ds.metadata.labels.get(SUBJECT_LABEL) != keep:
-                self.kube.delete_daemonset(ds.metadata.name, ds.metadata.namespace)
 
     # -- cluster access
 
