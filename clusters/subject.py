@@ -8,6 +8,7 @@ or any path a user passes with SUBJECT= / --subjects).
     resource: nvidia.com/gpu
     socket: my-plugin.sock            # the socket it creates in the device-plugins dir
     device_ids: {env: NVIDIA_VISIBLE_DEVICES}   # where Allocate puts the device ids
+                                      # or {cdi: vendor/class}: CDI devices -> /dev nodes
     ready_log: "serving \\d+ devices"            # a line it logs once it serves its devices
     expects:                          # what the suites assert for it
       recovers: true                  # Healthy again after `fakenvml recover`, no restart
@@ -67,7 +68,18 @@ class Image(Strict):
 
 
 class DeviceIds(Strict):
-    env: str  # the container env var Allocate fills with the device ids
+    """How a container learns which GPUs it got: an env var Allocate fills with the device
+    ids, or CDI devices Allocate names (`cdi: <vendor>/<class>`), which the runtime turns
+    into the GPUs' device nodes (/dev/nvidia<minor>) in the container."""
+
+    env: str | None = None
+    cdi: str | None = None  # e.g. k8s.device-plugin.nvidia.com/gpu
+
+    @model_validator(mode="after")
+    def _one(self) -> DeviceIds:
+        if (self.env is None) == (self.cdi is None):
+            raise ValueError("give exactly one of env, cdi")
+        return self
 
 
 class Expects(Strict):
@@ -143,11 +155,17 @@ class Subject:
     def selector(self) -> str:
         return kube.selector(self.daemonset["spec"]["selector"]["matchLabels"])
 
+    @property
+    def cdi(self) -> bool:
+        """Allocate names CDI devices (the runtime makes the device nodes)."""
+        return self.spec.device_ids.cdi is not None
+
     def needs_met(self, needs: tuple[str, ...]) -> bool:
-        """Every named expectation is true (or, for `lost_gpu=that-device` style, equal)."""
+        """Every named expectation (or subject property: `cdi`) is true (or, for
+        `lost_gpu=that-device` style, equal)."""
         for need in needs:
             key, _, want = need.partition("=")
-            have = getattr(self.expects, key)
+            have = getattr(self.expects, key) if hasattr(self.expects, key) else getattr(self, key)
             if (str(have) != want) if want else not have:
                 return False
         return True

@@ -7,6 +7,7 @@ Every wait names the condition it waited for and what it saw instead, e.g.
 from __future__ import annotations
 
 import copy
+import re
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -38,15 +39,27 @@ GPU = "nvidia.com/gpu"  # what the shipped pod specs ask for
 DEVICE_ENV = "NVIDIA_VISIBLE_DEVICES"
 
 
+# A node's GPUs by device minor (/dev/nvidia<minor>) -> UUID: how a CDI container's device
+# nodes name its GPUs.
+UuidsByMinor = Callable[[str], dict[int, str]]
+DEVICE_NODE = re.compile(r"^nvidia(\d+)$")
+
+
 class Pods:
     """Pods in one namespace. Specs ask for nvidia.com/gpu; with a subject whose resource
     (or device-id env var) is another, `create` asks for that one and `devices` reads that
-    one, so a suite runs unchanged against any plugin."""
+    one, so a suite runs unchanged against any plugin. Without a device-id env var (`None`:
+    a CDI subject) `devices` reads the container's /dev/nvidia<minor> nodes and names them
+    by UUID through `uuids_by_minor`."""
 
     def __init__(self, core: client.CoreV1Api, namespace: str, image: str,
-                 resource: str = GPU, device_env: str = DEVICE_ENV) -> None:  # fmt: skip
+                 resource: str = GPU, device_env: str | None = DEVICE_ENV,
+                 uuids_by_minor: UuidsByMinor | None = None) -> None:  # fmt: skip
         self.core, self.ns, self.image = core, namespace, image
         self.resource, self.device_env = resource, device_env
+        if device_env is None and uuids_by_minor is None:
+            raise ValueError("reading device nodes needs uuids_by_minor")
+        self.uuids_by_minor = uuids_by_minor
 
     def gpu_pod(self, name: str, gpus: int, node: str | None = None) -> dict:
         """A workload pod asking for `gpus` (scheduled by the scheduler, onto `node` if
@@ -66,7 +79,13 @@ class Pods:
     def of(cls, lab: Lab, namespace: str) -> Pods:
         """Pods in `namespace` of `lab`, asking for and reading what its subject serves."""
         s = lab.subject.spec
-        return cls(lab.core, namespace, lab.images["workload"], s.resource, s.device_ids.env)
+
+        def uuids_by_minor(node: str) -> dict[int, str]:
+            gpus = lab.fake_gpus(node).node().gpus
+            return {g.minor if g.minor >= 0 else g.index: g.uuid for g in gpus}
+
+        return cls(lab.core, namespace, lab.images["workload"], s.resource, s.device_ids.env,
+                   uuids_by_minor)  # fmt: skip
 
     # -- lifecycle
 
@@ -127,27 +146,45 @@ class Pods:
             self.ns, field_selector=f"involvedObject.name={name},involvedObject.kind=Pod"
         ).items
 
-    def env(
-        self, name: str, container: str | None = None, deadline_s: float = 30
-    ) -> dict[str, str]:
-        """The container's environment, read by exec'ing `env` in it. Every environment has
-        PATH: output without it is the kubelet's error (e.g. just restarted): retried."""
+    def exec(self, name: str, command: list[str], done: Callable[[str], bool],
+             container: str | None = None, deadline_s: float = 30) -> str:  # fmt: skip
+        """`command`'s output in the container, retried until `done(output)`: output that is
+        not the command's is the kubelet's error (e.g. just restarted)."""
 
         def read() -> tuple[bool, str]:
             try:
                 out = stream(self.core.connect_get_namespaced_pod_exec, name, self.ns,
-                             container=container, command=["env"], stderr=True, stdin=False,
+                             container=container, command=command, stderr=True, stdin=False,
                              stdout=True, tty=False)  # fmt: skip
             except ApiException as e:
                 return False, f"exec refused ({e.status} {e.reason})"
-            return "PATH=" in out, out
+            return done(out), out
 
-        out = self._wait(f"`env` in pod {name}", read, deadline_s)
+        return self._wait(f"`{' '.join(command)}` in pod {name}", read, deadline_s)
+
+    def env(
+        self, name: str, container: str | None = None, deadline_s: float = 30
+    ) -> dict[str, str]:
+        """The container's environment, read by exec'ing `env` in it (every environment has
+        PATH)."""
+        out = self.exec(name, ["env"], lambda out: "PATH=" in out, container, deadline_s)
         return dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
 
+    def device_nodes(self, name: str, container: str | None = None) -> list[str]:
+        """The container's /dev entries (every container has /dev/null)."""
+        out = self.exec(name, ["ls", "/dev"], lambda out: "null" in out.split(), container)
+        return out.split()
+
     def devices(self, name: str, container: str | None = None) -> list[str]:
-        """The device ids the plugin gave the container (its device-id env var)."""
-        return self.env(name, container)[self.device_env].split(",")
+        """The device ids the plugin gave the container: its device-id env var, or (CDI)
+        the UUIDs of the GPUs whose device nodes it has."""
+        if self.device_env is not None:
+            return self.env(name, container)[self.device_env].split(",")
+        assert self.uuids_by_minor is not None
+        nodes = self.device_nodes(name, container)
+        minors = [int(m[1]) for n in nodes if (m := DEVICE_NODE.match(n))]
+        uuids = self.uuids_by_minor(self.get(name).spec.node_name)
+        return [uuids.get(m, f"/dev/nvidia{m} (no such GPU)") for m in minors]
 
     # -- waits
 

@@ -297,10 +297,11 @@ class Runner:
                 info.reason = (msgs[-1] or "").split(". ")[0] if msgs else info.reason
             if pod.status.phase == "Running":
                 try:
-                    visible = self.pods.env(name).get(self.pods.device_env, "")
-                    info.devices = [d for d in visible.split(",") if d]
-                except (ApiException, OSError) as e:
-                    info.reason = f"env not readable: {e}"
+                    info.devices = [d for d in self.pods.devices(name) if d]
+                except KeyError:
+                    info.devices = []  # no device-id env var: no devices
+                except (ApiException, OSError, AssertionError) as e:
+                    info.reason = f"devices not readable: {e}"
             out.append(info)
         return out
 

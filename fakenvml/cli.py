@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import NoReturn
 
-from fakenvml import inventory
+from fakenvml import inventory, statefile
 from fakenvml.errors import FakeNvmlError
 from fakenvml.journal import ECC, JOURNAL_FILE, NO_INSTANCE, Kind, Record
 from fakenvml.node import DEFAULT_STATE_DIR, STATE_DIR_ENV, NodeDir, default_state_dir
@@ -88,7 +88,17 @@ def _build(args: argparse.Namespace) -> None:
 def _install_driver(args: argparse.Namespace) -> None:
     from fakenvml import driver
 
-    print(f"installed {driver.install(Path(args.root))}")
+    d = NodeDir(_state_dir(args))
+    node = d.node() if (d.path / statefile.STATE_FILE).exists() else None
+    got = driver.install(Path(args.root), node)
+    print(f"installed {got.library}")
+    if node is None:
+        print(f"no GPU state in {d.path} yet: the library only (no versioned name, no /dev nodes)")
+    elif got.no_device_nodes:
+        print(f"no device nodes: {got.no_device_nodes}")
+    else:
+        names = ", ".join(p.name for p in got.device_nodes)
+        print(f"device nodes under {Path(args.root) / driver.DEV_DIR}: {names}")
 
 
 def _smi(args: argparse.Namespace) -> None:
@@ -248,7 +258,11 @@ def _parser() -> argparse.ArgumentParser:
                    "or $GPULAB_CACHE/fakenvml/<sources>)")  # fmt: skip
     c.set_defaults(run=_build)
 
-    c = sub.add_parser("install-driver", help="copy the library into a node's driver root")
+    c = sub.add_parser(
+        "install-driver",
+        parents=[state],
+        help="the library and the GPUs' device nodes into a node's driver root",
+    )
     c.add_argument("root", metavar="DIR", help="e.g. /run/fakenvml/driver")
     c.set_defaults(run=_install_driver)
 

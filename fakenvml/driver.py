@@ -1,40 +1,135 @@
-"""Install the fake library into a node's driver root, the way a driver container does.
+"""Install the fake driver into a node's driver root, the way a driver container does.
 
-    <root>/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1   (and libnvidia-ml.so -> .so.1)
+    <root>/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.<driver version>   the library
+    <root>/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1 -> .so.<version>, libnvidia-ml.so -> .so.1
+    <root>/usr/lib/x86_64-linux-gnu/libcuda.so.<version> (and .so.1, .so): the CUDA stub
+    <root>/dev/nvidia<minor> (c 195:<minor>) per GPU, nvidiactl (c 195:255),
+    nvidia-uvm and nvidia-uvm-tools
 
 NVIDIA's plugin looks for libnvidia-ml.so.1 under its container driver root (/driver-root)
 before the normal search path; our plugin is pointed there with LD_LIBRARY_PATH.
+
+Why the versioned files and the device nodes: whatever writes CDI specs (NVIDIA's plugin
+with a cdi-* device list strategy, nvidia-ctk) reads the driver version from the
+libraries' file suffix (libcuda's, for toolkit 1.17, which NVIDIA's plugin v0.17 uses) and
+finds each GPU as a character device under the dev root; without them it writes no spec.
+The nodes are only stat'ed (for type, major and minor) and re-created in containers; no
+driver answers them, so opening one fails as on a machine whose driver is not loaded.
+Making them needs CAP_MKNOD and a device cgroup that allows it (a privileged driver
+container, or root on a host); where that is refused, `install` installs the libraries
+alone and says so.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
+import stat
 import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from fakenvml import library
 from fakenvml.errors import FakeNvmlError
+from fakenvml.model import Node
 
 LIB_DIR = Path("usr/lib/x86_64-linux-gnu")
+DEV_DIR = Path("dev")
+GPU_MAJOR = 195  # NVIDIA's registered character major: nvidia<minor>, nvidiactl is 255
+CTL_MINOR = 255
+# nvidia-uvm's major is dynamic on hardware (from /proc/devices); any unused one will do.
+UVM_MAJOR = 509
 
 
-def install(root: Path) -> Path:
-    """Copy the library under `root` atomically (a running plugin keeps its mapped copy)."""
-    src = library.path()
+@dataclass
+class Installed:
+    library: Path
+    device_nodes: list[Path] = field(default_factory=list)
+    no_device_nodes: str = ""  # why none were made, when they were wanted
+
+
+def _atomic_symlink(target: str, link: Path) -> None:
+    tmp = link.with_name(f".{link.name}.{os.getpid()}")
+    tmp.unlink(missing_ok=True)
+    tmp.symlink_to(target)
+    os.replace(tmp, link)
+
+
+def _copy_library(dest_dir: Path, name: str, src: Path | None = None) -> Path:
+    """The library (or src) as dest_dir/name, replaced atomically (a running plugin keeps
+    its copy)."""
+    dest = dest_dir / name
+    fd, tmp = tempfile.mkstemp(prefix=".lib.", dir=dest_dir)
+    os.close(fd)
+    shutil.copyfile(src or library.path(), tmp)
+    os.chmod(tmp, 0o755)
+    os.replace(tmp, dest)
+    return dest
+
+
+def _device_nodes(node: Node) -> Iterator[tuple[str, int, int]]:
+    for g in node.gpus:
+        minor = g.minor if g.minor >= 0 else g.index
+        yield f"nvidia{minor}", GPU_MAJOR, minor
+    yield "nvidiactl", GPU_MAJOR, CTL_MINOR
+    yield "nvidia-uvm", UVM_MAJOR, 0
+    yield "nvidia-uvm-tools", UVM_MAJOR, 1
+
+
+def _make_device_nodes(dev: Path, node: Node) -> tuple[list[Path], str]:
+    """(nodes made, why not): existing nodes with the right numbers are kept; the rest of
+    /dev/nvidia* (GPUs the state no longer has) is removed."""
+    wanted = {name: (major, minor) for name, major, minor in _device_nodes(node)}
+    made: list[Path] = []
+    dev.mkdir(parents=True, exist_ok=True)
+    for old in dev.glob("nvidia*"):
+        if old.name not in wanted:
+            old.unlink(missing_ok=True)
+    for name, (major, minor) in wanted.items():
+        path = dev / name
+        with contextlib.suppress(FileNotFoundError):
+            st = path.lstat()
+            if stat.S_ISCHR(st.st_mode) and st.st_rdev == os.makedev(major, minor):
+                made.append(path)
+                continue
+            path.unlink()
+        try:
+            os.mknod(path, 0o666 | stat.S_IFCHR, os.makedev(major, minor))
+        except PermissionError as e:
+            return made, f"mknod {path}: {e.strerror} (needs CAP_MKNOD: a privileged container)"
+        os.chmod(path, 0o666)  # mknod's mode is masked by the umask
+        made.append(path)
+    return made, ""
+
+
+def install(root: Path, node: Node | None = None) -> Installed:
+    """The library (and, given the node's state, its versioned name and device nodes)
+    under `root`."""
     dest_dir = root / LIB_DIR
-    dest = dest_dir / library.SONAME
     try:
         dest_dir.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=".libnvidia-ml.", dir=dest_dir)
-        os.close(fd)
-        shutil.copyfile(src, tmp)
-        os.chmod(tmp, 0o755)
-        os.replace(tmp, dest)
+        if node is None:
+            # No state yet: the library alone, as libnvidia-ml.so.1.
+            lib = _copy_library(dest_dir, library.SONAME)
+        else:
+            version = node.driver_version
+            lib = _copy_library(dest_dir, f"libnvidia-ml.so.{version}")
+            _atomic_symlink(lib.name, dest_dir / library.SONAME)
+            cuda = _copy_library(dest_dir, f"libcuda.so.{version}", library.cuda_path())
+            _atomic_symlink(cuda.name, dest_dir / library.CUDA_SONAME)
+            _atomic_symlink(library.CUDA_SONAME, dest_dir / "libcuda.so")
+            for other in [*dest_dir.glob("libnvidia-ml.so.*.*"), *dest_dir.glob("libcuda.so.*.*")]:
+                if other not in (lib, cuda):
+                    other.unlink()  # another driver version's file: one version per root
         link = dest_dir / "libnvidia-ml.so"
         if not link.is_symlink():
             link.unlink(missing_ok=True)
             link.symlink_to(library.SONAME)
+        out = Installed(lib)
+        if node is not None:
+            out.device_nodes, out.no_device_nodes = _make_device_nodes(root / DEV_DIR, node)
     except OSError as e:
         raise FakeNvmlError(f"cannot install the library under {root}: {e.strerror}") from None
-    return dest
+    return out

@@ -17,6 +17,7 @@ from fakenvml.errors import FakeNvmlError
 
 LIBRARY_ENV = "FAKENVML_LIBRARY"
 SONAME = "libnvidia-ml.so.1"
+CUDA_SONAME = "libcuda.so.1"
 SRC = Path(__file__).resolve().parent / "src"
 
 
@@ -42,6 +43,14 @@ def path() -> Path:
     if not candidate.is_file():
         how = "make install" if paths.checkout() else "fakenvml build"
         raise FakeNvmlError(f"{candidate} not found: run `{how}` (or set {LIBRARY_ENV})")
+    return candidate
+
+
+def cuda_path() -> Path:
+    """The CUDA driver stub built beside the library (fakenvml/src/cuda/libcuda.c)."""
+    candidate = path().parent / CUDA_SONAME
+    if not candidate.is_file():
+        raise FakeNvmlError(f"{candidate} not found: rebuild the library (make install)")
     return candidate
 
 

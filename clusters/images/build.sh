@@ -3,7 +3,7 @@
 #   base       Debian bookworm minbase + python3 (the glibc userland the others share)
 #   gpulab     gpulab's Python package (fakenvml CLI, our plugin) + libnvidia-ml.so.1
 #   workload   what the pod specs run: busybox, prints its env, sleeps (a few MB)
-#   nvidia     NVIDIA's device plugin binaries (clusters/scripts/nvidia-plugin.sh) on the base image,
+#   nvidia     NVIDIA's device plugin binaries and nvidia-ctk (clusters/scripts/nvidia-plugin.sh) on the base image,
 #              one `nvidia-<version>=image` line per pinned version
 # Every image is tagged with a hash of its inputs, so a warm run only checks tags. Tags
 # appear only on finished, checked images (temporary tags first; see lib.sh).
@@ -103,7 +103,7 @@ image_gpulab() {
     # wheels are cp311 like the image's python3.
     "$PY" -m pip install -q --disable-pip-version-check --no-deps --no-compile \
       --target "$ctx/site" "$wheels"/*.whl >/dev/null
-    cp "$lib" "$ctx/lib/"
+    cp "$lib" "${lib%/*}/libcuda.so.1" "$ctx/lib/"
     sed "s|@BASE@|$base|" "$here/gpulab.Dockerfile" >"$ctx/Dockerfile"
     log "images: gpulab: docker build $tag"
     # Never tag an image that cannot import its own package (a half-written context).
@@ -147,15 +147,18 @@ image_nvidia() {
   for bin in $bins; do
     version=$(basename "$(dirname "$bin")")
     local tag
-    tag=gpulab/nvidia-device-plugin:$version-$(inputs_hash "$base" "$bin")
+    local ctk=${bin%/*}/nvidia-ctk
+    tag=gpulab/nvidia-device-plugin:$version-$(inputs_hash "$base" "$bin" "$ctk")
     if ! have "$tag"; then
       local ctx
       ctx=$(fresh_tmp "$WORK/nvidia.ctx")
       cp "$bin" "$ctx/nvidia-device-plugin"
-      printf 'FROM %s\nCOPY nvidia-device-plugin /usr/bin/nvidia-device-plugin\nENTRYPOINT ["/usr/bin/nvidia-device-plugin"]\n' \
+      cp "$ctk" "$ctx/nvidia-ctk"
+      # nvidia-ctk rides along so the CDI subjects can install it on the node (its hook).
+      printf 'FROM %s\nCOPY nvidia-device-plugin nvidia-ctk /usr/bin/\nENTRYPOINT ["/usr/bin/nvidia-device-plugin"]\n' \
         "$base" >"$ctx/Dockerfile"
       log "images: nvidia: docker build $tag"
-      docker_build "$tag" "$ctx" /usr/bin/test -x /usr/bin/nvidia-device-plugin
+      docker_build "$tag" "$ctx" /usr/bin/test -x /usr/bin/nvidia-device-plugin -a -x /usr/bin/nvidia-ctk
       rm -rf "$ctx"
     fi
     echo "nvidia-$version=$tag"

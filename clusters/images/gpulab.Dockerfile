@@ -1,9 +1,10 @@
-# gpulab's Python package and the fake libnvidia-ml.so.1 on the local base image.
+# gpulab's Python package and the fake libnvidia-ml.so.1 (+ its libcuda stub) on the local
+# base image.
 # The fakenvml DaemonSet copies the library into the node's driver root; plugin pods load
 # it from there (the way a driver container provides the real one).
 FROM @BASE@
 COPY site/ /usr/local/lib/python3.11/dist-packages/
-COPY lib/libnvidia-ml.so.1 /usr/lib/fakenvml/libnvidia-ml.so.1
+COPY lib/libnvidia-ml.so.1 lib/libcuda.so.1 /usr/lib/fakenvml/
 ENV PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1 \
     FAKENVML_LIBRARY=/usr/lib/fakenvml/libnvidia-ml.so.1
 ENTRYPOINT ["python3", "-m"]

@@ -5,16 +5,21 @@ set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 
 # What a kind node runs besides the Kubernetes binaries: systemd as PID 1, containerd
-# and runc, the CNI plugins, and the network tools kubelet and kube-proxy call.
+# (trixie's, below) and runc, the CNI plugins, and the network tools kubelet and kube-proxy call.
 PACKAGES=(
   systemd systemd-sysv containerd runc containernetworking-plugins
   iptables nftables iproute2 conntrack ethtool kmod mount util-linux procps
   ca-certificates libseccomp2
 )
 
+# containerd comes from trixie (1.7; bookworm has 1.6): CDI (the Container Device
+# Interface, which NVIDIA's cdi-cri and cdi-annotations strategies hand devices over with)
+# arrived in containerd 1.7. It needs only libc6 >= 2.34, so nothing else moves.
+FROM_TRIXIE=(containerd)
+
 # Bump when the steps below change what ends up in the tarball.
-RECIPE=1
-key=$(inputs_hash "$NODE_SUITE" "${PACKAGES[*]}" "recipe $RECIPE")
+RECIPE=2
+key=$(inputs_hash "$NODE_SUITE" "${PACKAGES[*]}" "trixie: ${FROM_TRIXIE[*]}" "recipe $RECIPE")
 out=$GPULAB_CACHE/rootfs/node-$NODE_SUITE-$key.tar
 [[ -s $out ]] && { echo "$out"; exit 0; }
 
@@ -36,6 +41,24 @@ pkgs=${PACKAGES[*]}
 logfile=$GPULAB_CACHE/rootfs/debootstrap.log
 with_ticker "debootstrap" cached_debootstrap "$logfile" --variant=minbase --include="${pkgs// /,}" \
   "$NODE_SUITE" "$dir" "$mirror" || die "rootfs: debootstrap failed, see $logfile"
+
+log "rootfs: ${FROM_TRIXIE[*]} from trixie"
+cat >"$dir/etc/apt/sources.list.d/trixie.sources" <<EOF
+Types: deb
+URIs: $mirror
+Suites: trixie
+Components: main
+Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
+EOF
+cp -L /etc/resolv.conf "$dir/etc/resolv.conf"
+{
+  chroot "$dir" apt-get update -qq &&
+    DEBIAN_FRONTEND=noninteractive chroot "$dir" apt-get install -y -qq --no-install-recommends \
+      "${FROM_TRIXIE[@]/%//trixie}"
+} >>"$logfile" 2>&1 || die "rootfs: installing ${FROM_TRIXIE[*]} from trixie failed, see $logfile"
+rm -f "$dir/etc/apt/sources.list.d/trixie.sources" "$dir/etc/resolv.conf"
+chroot "$dir" containerd --version | grep -q ' v\?1\.7\.' ||
+  die "rootfs: containerd in the node is not 1.7: $(chroot "$dir" containerd --version)"
 
 log "rootfs: trimming and packing"
 chroot "$dir" apt-get clean

@@ -2,6 +2,9 @@
 # Builds NVIDIA's k8s-device-plugin (cmd/nvidia-device-plugin) at pinned versions from the
 # Go module proxy, into a cache outside the repository:
 #   $GPULAB_CACHE/nvidia-device-plugin/<version>/nvidia-device-plugin
+# and, beside it, nvidia-ctk from the nvidia-container-toolkit version that release's go.mod
+# requires: its CDI specs name nvidia-ctk as the hook that runs in every GPU container, so
+# the CDI subjects install that binary on the node (as the GPU operator's toolkit does).
 # Idempotent: a version whose binary exists is not rebuilt. Progress goes to stderr and
 # the binary paths to stdout, so `BIN=$(clusters/scripts/nvidia-plugin.sh v0.17.4)` works.
 #
@@ -25,6 +28,7 @@ source "$(dirname "$0")/../nodeimage/lib.sh"
 versions=${GPULAB_NVIDIA_PLUGIN_VERSIONS:-$NVIDIA_PLUGIN_VERSIONS}
 read -ra VERSIONS <<<"${versions//,/ }"
 MODULE=github.com/NVIDIA/k8s-device-plugin
+TOOLKIT=github.com/NVIDIA/nvidia-container-toolkit
 
 # The installed go (>= 1.26) is newer than every pinned release needs (v0.17.4: 1.23,
 # v0.19.3: 1.25, v0.20.0: 1.26). The plugin binds NVML through cgo (dlopen at run time;
@@ -36,13 +40,14 @@ export CGO_CFLAGS="${CGO_CFLAGS:--O2 -g} -Wno-deprecated-declarations"
 command -v go >/dev/null || die "nvidia-plugin: no Go toolchain on PATH (need go >= 1.26)"
 command -v gcc >/dev/null || die "nvidia-plugin: no gcc on PATH (cgo needs it); install gcc"
 
-# Prints the directory of a module version's source, downloading it through the proxy.
+# Prints the directory of a module version's source (MODULE VERSION), downloading it
+# through the proxy.
 module_source() {
   local json
-  json=$(go mod download -json "$MODULE@$1") || {
-    die "nvidia-plugin $1: the Go module proxy does not serve $MODULE@$1:
+  json=$(go mod download -json "$1@$2") || {
+    die "nvidia-plugin: the Go module proxy does not serve $1@$2:
   $(sed -n 's/^\s*"Error": "\(.*\)"$/\1/p' <<<"$json" | sed 's/\\n\\t/ /g')
-  build it from a clone instead: clusters/scripts/nvidia-plugin.sh --git <clone of NVIDIA/k8s-device-plugin> $1"
+  build the plugin from a clone instead: clusters/scripts/nvidia-plugin.sh --git <clone of NVIDIA/k8s-device-plugin> VERSION"
   }
   sed -n 's/^\s*"Dir": "\(.*\)",$/\1/p' <<<"$json"
 }
@@ -50,7 +55,7 @@ module_source() {
 build() {
   local version=$1 gitdir=$2 dir=$GPULAB_CACHE/nvidia-device-plugin/$1
   local bin=$dir/nvidia-device-plugin
-  if [[ -x $bin ]]; then
+  if [[ -x $bin && -x $dir/nvidia-ctk ]]; then
     log "nvidia-plugin $version: cached at $bin"
     echo "$bin"
     return
@@ -72,14 +77,26 @@ build() {
     src=$tmp/src mode=vendor
   else
     log "nvidia-plugin $version: downloading $MODULE@$version"
-    src=$(module_source "$version")
+    src=$(module_source "$MODULE" "$version")
     # The module zip carries vendor/modules.txt but not the vendored packages.
     mode=mod
   fi
-  log "nvidia-plugin $version: go build ./cmd/nvidia-device-plugin ($(go env GOVERSION); about 2 min cold, under 1 min warm)"
-  (cd "$src" && with_ticker "$version" nice -n 10 go build -mod=$mode -trimpath \
-    -o "$tmp/nvidia-device-plugin" ./cmd/nvidia-device-plugin) || die "nvidia-plugin $version: go build failed (see above)"
-  mv "$tmp/nvidia-device-plugin" "$bin"
+  if [[ ! -x $bin ]]; then
+    log "nvidia-plugin $version: go build ./cmd/nvidia-device-plugin ($(go env GOVERSION); about 2 min cold, under 1 min warm)"
+    (cd "$src" && with_ticker "$version" nice -n 10 go build -mod=$mode -trimpath \
+      -o "$tmp/nvidia-device-plugin" ./cmd/nvidia-device-plugin) || die "nvidia-plugin $version: go build failed (see above)"
+    mv "$tmp/nvidia-device-plugin" "$bin"
+  fi
+  if [[ ! -x $dir/nvidia-ctk ]]; then
+    local ctk ctk_src
+    ctk=$(awk -v m="$TOOLKIT" '$1 == m { print $2; exit }' "$src/go.mod")
+    [[ -n $ctk ]] || die "nvidia-plugin $version: its go.mod requires no $TOOLKIT"
+    log "nvidia-plugin $version: go build $TOOLKIT@$ctk ./cmd/nvidia-ctk (the CDI hook)"
+    ctk_src=$(module_source "$TOOLKIT" "$ctk")
+    (cd "$ctk_src" && with_ticker "nvidia-ctk $ctk" nice -n 10 go build -mod=mod -trimpath \
+      -o "$tmp/nvidia-ctk" ./cmd/nvidia-ctk) || die "nvidia-plugin $version: building nvidia-ctk $ctk failed (see above)"
+    mv "$tmp/nvidia-ctk" "$dir/nvidia-ctk"
+  fi
   rm -rf "$tmp"
   log "nvidia-plugin $version: built in $((SECONDS - start)) s -> $bin"
   echo "$bin"

@@ -1,5 +1,6 @@
 """Build libnvidia-ml.so.1: compile the hand-written C, generate stubs for the rest of
-nvml.h, link with SONAME libnvidia-ml.so.1 exporting only nvml* symbols.
+nvml.h, link with SONAME libnvidia-ml.so.1 exporting only nvml* symbols. Beside it,
+libcuda.so.1, the driver root's CUDA stub (src/cuda/libcuda.c).
 
     python -m fakenvml.native.build [--variant release|asan] [--out build]
 
@@ -20,6 +21,7 @@ from fakenvml.native import header, stubs
 
 SRC = Path(__file__).resolve().parent.parent / "src"
 SONAME = "libnvidia-ml.so.1"
+CUDA_SONAME = "libcuda.so.1"
 CFLAGS = [
     "-std=gnu2x", "-fPIC", "-pthread", "-Wall", "-Wextra", "-Werror",
     "-Wno-unused-parameter", "-fvisibility=default", *header.DEFINES,
@@ -83,6 +85,10 @@ def build(variant: str, out: Path) -> Path:
         *stubs.alias_flags(header.aliases(hdr), declared),
         "-o", str(lib), *map(str, objects), str(stub_o),
     ])  # fmt: skip
+    # The CUDA driver stub beside it (src/cuda: not part of libnvidia-ml).
+    _run(["gcc", "-shared", "-fPIC", "-Wall", "-Werror", *VARIANTS[variant],
+          f"-Wl,-soname,{CUDA_SONAME}", "-o", str(lib_dir / CUDA_SONAME),
+          str(SRC / "cuda" / "libcuda.c")])  # fmt: skip
     print(
         f"fakenvml: built {lib} ({variant}): {len(impl)} implemented, "
         f"{len(declared) - len(impl)} stubs, {time.monotonic() - t0:.1f}s"

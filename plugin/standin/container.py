@@ -7,8 +7,10 @@ paths — run with testcontainers against the kubelet stand-in, before any clust
 The container is the subject DaemonSet's main container, as a node would run it: its
 command, args and env (a fieldRef to spec.nodeName becomes the node's name), and its
 hostPath mounts mapped to what the stand-in provides — /var/lib/kubelet/device-plugins to
-the stand-in's directory, /run/fakenvml/driver to a driver root holding the fake
-libnvidia-ml.so.1, /var/lib/fakenvml to the node's fakenvml state. Any other hostPath is
+the stand-in's directory, /run/fakenvml/driver to a driver root as fakenvml's DaemonSet
+fills it (the fake library, the GPUs' device nodes), /var/lib/fakenvml to the node's
+fakenvml state, /var/run/cdi to a directory for the CDI specs a plugin writes (`cdi_dir`).
+Init containers do not run (they prepare nodes). Any other hostPath is
 refused with one line (the lab has nothing to put there); ConfigMap and emptyDir volumes
 are empty directories (kubelet's view of an optional ConfigMap that does not exist). It
 waits for the subject's `ready_log` line with testcontainers' log wait strategy; a
@@ -31,13 +33,15 @@ from testcontainers.core.container import DockerContainer
 from testcontainers.core.wait_strategies import LogMessageWaitStrategy
 
 from clusters.subject import Subject
-from fakenvml import library
+from fakenvml import driver
+from fakenvml.node import NodeDir
 
 testcontainers_config.ryuk_disabled = True
 
 DEVICE_PLUGINS = "/var/lib/kubelet/device-plugins"
 DRIVER = "/run/fakenvml/driver"
 STATE = "/var/lib/fakenvml"
+CDI = "/var/run/cdi"
 LABEL = "gpulab.dev/container-tier"
 
 
@@ -67,16 +71,23 @@ class SubjectContainer:
         self.stop()
 
     def _driver_root(self) -> Path:
-        """A driver root as fakenvml's DaemonSet makes it: the library, copied (a link
-        would point outside the mount)."""
-        libdir = self._tmp / "driver" / "usr" / "lib" / "x86_64-linux-gnu"
-        libdir.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(library.path(), libdir / library.SONAME)
-        return self._tmp / "driver"
+        """A driver root as fakenvml's DaemonSet makes it (`fakenvml install-driver`):
+        copies, not links, which would point outside the mount."""
+        root = self._tmp / "driver"
+        got = driver.install(root, NodeDir(self.state_dir).node())
+        if got.no_device_nodes:
+            raise ContainerTierError(f"the driver root has no device nodes: {got.no_device_nodes}")
+        return root
+
+    @property
+    def cdi_dir(self) -> Path:
+        """Where the container's /var/run/cdi lands: the CDI specs it wrote."""
+        return self._tmp / "cdi"
 
     def _host_paths(self) -> dict[str, Path]:
+        self.cdi_dir.mkdir(exist_ok=True)
         return {DEVICE_PLUGINS: self.kubelet_dir, DRIVER: self._driver_root(),
-                STATE: self.state_dir}  # fmt: skip
+                STATE: self.state_dir, CDI: self.cdi_dir}  # fmt: skip
 
     def _volume_dir(self, name: str, volume: dict) -> Path:
         """An emptyDir, or a ConfigMap: its data as files when the subject's manifest has

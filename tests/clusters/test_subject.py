@@ -56,6 +56,8 @@ def test_shipped_subjects_are_gpulab_and_each_pinned_nvidia_release(
     assert sorted(found) == [
         "gpulab",
         "gpulab-timeslicing",
+        "nvidia-cdi-v0.17.4",
+        "nvidia-cdi-v0.19.3",
         "nvidia-timeslicing-v0.17.4",
         "nvidia-timeslicing-v0.19.3",
         "nvidia-v0.17.4",
@@ -73,6 +75,10 @@ def test_shipped_subjects_are_gpulab_and_each_pinned_nvidia_release(
     assert ts.expects.time_sliced and ts.expects.out_per_faulted_gpu == 1
     assert found["gpulab-timeslicing"].expects.out_per_faulted_gpu == 4
     assert not found["gpulab"].expects.time_sliced
+    # CDI: Allocate names CDI devices; `needs("cdi")` selects the CDI scenarios.
+    cdi = found["nvidia-cdi-v0.19.3"]
+    assert cdi.cdi and cdi.spec.device_ids.cdi == "k8s.device-plugin.nvidia.com/gpu"
+    assert cdi.needs_met(("cdi", "replicas=1")) and not found["gpulab"].needs_met(("cdi",))
     config = next(d for d in ts.manifest if d["kind"] == "ConfigMap")["data"]["config.yaml"]
     assert yaml.safe_load(config)["sharing"]["timeSlicing"]["resources"][0]["replicas"] == 4
 
@@ -80,7 +86,10 @@ def test_shipped_subjects_are_gpulab_and_each_pinned_nvidia_release(
 def test_the_pinned_versions_can_be_overridden(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("GPULAB_NVIDIA_PLUGIN_VERSIONS", "v0.20.0")
     names = [s.name for s in subject.shipped()]
-    assert names == ["gpulab-timeslicing", "gpulab", "nvidia-timeslicing-v0.20.0", "nvidia-v0.20.0"]
+    assert names == [
+        "gpulab-timeslicing", "gpulab", "nvidia-cdi-v0.20.0", "nvidia-timeslicing-v0.20.0",
+        "nvidia-v0.20.0",
+    ]  # fmt: skip
 
 
 def test_a_users_subject_file_with_its_own_daemonset(tmp_path: Path) -> None:
@@ -116,6 +125,8 @@ def test_needs_are_read_from_expects(tmp_path: Path) -> None:
         ({"daemonset": "absent.yaml"}, "daemonset: no file"),
         ({"name": "My Plugin"}, "name: 'My Plugin': expected lower-case"),
         ({"versions": "NOT_PINNED"}, "versions: NOT_PINNED is not pinned"),
+        ({"device_ids": {}}, "device_ids: give exactly one of env, cdi"),
+        ({"device_ids": {"env": "X", "cdi": "a/gpu"}}, "device_ids: give exactly one of env, cdi"),
     ],
 )
 def test_a_bad_subject_is_one_line_naming_the_file_and_key(

@@ -31,6 +31,26 @@ def image_of(s: Subject) -> str:
         pytest.fail(str(e), pytrace=False)
 
 
+def cdi_ids(kind: str, response: object) -> list[str]:
+    """The ids of the CDI devices of `kind` (vendor/class) an Allocate response names."""
+    names = [d.name for d in response.cdi_devices]  # type: ignore[attr-defined]
+    assert names and all(n.startswith(f"{kind}=") for n in names), names
+    return [n.split("=", 1)[1] for n in names]
+
+
+def cdi_specs(spec_dir: Path, kind: str) -> dict[str, list[str]]:
+    """Device name -> its device nodes' paths, over the CDI specs of `kind` in spec_dir."""
+    out: dict[str, list[str]] = {}
+    for f in spec_dir.glob("*"):
+        spec = yaml.safe_load(f.read_text())  # JSON or YAML: CDI allows both
+        if spec.get("kind") != kind:
+            continue
+        for d in spec.get("devices", []):
+            nodes = d.get("containerEdits", {}).get("deviceNodes", [])
+            out[d["name"]] = [n["path"] for n in nodes]
+    return out
+
+
 def faulted(kubelet: Kubelet, resource: str) -> frozenset[str]:
     res = kubelet.resources.get(resource)
     return res.unhealthy if res else frozenset()
@@ -44,11 +64,19 @@ def test_the_image_serves_the_nodes_gpus_and_marks_a_faulted_one(
     uuids = [g.uuid for g in node.node().gpus]
     resource = subject.spec.resource
     expects = subject.expects
-    with SubjectContainer(subject, image_of(subject), kubelet.dir, node.path):
+    with SubjectContainer(subject, image_of(subject), kubelet.dir, node.path) as plugin:
         res = kubelet.wait_devices(resource, 8 * expects.replicas, timeout=30)
         assert res.endpoint == subject.spec.socket
         got = kubelet.admit(resource, 2)
-        ids = got.response.envs[subject.spec.device_ids.env].split(",")
+        if subject.spec.device_ids.cdi:
+            ids = cdi_ids(subject.spec.device_ids.cdi, got.response)
+            # Every device Allocate names is in a spec the plugin wrote, with its device node.
+            specs = cdi_specs(plugin.cdi_dir, subject.spec.device_ids.cdi)
+            assert set(uuids) <= set(specs)
+            for i in ids:
+                assert specs[i] == [f"/dev/nvidia{uuids.index(i)}"]
+        else:
+            ids = got.response.envs[subject.spec.device_ids.env].split(",")
         # Time-sliced ids are <uuid>::<k>; the env names the GPUs behind them.
         assert sorted(ids) == sorted({d.split("::")[0] for d in got.devices})
         # The health loop may not wait on NVML events yet (a fault before that is missed,
