@@ -1,0 +1,113 @@
+/* nvmlInternalGetExportTable: the private interface NVIDIA's nvidia-smi asks for right
+ * after nvmlInit. It is not in nvml.h; everything here was read off nvidia-smi 535.261.03
+ * (Debian's nvidia-smi 535.261.03-1) with objdump and by running it against a table whose
+ * every slot logged its arguments and return address. README "The real nvidia-smi".
+ *
+ * nvidia-smi calls nvmlInternalGetExportTable(&table, &guid) and, on any error, prints
+ * "Mismatch in versions between nvidia-smi and NVML." and exits. The table is a size in
+ * bytes followed by function pointers: before every call nvidia-smi checks
+ * `size > 8 * slot` and that the pointer is not NULL, so slot N lives at byte 8 * N and
+ * slot 0 is the size. Its highest slot is 243, hence 244 slots.
+ *
+ * Slots nvidia-smi 535 was seen calling (arguments as the call sites pass them):
+ *   26   printf-style sink for every line nvidia-smi prints (the library's debug log);
+ *        its return value is ignored. We drop the line.
+ *   81   (unsigned index, char *name, unsigned length = 34): the name a GPU goes by in
+ *        messages such as "Unable to determine the device handle for GPU%s: GPU is lost"
+ *        and "infoROM is corrupted at gpu %s"; on error nvidia-smi prints the index
+ *        instead. Real drivers print the PCI bus id there ("GPU0000:3B:00.0"), so it does.
+ *   165  Relaxed Ordering Mode (-q, IBMNPU section)
+ *   209  Voltage / Graphics in mV (-q)
+ *   213, 214, 215 (device, unsigned *count, entries): three process lists (entries of
+ *        0x1020 bytes, capacity 500 passed in *count) for the "Processes" table and -q.
+ *   226  PCIe atomic caps inbound/outbound (-q)
+ *   230  (device, unsigned *gen): "Host Max" PCIe generation (-q, pcie.link.gen.hostmax)
+ *   231  GPU Part Number, 232 Deferred Clocks / Memory, 237 FRU Part Number,
+ *   240  GPU T.Limit temperatures, 242 Addressing Mode, 243 Sparse Operation Mode (-q)
+ * Slots 12 and 75 are called only when parsing MIG-style -i ids; never seen called.
+ *
+ * What the fake answers: 26 success, 81 the bus id, 213-215 empty lists, 230 the device's
+ * max PCIe generation. Every other slot answers NOT_SUPPORTED and writes nothing, which
+ * nvidia-smi prints as "N/A": success without writing makes it print whatever its
+ * buffers held ("GPU Shutdown T.Limit Temp: -8 C", "Graphics: 2.619 mV"). */
+#include <stdio.h>
+#include <string.h>
+
+#include "getters.h"
+
+#define EXPORT_SLOTS 244
+
+typedef struct {
+    uint32_t data1;
+    uint16_t data2, data3;
+    uint8_t data4[8];
+} fnv_guid;
+
+nvmlReturn_t nvmlInternalGetExportTable(const void **table, const fnv_guid *guid);
+
+/* 6c3efec4-8fc9-4e6c-a327-ee696e12f7c4, stored as the bytes nvidia-smi passes
+ * (c4 fe 3e 6c c9 8f 6c 4e a3 27 ...): Microsoft's GUID layout, little-endian fields. */
+static const fnv_guid SMI_GUID = {
+    0x6c3efec4, 0x8fc9, 0x4e6c, {0xa3, 0x27, 0xee, 0x69, 0x6e, 0x12, 0xf7, 0xc4}};
+
+typedef void (*fnv_slot)(void);
+
+static struct {
+    uint64_t size; /* bytes, the size field included */
+    fnv_slot slots[EXPORT_SLOTS - 1];
+} table_;
+static pthread_once_t table_once = PTHREAD_ONCE_INIT;
+
+/* Callers pass arguments to every slot; on the SysV and AAPCS64 ABIs a callee that
+ * ignores them is safe to call with any. */
+static nvmlReturn_t not_supported(void) { return NVML_ERROR_NOT_SUPPORTED; }
+
+static nvmlReturn_t debug_log(const char *fmt, ...) {
+    (void)fmt;
+    return NVML_SUCCESS;
+}
+
+static nvmlReturn_t gpu_name(unsigned int index, char *name, unsigned int length) {
+    if (!name) return NVML_ERROR_INVALID_ARGUMENT;
+    nvmlReturn_t ret = fnv_enter();
+    if (ret != NVML_SUCCESS) return ret;
+    if (index >= fnv_g->count) return fnv_leave(NVML_ERROR_INVALID_ARGUMENT);
+    /* A lost GPU keeps its bus id: that is what the message about it needs. */
+    const fnv_device *d = &fnv_g->devices[index];
+    int n = snprintf(name, length, "%04X:%02X:%02X.%X", d->pci_domain & 0xFFFF, d->pci_bus & 0xFF,
+                     d->pci_device & 0xFF, d->pci_function & 0xF);
+    return fnv_leave(n < 0 || (unsigned)n >= length ? NVML_ERROR_INSUFFICIENT_SIZE : NVML_SUCCESS);
+}
+
+static nvmlReturn_t process_list(nvmlDevice_t device, unsigned int *count, void *entries) {
+    (void)entries;
+    if (!count) return NVML_ERROR_INVALID_ARGUMENT;
+    DEVICE_ENTER(device);
+    (void)d;
+    *count = 0; /* no process runs on a fake GPU */
+    return fnv_leave(NVML_SUCCESS);
+}
+
+static nvmlReturn_t host_max_pcie_gen(nvmlDevice_t device, unsigned int *gen) {
+    if (!gen) return NVML_ERROR_INVALID_ARGUMENT;
+    DEVICE_ENTER(device);
+    *gen = d->pcie_gen; /* the host's slots match the GPU's, as nvmlDeviceGetMaxPcie... */
+    return fnv_leave(NVML_SUCCESS);
+}
+
+static void fill_table(void) {
+    table_.size = sizeof table_;
+    for (unsigned i = 1; i < EXPORT_SLOTS; i++) table_.slots[i - 1] = (fnv_slot)not_supported;
+    table_.slots[26 - 1] = (fnv_slot)debug_log;
+    table_.slots[81 - 1] = (fnv_slot)gpu_name;
+    table_.slots[213 - 1] = table_.slots[214 - 1] = table_.slots[215 - 1] = (fnv_slot)process_list;
+    table_.slots[230 - 1] = (fnv_slot)host_max_pcie_gen;
+}
+
+nvmlReturn_t nvmlInternalGetExportTable(const void **table, const fnv_guid *guid) {
+    if (!table || !guid) return NVML_ERROR_INVALID_ARGUMENT;
+    if (memcmp(guid, &SMI_GUID, sizeof SMI_GUID) != 0) return NVML_ERROR_NOT_SUPPORTED;
+    pthread_once(&table_once, fill_table);
+    *table = &table_;
+    return NVML_SUCCESS;
+}
