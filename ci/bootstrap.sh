@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Everything `make test` needs on a fresh Debian 12 machine: compilers and the fuzzer
-# runtime from apt (only what is missing), then the project's venv with pinned packages.
+# runtime from apt (only what is missing), NVIDIA's nvidia-smi binary (ci/nvidia-smi.sh),
+# then the project's venv with pinned packages.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -15,6 +16,8 @@ if ((${#need[@]})); then
   apt-get update -qq
   apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
 fi
+
+ci/nvidia-smi.sh
 
 if [[ ! -x .venv/bin/python ]]; then
   echo "==> python: creating .venv"
