@@ -55,7 +55,7 @@ def _init(args: argparse.Namespace) -> None:
         # which every plugin process has open.
         print(f"node state already in {d.path}; kept")
         return
-    node = inventory.load(_inventory(args.inventory), args.node)
+    node = inventory.load(_inventory(args.inventory), args.node, driver_version=args.driver_version)
     d.init(node)
     names = sorted({g.name for g in node.gpus})
     print(f"node {node.name}: {len(node.gpus)} GPU(s) ({', '.join(names)}) in {d.path}")
@@ -230,6 +230,12 @@ def _non_negative(text: str) -> int:
     return value
 
 
+def _driver_version(text: str) -> str:
+    if not inventory.valid_driver_version(text):
+        raise argparse.ArgumentTypeError(f"expected like 535.261.03, found {text!r}")
+    return text
+
+
 def _positive(text: str) -> int:
     value = _non_negative(text)
     if value == 0:
@@ -251,6 +257,8 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("inventory", metavar="INVENTORY", help="a file, or a shipped name: dgx-h100")
     c.add_argument("--node", metavar="NAME", help="node name (default: the inventory's `node:`)")
     c.add_argument("--if-absent", action="store_true", help="keep a state that already exists")
+    c.add_argument("--driver-version", metavar="X.Y.Z", type=_driver_version,
+                   help="instead of the inventory's (535.261.03 for nvidia-smi 535)")  # fmt: skip
     c.set_defaults(run=_init)
 
     c = sub.add_parser("build", help="compile libnvidia-ml.so.1 (needs gcc, gpulab[build])")

@@ -188,12 +188,20 @@ class Inventory(Strict):
 # --------------------------------------------------------------------------- public API
 
 
-def load(path: str | Path, node_name: str | None = None, *, sysfs: Path = SYS_PCI_DEVICES) -> Node:
+def load(
+    path: str | Path,
+    node_name: str | None = None,
+    *,
+    sysfs: Path = SYS_PCI_DEVICES,
+    driver_version: str | None = None,
+) -> Node:
     """Read and validate an inventory file; errors name the file and the bad key."""
     path = Path(path)
     data = yamlmodel.read(path, what="inventory", error=FakeNvmlError)
     try:
-        return from_dict(data, node_name, sysfs=sysfs, default_name=path.stem)
+        return from_dict(
+            data, node_name, sysfs=sysfs, default_name=path.stem, driver_version=driver_version
+        )
     except FakeNvmlError as e:
         raise FakeNvmlError(f"{path}: {e}") from None
 
@@ -204,9 +212,13 @@ def from_dict(
     *,
     sysfs: Path = SYS_PCI_DEVICES,
     default_name: str | None = None,
+    driver_version: str | None = None,
 ) -> Node:
-    """Validate parsed YAML into a Node; node_name (e.g. --node) overrides `node:`."""
+    """Validate parsed YAML into a Node; node_name (e.g. --node) overrides `node:`, and
+    driver_version (--driver-version) the inventory's `driver_version:`."""
     inv = yamlmodel.validate(Inventory, data, error=FakeNvmlError)
+    if driver_version is not None:
+        inv = inv.model_copy(update={"driver_version": driver_version})
     name = node_name or inv.node or default_name
     if not name:
         raise FakeNvmlError("no node name: add `node: NAME` or pass --node")
@@ -246,6 +258,11 @@ def parse_bus_id(text: str) -> BusAddr:
     return domain, bus, device, function
 
 
+def valid_driver_version(text: str) -> bool:
+    """A driver version as NVML prints it: 580.95.05, 535.261.03, 550.54."""
+    return _DRIVER.fullmatch(text) is not None
+
+
 def default_uuid(node_name: str, index: int) -> str:
     return f"GPU-{uuid.uuid5(_UUID_NAMESPACE, f'{node_name}/{index}')}"
 
@@ -264,7 +281,7 @@ def _versions(inv: Inventory) -> tuple[str, str, int]:
     if inv.driver_version is None and inv.cuda_version is None:
         return default.driver_version, default.nvml_version, default.cuda_driver_version
     driver = inv.driver_version or default.driver_version
-    if not _DRIVER.fullmatch(driver):
+    if not valid_driver_version(driver):
         raise FakeNvmlError(f"driver_version: expected like 580.95.05, found {driver!r}")
     if inv.cuda_version is not None:
         m = re.fullmatch(r"(\d{1,2})\.(\d{1,2})", inv.cuda_version)

@@ -128,6 +128,22 @@ def test_init_node_flag_overrides_the_inventory_name(tmp_path: Path, run: Run) -
     assert NodeDir(tmp_path / "n").node().name == "worker-3"
 
 
+def test_init_driver_version_flag_overrides_the_inventorys(tmp_path: Path, run: Run) -> None:
+    assert run("init", DGX, "--state-dir", tmp_path / "n", "--driver-version", "535.261.03")[0] == 0
+    node = NodeDir(tmp_path / "n").node()
+    # The CUDA and NVML versions follow the driver's branch, as with the inventory key.
+    assert (node.driver_version, node.nvml_version, node.cuda_driver_version) == (
+        "535.261.03",
+        "12.535.261.03",
+        12020,
+    )
+
+
+def test_init_refuses_a_malformed_driver_version(tmp_path: Path, run: Run) -> None:
+    refused(run, tmp_path / "n", r"--driver-version: expected like 535\.261\.03, found '535'",
+            "init", DGX, "--state-dir", tmp_path / "n", "--driver-version", "535")  # fmt: skip
+
+
 def test_reinit_keeps_the_same_uuids(tmp_path: Path, run: Run) -> None:
     run("init", DGX, "--state-dir", tmp_path / "a")
     run("init", DGX, "--state-dir", tmp_path / "b")

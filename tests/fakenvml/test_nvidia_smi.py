@@ -1,0 +1,268 @@
+"""NVIDIA's real nvidia-smi (Debian's 535 package, fetched by ci/nvidia-smi.sh) against the
+fake, and the private export table it needs (fakenvml/src/export_table.c).
+
+nvidia-smi runs as a child process that loads the library under test by name through
+LD_LIBRARY_PATH, with the state directory in FAKENVML_STATE_DIR, as on a node.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+
+import pynvml
+import pytest
+
+from clusters import versions
+from fakenvml import library, paths
+from fakenvml.model import Gpu
+from fakenvml.node import STATE_DIR_ENV, NodeDir
+
+PACKAGE_VERSION = versions.get("NVIDIA_SMI_VERSION")  # 535.261.03-1
+DRIVER = PACKAGE_VERSION.rsplit("-", 1)[0]  # the driver release nvidia-smi belongs to
+NODE = {
+    "driver_version": DRIVER,
+    "gpus": [{"profile": "H100-SXM5-80GB", "count": 2}, {"profile": "L40S"}],
+}
+EXIT_GPU_LOST = 15  # nvidia-smi's exit status for NVML_ERROR_GPU_IS_LOST (its value)
+EXIT_VERSION_MISMATCH = 255
+SMI_GUID = bytes.fromhex("c4fe3e6cc98f6c4ea327ee696e12f7c4")  # 6c3efec4-8fc9-4e6c-a327-...
+TABLE_SLOTS = 244
+
+Smi = Callable[..., subprocess.CompletedProcess[str]]
+
+
+@pytest.fixture(scope="session")
+def nvidia_smi() -> Path:
+    binary = paths.cache_dir() / "nvidia-smi" / PACKAGE_VERSION / "nvidia-smi"
+    if not os.access(binary, os.X_OK):
+        pytest.fail(f"{binary} not found: run `make install` (ci/nvidia-smi.sh fetches it)")
+    return binary
+
+
+@pytest.fixture
+def node(make_state: Callable[..., NodeDir]) -> NodeDir:
+    return make_state(NODE)
+
+
+@pytest.fixture
+def smi(nvidia_smi: Path, node: NodeDir) -> Smi:
+    """smi(*args, library_dir=...) runs nvidia-smi on `node`'s state."""
+
+    def run(*args: str, library_dir: Path | None = None) -> subprocess.CompletedProcess[str]:
+        env = dict(os.environ)
+        env[STATE_DIR_ENV] = str(node.path)
+        env["LD_LIBRARY_PATH"] = str(library_dir or library.path().parent)
+        return subprocess.run(
+            [str(nvidia_smi), *args], env=env, capture_output=True, text=True, timeout=60
+        )
+
+    return run
+
+
+def gpus(node: NodeDir) -> list[Gpu]:
+    return node.node().gpus
+
+
+def legacy_bus_id(gpu: Gpu) -> str:
+    return f"{gpu.pci_domain:04X}:{gpu.pci_bus:02X}:{gpu.pci_device:02X}.{gpu.pci_function:X}"
+
+
+# --------------------------------------------------------------------------- nvidia-smi
+
+
+def test_list_shows_every_gpu_with_its_uuid(smi: Smi, node: NodeDir) -> None:
+    res = smi("-L")
+    assert res.returncode == 0, res.stdout + res.stderr
+    expected = [f"GPU {g.index}: {g.name} (UUID: {g.uuid})" for g in gpus(node)]
+    assert res.stdout.splitlines() == expected
+
+
+def test_query_gpu_matches_the_inventory(smi: Smi, node: NodeDir) -> None:
+    res = smi("--query-gpu=name,uuid,memory.total,pci.bus_id", "--format=csv,noheader,nounits")
+    assert res.returncode == 0, res.stdout + res.stderr
+    expected = [
+        f"{g.name}, {g.uuid}, {g.memory_total >> 20}, {g.bus_id}".upper() for g in gpus(node)
+    ]
+    assert [line.upper() for line in res.stdout.splitlines()] == expected
+    assert {g.name for g in gpus(node)} == {"NVIDIA H100 80GB HBM3", "NVIDIA L40S"}
+
+
+def test_query_shows_versions_product_names_and_host_pcie_generation(
+    smi: Smi, node: NodeDir
+) -> None:
+    res = smi("-q")
+    assert res.returncode == 0, res.stdout + res.stderr
+    lines = [" ".join(line.split()) for line in res.stdout.splitlines()]
+    assert f"Driver Version : {DRIVER}" in lines
+    assert f"Attached GPUs : {len(gpus(node))}" in lines
+    names = [line.split(" : ", 1)[1] for line in lines if line.startswith("Product Name : ")]
+    assert names == [g.name for g in gpus(node)]
+    # "Host Max" comes from export-table slot 230; an unknown slot would print N/A.
+    host_max = [line.split(" : ")[1] for line in lines if line.startswith("Host Max : ")]
+    assert host_max == [str(g.pcie_gen) for g in gpus(node)]
+
+
+def test_default_table_shows_gpus_and_no_processes(smi: Smi, node: NodeDir) -> None:
+    res = smi()
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert f"NVIDIA-SMI {DRIVER}" in res.stdout and f"Driver Version: {DRIVER}" in res.stdout
+    for g in gpus(node):
+        assert g.bus_id in res.stdout
+    # The processes table is filled from export-table slots 213-215 (empty lists).
+    assert "No running processes found" in res.stdout
+
+
+def test_a_lost_gpu_is_reported_by_its_bus_id(smi: Smi, node: NodeDir) -> None:
+    node.lose(1)
+    first, lost, last = gpus(node)
+    bus = legacy_bus_id(lost)  # the name comes from export-table slot 81
+    res = smi("-L")
+    assert res.returncode == EXIT_GPU_LOST
+    assert [line for line in res.stdout.splitlines() if line] == [
+        f"GPU 0: {first.name} (UUID: {first.uuid})",
+        f"Unable to determine the device handle for gpu {bus}: GPU is lost.  "
+        "Reboot the system to recover this GPU",
+        f"GPU 2: {last.name} (UUID: {last.uuid})",
+    ]
+    res = smi()  # the table gives up at the lost GPU, in the wording real drivers show
+    assert res.returncode == EXIT_GPU_LOST
+    assert res.stdout.startswith(
+        f"Unable to determine the device handle for GPU{bus}: GPU is lost."
+    )
+    node.recover(1)
+    assert smi("-L").returncode == 0
+
+
+def test_a_double_bit_ecc_error_shows_as_the_volatile_uncorrected_count(
+    smi: Smi, node: NodeDir
+) -> None:
+    node.inject_ecc(2, True, 3)
+    res = smi(
+        "--query-gpu=index,ecc.errors.uncorrected.volatile.total,ecc.errors.corrected.volatile.total",
+        "--format=csv,noheader",
+    )
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert res.stdout.splitlines() == ["0, 0, 0", "1, 0, 0", "2, 3, 0"]
+    table = smi("-i", "2").stdout
+    row = next(line for line in table.splitlines() if gpus(node)[2].bus_id in line)
+    assert row.rstrip("|").split("|")[-1].strip() == "3"  # "Volatile Uncorr. ECC"
+
+
+def test_another_driver_version_is_shown_not_refused(
+    smi: Smi, make_state: Callable[..., NodeDir]
+) -> None:
+    # nvidia-smi 535 compares no versions itself: against a library that says 580 it runs
+    # and prints both (a real 580 library would not serve its export table; see below).
+    make_state({**NODE, "driver_version": "580.95.05"})
+    res = smi()
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert f"NVIDIA-SMI {DRIVER}" in res.stdout and "Driver Version: 580.95.05" in res.stdout
+
+
+def test_a_library_without_its_export_table_is_refused(smi: Smi, tmp_path: Path) -> None:
+    # An NVML that does not serve nvidia-smi's export table (another release's, or the fake
+    # before it had one): the same library with that one symbol's name changed.
+    data = library.path().read_bytes()
+    name = b"nvmlInternalGetExportTable"
+    assert name in data
+    patched = tmp_path / library.SONAME
+    patched.write_bytes(data.replace(name, name[:-1] + b"X"))
+    res = smi("-L", library_dir=tmp_path)
+    assert res.returncode == EXIT_VERSION_MISMATCH
+    assert res.stdout.startswith("Mismatch in versions between nvidia-smi and NVML.")
+    assert smi("-L").returncode == 0  # the unpatched library is served
+
+
+# --------------------------------------------------------------------------- the table
+
+
+class _Guid(ctypes.Structure):
+    _fields_ = [("bytes", ctypes.c_uint8 * 16)]
+
+
+def _table(lib: ctypes.CDLL, guid: bytes = SMI_GUID) -> tuple[int, ctypes.c_void_p]:
+    g = _Guid((ctypes.c_uint8 * 16)(*guid))
+    table = ctypes.c_void_p()
+    ret = lib.nvmlInternalGetExportTable(ctypes.byref(table), ctypes.byref(g))
+    return ret, table
+
+
+def _slot(table: ctypes.c_void_p, index: int, *argtypes: type) -> Callable[..., int]:
+    address = ctypes.c_void_p.from_address(table.value + 8 * index).value  # type: ignore[operator]
+    return ctypes.CFUNCTYPE(ctypes.c_int, *argtypes)(address)
+
+
+def test_the_table_has_a_size_then_244_slots(nvml: object, fake_library: ctypes.CDLL) -> None:
+    ret, table = _table(fake_library)
+    assert ret == 0 and table.value
+    assert ctypes.c_uint64.from_address(table.value).value == 8 * TABLE_SLOTS
+    slots = (ctypes.c_void_p * (TABLE_SLOTS - 1)).from_address(table.value + 8)
+    assert all(slots)  # no NULL slot: callers that do not check still get an answer
+
+
+def test_another_guid_is_not_supported(nvml: object, fake_library: ctypes.CDLL) -> None:
+    ret, table = _table(fake_library, bytes(16))
+    assert ret == 3 and not table.value  # NVML_ERROR_NOT_SUPPORTED, nothing written
+    assert fake_library.nvmlInternalGetExportTable(None, None) == 2  # INVALID_ARGUMENT
+
+
+def test_slot_81_names_a_gpu_by_its_bus_id(
+    nvml: object, fake_library: ctypes.CDLL, state: NodeDir
+) -> None:
+    _, table = _table(fake_library)
+    name = _slot(table, 81, ctypes.c_uint, ctypes.c_char_p, ctypes.c_uint)
+    buf = ctypes.create_string_buffer(34)
+    for g in gpus(state):
+        assert name(g.index, buf, 34) == 0
+        assert buf.value.decode() == legacy_bus_id(g)
+    state.lose(3)
+    assert name(3, buf, 34) == 0  # a lost GPU still has a bus id for the message
+    assert name(len(gpus(state)), buf, 34) == 2
+    assert name(0, buf, 5) == 7  # INSUFFICIENT_SIZE
+
+
+def _device(index: int) -> int:
+    """A device handle as the address pynvml holds."""
+    return ctypes.cast(pynvml.nvmlDeviceGetHandleByIndex(index), ctypes.c_void_p).value or 0
+
+
+def test_process_list_slots_answer_empty_lists(nvml: object, fake_library: ctypes.CDLL) -> None:
+    _, table = _table(fake_library)
+    device = _device(0)
+    for index in (213, 214, 215):
+        listing = _slot(
+            table, index, ctypes.c_void_p, ctypes.POINTER(ctypes.c_uint), ctypes.c_void_p
+        )
+        count = ctypes.c_uint(500)
+        assert listing(device, ctypes.byref(count), None) == 0 and count.value == 0
+        assert listing(None, ctypes.byref(count), None) == 2
+
+
+def test_slot_230_is_the_host_max_pcie_generation(
+    nvml: object, fake_library: ctypes.CDLL, state: NodeDir
+) -> None:
+    _, table = _table(fake_library)
+    host_max = _slot(table, 230, ctypes.c_void_p, ctypes.POINTER(ctypes.c_uint))
+    gen = ctypes.c_uint(0)
+    assert host_max(_device(0), ctypes.byref(gen)) == 0
+    handle = pynvml.nvmlDeviceGetHandleByIndex(0)
+    assert gen.value == gpus(state)[0].pcie_gen == pynvml.nvmlDeviceGetMaxPcieLinkGeneration(handle)
+
+
+def test_other_slots_answer_not_supported_and_write_nothing(
+    nvml: object, fake_library: ctypes.CDLL
+) -> None:
+    _, table = _table(fake_library)
+    device = _device(0)
+    buf = (ctypes.c_uint8 * 256)(*([0xAB] * 256))
+    special = {26, 81, 213, 214, 215, 230}
+    for index in sorted(set(range(1, TABLE_SLOTS)) - special):
+        call = _slot(table, index, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_uint)
+        assert call(device, ctypes.addressof(buf), 1) == 3, index
+    assert bytes(buf) == b"\xab" * 256
+    log = _slot(table, 26, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p)
+    assert log(b"nvidia-smi %s: %s\n", b"stdout", b"a line") == 0
