@@ -24,10 +24,15 @@
  *   230  (device, unsigned *gen): "Host Max" PCIe generation (-q, pcie.link.gen.hostmax)
  *   231  GPU Part Number, 232 Deferred Clocks / Memory, 237 FRU Part Number,
  *   240  GPU T.Limit temperatures, 242 Addressing Mode, 243 Sparse Operation Mode (-q)
- * Slots 12 and 75 are called only when parsing MIG-style -i ids; never seen called.
+ *   72   (device, unsigned *flag): dmon/pmon keep the GPUs flagged; 23: topo -m. Not served.
+ *   12   (const char *id, unsigned *domain, *bus, *device, *function): parses `-i ID` when
+ *        ID has a colon; on error "Invalid PCI bus id format".
+ *   75   (unsigned index, unsigned *domain, *bus, *device): a GPU's PCI location, which
+ *        nvidia-smi compares with slot 12's answer (function 0) to find the GPU `-i` names;
+ *        on error "Mismatch in expected NVML version".
  *
- * What the fake answers: 26 success, 81 the bus id, 213-215 empty lists, 230 the device's
- * max PCIe generation. Every other slot answers NOT_SUPPORTED and writes nothing, which
+ * What the fake answers: 12 and 75 as described, 26 success, 81 the bus id, 213-215 empty
+ * lists, 230 the device's max PCIe generation. Every other slot answers NOT_SUPPORTED and writes nothing, which
  * nvidia-smi prints as "N/A": success without writing makes it print whatever its
  * buffers held ("GPU Shutdown T.Limit Temp: -8 C", "Graphics: 2.619 mV"). */
 #include <stdio.h>
@@ -79,6 +84,26 @@ static nvmlReturn_t gpu_name(unsigned int index, char *name, unsigned int length
     return fnv_leave(n < 0 || (unsigned)n >= length ? NVML_ERROR_INSUFFICIENT_SIZE : NVML_SUCCESS);
 }
 
+static nvmlReturn_t parse_bus_id(const char *id, unsigned int *domain, unsigned int *bus,
+                                 unsigned int *device, unsigned int *function) {
+    unsigned dom, b, dev, fn;
+    if (!id || !domain || !bus || !device || !function) return NVML_ERROR_INVALID_ARGUMENT;
+    if (!fnv_parse_bus_id(id, &dom, &b, &dev, &fn)) return NVML_ERROR_INVALID_ARGUMENT;
+    *domain = dom, *bus = b, *device = dev, *function = fn;
+    return NVML_SUCCESS;
+}
+
+static nvmlReturn_t pci_location(unsigned int index, unsigned int *domain, unsigned int *bus,
+                                 unsigned int *device) {
+    if (!domain || !bus || !device) return NVML_ERROR_INVALID_ARGUMENT;
+    nvmlReturn_t ret = fnv_enter();
+    if (ret != NVML_SUCCESS) return ret;
+    if (index >= fnv_g->count) return fnv_leave(NVML_ERROR_INVALID_ARGUMENT);
+    const fnv_device *d = &fnv_g->devices[index]; /* lost or not, as slot 81 */
+    *domain = d->pci_domain, *bus = d->pci_bus, *device = d->pci_device;
+    return fnv_leave(NVML_SUCCESS);
+}
+
 static nvmlReturn_t process_list(nvmlDevice_t device, unsigned int *count, void *entries) {
     (void)entries;
     if (!count) return NVML_ERROR_INVALID_ARGUMENT;
@@ -98,7 +123,9 @@ static nvmlReturn_t host_max_pcie_gen(nvmlDevice_t device, unsigned int *gen) {
 static void fill_table(void) {
     table_.size = sizeof table_;
     for (unsigned i = 1; i < EXPORT_SLOTS; i++) table_.slots[i - 1] = (fnv_slot)not_supported;
+    table_.slots[12 - 1] = (fnv_slot)parse_bus_id;
     table_.slots[26 - 1] = (fnv_slot)debug_log;
+    table_.slots[75 - 1] = (fnv_slot)pci_location;
     table_.slots[81 - 1] = (fnv_slot)gpu_name;
     table_.slots[213 - 1] = table_.slots[214 - 1] = table_.slots[215 - 1] = (fnv_slot)process_list;
     table_.slots[230 - 1] = (fnv_slot)host_max_pcie_gen;

@@ -116,6 +116,19 @@ def test_default_table_shows_gpus_and_no_processes(smi: Smi, node: NodeDir) -> N
     assert "No running processes found" in res.stdout
 
 
+def test_id_option_takes_a_bus_id(smi: Smi, node: NodeDir) -> None:
+    # A colon sends -i through export-table slots 12 (parse) and 75 (each GPU's location).
+    last = gpus(node)[2]
+    short = f"{last.pci_domain:x}:{last.pci_bus:x}:{last.pci_device:x}.0"
+    for given in (last.bus_id, legacy_bus_id(last), short):
+        res = smi("-i", given, "--query-gpu=index,uuid", "--format=csv,noheader")
+        assert (res.returncode, res.stdout) == (0, f"2, {last.uuid}\n"), given
+    res = smi("-i", "0100:ff:1f.0", "-q")
+    assert res.returncode != 0 and "No devices were found" in res.stdout
+    res = smi("-i", "zz:1", "-q")
+    assert res.returncode != 0 and "Invalid PCI bus id format" in res.stdout
+
+
 def test_a_lost_gpu_is_reported_by_its_bus_id(smi: Smi, node: NodeDir) -> None:
     node.lose(1)
     first, lost, last = gpus(node)
@@ -259,7 +272,7 @@ def test_other_slots_answer_not_supported_and_write_nothing(
     _, table = _table(fake_library)
     device = _device(0)
     buf = (ctypes.c_uint8 * 256)(*([0xAB] * 256))
-    special = {26, 81, 213, 214, 215, 230}
+    special = {12, 26, 75, 81, 213, 214, 215, 230}
     for index in sorted(set(range(1, TABLE_SLOTS)) - special):
         call = _slot(table, index, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_uint)
         assert call(device, ctypes.addressof(buf), 1) == 3, index
