@@ -95,7 +95,26 @@ check_privileged() {
   log "docker run --privileged works ($(docker version -f '{{.Server.Version}}'))"
 }
 
+# Every kind node's kubelet, containerd (its CDI spec watch too), systemd and the plugins
+# hold inotify instances of the host's root user; two labs pass the kernel's default of 128
+# and the next one fails with "too many open files" (kind's known issue; these are the
+# values its docs give). Raised only, never lowered.
+raise_inotify_limits() {
+  local key want have
+  for key in fs.inotify.max_user_instances=512 fs.inotify.max_user_watches=524288; do
+    want=${key#*=}
+    have=$(sysctl -n "${key%=*}" 2>/dev/null) || continue
+    ((have >= want)) && continue
+    if sysctl -qw "$key" 2>/dev/null; then
+      log "raised ${key%=*} from $have to $want (kind nodes share the host's inotify limits)"
+    else
+      log "warning: ${key%=*} is $have and cannot be raised here (not root?); labs beyond one may fail with 'too many open files'"
+    fi
+  done
+}
+
 main() {
+  raise_inotify_limits
   if docker info >/dev/null 2>&1; then
     log "engine already answers ($(docker version -f '{{.Server.Version}}' 2>/dev/null))"
     return 0
