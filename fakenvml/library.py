@@ -28,8 +28,8 @@ def build_dir() -> Path:
     if (root := paths.checkout()) is not None:
         return root / "build"
     h = hashlib.sha256()
-    for f in sorted(SRC.iterdir()):
-        h.update(f.name.encode() + b"\0" + f.read_bytes())
+    for f in sorted(p for p in SRC.rglob("*") if p.is_file()):
+        h.update(str(f.relative_to(SRC)).encode() + b"\0" + f.read_bytes())
     return paths.cache_dir() / "fakenvml" / h.hexdigest()[:12]
 
 
