@@ -59,8 +59,9 @@ bench: install
 LAB ?= seed
 # The plugins under test: shipped subject names (gpulab, nvidia, nvidia-v0.17.4, the
 # time-slicing configs gpulab-timeslicing, nvidia-timeslicing, the CDI config
-# nvidia-cdi) or subject files (clusters/subject.py), comma-separated. `make infra` builds their images where a
-# subject says `image: {build: DIR}`; `make cluster` deploys the first.
+# nvidia-cdi) or subject files (clusters/subject.py), comma-separated. `make infra`
+# builds their images where a subject says `image: {build: DIR}`; `make cluster` deploys
+# the first.
 SUBJECT ?= gpulab,nvidia,gpulab-timeslicing,nvidia-timeslicing,nvidia-cdi
 export GPULAB_SUBJECTS := $(SUBJECT)
 comma := ,
