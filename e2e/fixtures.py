@@ -222,7 +222,7 @@ def fake_gpus(lab: Lab) -> Iterator[Callable[[str], NodeDir]]:
     yield get
     faulted = False
     for d, start in touched.values():
-        for gpu in sorted({r.gpu for r in d.events(start)}):
+        for gpu in sorted({r.gpu for r in d.events(start) if r.kind.is_fault}):
             d.recover(gpu)
             faulted = True
     if faulted:

@@ -357,6 +357,8 @@ def faulted(records: list[Record]) -> list[int]:
     """GPUs with a fault (Xid, ECC, lost, a recovery action) since their last recover."""
     bad: set[int] = set()
     for r in records:
+        if not r.kind.is_fault:  # telemetry and knobs
+            continue
         if r.kind == Kind.RECOVER:
             bad.discard(r.gpu)
         elif r.kind != Kind.RECOVERY_ACTION or r.data != 0:

@@ -1,4 +1,5 @@
-"""`fakenvml`: write a node's state, look at it like nvidia-smi, inject faults, tail events.
+"""`fakenvml`: write a node's state, look at it like nvidia-smi, inject faults, move its
+telemetry, make NVML calls fail or hang, tail events.
 
 Every refusal is one line on stderr, "fakenvml: error: ...", exit status 2, and leaves the
 state directory as it was: commands validate before they write.
@@ -16,9 +17,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import NoReturn
 
-from fakenvml import inventory, statefile
+from fakenvml import inventory, knobs, statefile, telemetry, yamlmodel
 from fakenvml.errors import FakeNvmlError
-from fakenvml.journal import ECC, JOURNAL_FILE, NO_INSTANCE, Kind, Record
+from fakenvml.journal import ALL_GPUS, ECC, JOURNAL_FILE, NO_INSTANCE, Kind, Record
 from fakenvml.node import DEFAULT_STATE_DIR, STATE_DIR_ENV, NodeDir, default_state_dir
 
 EXIT_BAD_INPUT = 2
@@ -135,6 +136,50 @@ def _recover(args: argparse.Namespace) -> None:
     print(_describe(d.recover(args.gpu), d))
 
 
+def _set(args: argparse.Namespace) -> None:
+    d = NodeDir(_state_dir(args))
+    for rec in d.set_sensors(args.gpu, args.assignments):
+        print(_describe(rec, d))
+
+
+def _process(args: argparse.Namespace) -> None:
+    d = NodeDir(_state_dir(args))
+    if args.action == "add":
+        print(_describe(d.add_process(args.gpu, args.pid, args.used, args.type), d))
+    elif args.action == "remove":
+        print(_describe(d.remove_process(args.gpu, args.pid), d))
+    else:
+        for gpu, procs in sorted(d.processes().items()):
+            for pid, used in sorted(procs.items()):
+                print(f"GPU {gpu:<4}  pid {pid:<8}  {used // 2**20} MiB")
+
+
+def _fail(args: argparse.Namespace) -> None:
+    d = NodeDir(_state_dir(args))
+    if args.clear:
+        if args.error or args.gpu is not None or args.count:
+            raise FakeNvmlError("--clear takes no --error, --gpu or --count")
+        rec = d.clear_knobs(fail=True, delay=False, function=args.function)
+    elif not args.function or not args.error:
+        raise FakeNvmlError("fail needs FUNCTION and --error (or --clear)")
+    else:
+        rec = d.fail(args.function, args.error, args.gpu, args.count)
+    print(_describe(rec, d))
+
+
+def _delay(args: argparse.Namespace) -> None:
+    d = NodeDir(_state_dir(args))
+    if args.clear:
+        if args.duration is not None or args.gpu is not None:
+            raise FakeNvmlError("--clear takes no DURATION or --gpu")
+        rec = d.clear_knobs(fail=False, delay=True, function=args.function)
+    elif not args.function or args.duration is None:
+        raise FakeNvmlError("delay needs FUNCTION and DURATION, e.g. nvmlDeviceGetUUID 2s")
+    else:
+        rec = d.delay(args.function, args.duration, args.gpu)
+    print(_describe(rec, d))
+
+
 def _events(args: argparse.Namespace) -> None:
     d = NodeDir(_state_dir(args))
     uuids = {g.index: g.uuid for g in d.node().gpus}
@@ -177,6 +222,24 @@ def _iso(ns: int) -> str:
 
 
 def _what(rec: Record) -> str:
+    if rec.kind == Kind.SET:
+        setting = telemetry.setting_of(rec.data, rec.gpu_instance, rec.compute_instance, rec.data2)
+        return f"set {setting.text() if setting else f'sensor {rec.gpu_instance}'}"
+    if rec.kind == Kind.PROCESS_ADD:
+        return f"process-add pid {rec.gpu_instance} {rec.data // 2**20} MiB"
+    if rec.kind == Kind.PROCESS_REMOVE:
+        return f"process-remove pid {rec.gpu_instance}"
+    if rec.kind == Kind.FAIL:
+        code = knobs.ERROR_NAMES.get(rec.data, str(rec.data))
+        off = " (off)" if rec.data == 0 else ""
+        times = f" x{rec.data2}" if rec.data2 else ""
+        return f"fail {knobs.function_name(rec.gpu_instance)} {code}{times}{off}"
+    if rec.kind == Kind.DELAY:
+        return f"delay {knobs.function_name(rec.gpu_instance)} {rec.data} ms"
+    if rec.kind == Kind.CLEAR:
+        what = {knobs.CLEAR_FAIL: "fail", knobs.CLEAR_DELAY: "delay"}.get(rec.data, "fail+delay")
+        name = knobs.function_name(rec.gpu_instance) if rec.gpu_instance else "all"
+        return f"clear {what} {name}"
     if rec.kind == Kind.XID:
         text = f"xid {rec.data}"
         if rec.gpu_instance != NO_INSTANCE or rec.compute_instance != NO_INSTANCE:
@@ -192,9 +255,9 @@ def _instance(value: int) -> str:
 
 
 def _describe(rec: Record, d: NodeDir) -> str:
-    """The one line inject/recover print: seq, time, what, where."""
-    uuid = d.node().gpus[rec.gpu].uuid
-    return f"seq {rec.seq} at {_iso(rec.realtime_ns)}: {_what(rec)} on GPU {rec.gpu} ({uuid})"
+    """The one line inject/recover/set/fail print: seq, time, what, where."""
+    where = "every GPU" if rec.gpu == ALL_GPUS else f"GPU {rec.gpu} ({d.node().gpus[rec.gpu].uuid})"
+    return f"seq {rec.seq} at {_iso(rec.realtime_ns)}: {_what(rec)} on {where}"
 
 
 def _print_event(rec: Record, uuids: dict[int, str], as_json: bool) -> None:
@@ -206,8 +269,9 @@ def _print_event(rec: Record, uuids: dict[int, str], as_json: bool) -> None:
                 "realtime_ns": rec.realtime_ns,
                 "monotonic_ns": rec.monotonic_ns,
                 "kind": rec.kind.spelling,
-                "gpu": rec.gpu,
+                "gpu": None if rec.gpu == ALL_GPUS else rec.gpu,
                 "uuid": uuids.get(rec.gpu),
+                "what": _what(rec),
                 "data": rec.data,
                 "gpu_instance": None if rec.gpu_instance == NO_INSTANCE else rec.gpu_instance,
                 "compute_instance": (
@@ -216,7 +280,8 @@ def _print_event(rec: Record, uuids: dict[int, str], as_json: bool) -> None:
             }
         )
     else:
-        line = f"{rec.seq:>6}  {_iso(rec.realtime_ns)}  GPU {rec.gpu:<4}  {_what(rec)}"
+        gpu = "all" if rec.gpu == ALL_GPUS else rec.gpu
+        line = f"{rec.seq:>6}  {_iso(rec.realtime_ns)}  GPU {gpu:<4}  {_what(rec)}"
     print(line, flush=True)
 
 
@@ -234,6 +299,20 @@ def _driver_version(text: str) -> str:
     if not inventory.valid_driver_version(text):
         raise argparse.ArgumentTypeError(f"expected like 535.261.03, found {text!r}")
     return text
+
+
+def _duration_ms(text: str) -> int:
+    try:
+        return round(yamlmodel.seconds(text) * 1000)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def _size(text: str) -> int:
+    try:
+        return telemetry.size_bytes(text)
+    except FakeNvmlError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 def _positive(text: str) -> int:
@@ -304,6 +383,45 @@ def _parser() -> argparse.ArgumentParser:
     c = sub.add_parser(Kind.RECOVER.spelling, parents=[state], help="clear a GPU's faults")
     c.add_argument("gpu", metavar="GPU", help="index, UUID or PCI bus id")
     c.set_defaults(run=_recover)
+
+    c = sub.add_parser("set", parents=[state], help="move a GPU's telemetry (temperature, ...)")
+    c.add_argument("gpu", metavar="GPU", help="index, UUID, PCI bus id, or all")
+    c.add_argument("assignments", metavar="FIELD=VALUE", nargs="+",
+                   help=f"FIELD: {', '.join(s.spelling for s in telemetry.Sensor)}; VALUE: "
+                   "a number (units optional: 88C 350W 90%% 1980MHz), FROM..TO/PERIOD "
+                   "(a triangle wave: 70..90/30s), or idle (the profile's)")  # fmt: skip
+    c.set_defaults(run=_set)
+
+    c = sub.add_parser("process", help="processes on a GPU (what NVML lists as running)")
+    acts = c.add_subparsers(dest="action", required=True, metavar="ACTION")
+    a = acts.add_parser("add", parents=[state], help="a process using GPU memory")
+    a.add_argument("gpu", metavar="GPU", help="index, UUID or PCI bus id")
+    a.add_argument("--pid", metavar="PID", type=_positive, required=True)
+    a.add_argument("--used", metavar="SIZE", type=_size, required=True, help="e.g. 2GiB")
+    a.add_argument("--type", choices=("compute", "graphics", "both"), default="compute")
+    a = acts.add_parser("remove", parents=[state], help="the process ends")
+    a.add_argument("gpu", metavar="GPU", help="index, UUID or PCI bus id")
+    a.add_argument("--pid", metavar="PID", type=_positive, required=True)
+    acts.add_parser("list", parents=[state], help="processes per GPU")
+    c.set_defaults(run=_process)
+
+    c = sub.add_parser("fail", parents=[state], help="an NVML call answers an error")
+    c.add_argument("function", metavar="FUNCTION", nargs="?",
+                   help="exported name, e.g. nvmlDeviceGetMemoryInfo or nvmlInit")  # fmt: skip
+    c.add_argument("--error", metavar="ERROR", help="e.g. GPU_IS_LOST, DRIVER_NOT_LOADED, UNKNOWN")
+    c.add_argument("--gpu", metavar="GPU", help="only calls on this GPU (nvmlInit: it fails init)")
+    c.add_argument("--count", metavar="N", type=_non_negative, default=0,
+                   help="the next N calls in each process (default: until cleared)")  # fmt: skip
+    c.add_argument("--clear", action="store_true", help="remove fail knobs (FUNCTION's, or all)")
+    c.set_defaults(run=_fail)
+
+    c = sub.add_parser("delay", parents=[state], help="an NVML call answers late")
+    c.add_argument("function", metavar="FUNCTION", nargs="?", help="exported name")
+    c.add_argument("duration", metavar="DURATION", nargs="?", type=_duration_ms,
+                   help="500ms, 2s, 1.5m (0: no delay)")  # fmt: skip
+    c.add_argument("--gpu", metavar="GPU", help="only calls on this GPU")
+    c.add_argument("--clear", action="store_true", help="remove delays (FUNCTION's, or all)")
+    c.set_defaults(run=_delay)
 
     c = sub.add_parser("events", parents=[state], help="print the fault journal")
     c.add_argument("--follow", "-f", action="store_true", help="keep printing new events")

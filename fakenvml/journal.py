@@ -3,6 +3,9 @@
 Every injected fault is one record with a sequence number and two clocks. The C library
 replays it for fault state (lost, ECC counters) and delivers it to event sets; waiting
 processes are woken by inotify on this file, so delivery has no polling interval.
+Telemetry (`fakenvml set`, `process`) and NVML failure knobs (`fail`, `delay`) are records
+too: every process that loaded the library folds them in at its next call, as it does
+faults, so they need no second channel (fakenvml/telemetry.py, fakenvml/knobs.py).
 
 Writers serialise on flock(2) and append a whole record with one write(2); a record's
 CRC lets readers tell a complete record from garbage.
@@ -26,7 +29,8 @@ JOURNAL_FILE = "journal.bin"
 MAGIC = b"FNVMLJR1"
 VERSION = 1
 HEADER = struct.Struct("<8sIIQ40x")
-RECORD = struct.Struct("<QQQIIQII12xI")
+RECORD = struct.Struct("<QQQIIQIIQ4xI")  # data2 took 8 of 12 reserved bytes: old records read 0
+ALL_GPUS = 0xFFFFFFFF  # fail / delay / clear: every GPU, and calls that name none
 NO_INSTANCE = 0xFFFFFFFF  # nvmlEventData_t gpuInstanceId/computeInstanceId outside MIG
 
 
@@ -42,21 +46,35 @@ class Kind(enum.IntEnum):
     FALLEN_OFF_BUS = 5
     RECOVER = 6  # clears lost and the recovery action
     RECOVERY_ACTION = 7  # data: the nvmlDeviceGpuRecoveryAction_t now asked for
+    # Not faults: what `fakenvml set|process|fail|delay` write (meanings in state_format.h).
+    SET = 8
+    PROCESS_ADD = 9
+    PROCESS_REMOVE = 10
+    FAIL = 11
+    DELAY = 12
+    CLEAR = 13
 
     @property
     def spelling(self) -> str:
-        """xid, ecc-single, ecc-double, lost, fallen-off-bus, recover, recovery-action."""
+        """xid, ecc-single, ecc-double, lost, fallen-off-bus, recover, recovery-action,
+        set, process-add, process-remove, fail, delay, clear."""
         return self.name.lower().replace("_", "-")
+
+    @property
+    def is_fault(self) -> bool:
+        """A fault or its recovery: what health (and `faulted()`) is about."""
+        return self <= Kind.RECOVERY_ACTION
 
     @classmethod
     def named(cls, text: str) -> Kind:
         """A kind by its spelling, or by one a file that already shipped used for it."""
         for kind in cls:
-            if kind.spelling == text:
+            if kind.is_fault and kind.spelling == text:
                 return kind
         if text in SHIPPED_ALIASES:
             return SHIPPED_ALIASES[text]
-        raise ValueError(f"{text!r}: expected a fault kind ({', '.join(k.spelling for k in cls)})")
+        faults = ", ".join(k.spelling for k in cls if k.is_fault)
+        raise ValueError(f"{text!r}: expected a fault kind ({faults})")
 
 
 # Spellings that files written before the table still hold, read as the kind they meant:
@@ -81,8 +99,9 @@ class Record:
     kind: Kind
     gpu: int
     data: int = 0  # Xid code, or ECC error count
-    gpu_instance: int = NO_INSTANCE
-    compute_instance: int = NO_INSTANCE
+    gpu_instance: int = NO_INSTANCE  # arg0 of the kinds after RECOVERY_ACTION
+    compute_instance: int = NO_INSTANCE  # arg1
+    data2: int = 0
 
     def pack(self) -> bytes:
         head = RECORD.pack(
@@ -94,6 +113,7 @@ class Record:
             self.data,
             self.gpu_instance,
             self.compute_instance,
+            self.data2,
             0,
         )[: RECORD.size - 4]
         return head + struct.pack("<I", zlib.crc32(head))
@@ -123,6 +143,18 @@ def append(
     compute_instance: int = NO_INSTANCE,
 ) -> Record:
     """Append one record under an exclusive lock; its seq is one past the last record."""
+    return append_many(state_dir, boot_id, [(kind, gpu, data, gpu_instance, compute_instance, 0)])[
+        0
+    ]
+
+
+# kind, gpu, data, gpu_instance (arg0), compute_instance (arg1), data2
+Entry = tuple[Kind, int, int, int, int, int]
+
+
+def append_many(state_dir: Path, boot_id: int, entries: list[Entry]) -> list[Record]:
+    """Append records with one write(2) under one lock, with one timestamp: a multi-value
+    `fakenvml set` is one change, and its waves share their phase."""
     path = Path(state_dir) / JOURNAL_FILE
     try:
         fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CLOEXEC)
@@ -136,18 +168,10 @@ def append(
         seq = (size - HEADER.size) // RECORD.size + 1
         if (size - HEADER.size) % RECORD.size:
             raise FakeNvmlError(f"{path} ends in a partial record; re-run `fakenvml init`")
-        rec = Record(
-            seq,
-            time.time_ns(),
-            time.monotonic_ns(),
-            kind,
-            gpu,
-            data,
-            gpu_instance,
-            compute_instance,
-        )
-        os.write(fd, rec.pack())
-        return rec
+        rt, mono = time.time_ns(), time.monotonic_ns()
+        recs = [Record(seq + i, rt, mono, *e) for i, e in enumerate(entries)]
+        os.write(fd, b"".join(r.pack() for r in recs))
+        return recs
     finally:
         os.close(fd)
 
@@ -161,5 +185,9 @@ def read(state_dir: Path, start: int = 0) -> Iterator[Record]:
         while len(raw := f.read(RECORD.size)) == RECORD.size:
             if zlib.crc32(raw[:-4]) != struct.unpack("<I", raw[-4:])[0]:
                 return
-            seq, rt, mono, kind, gpu, data, gi, ci, _crc = RECORD.unpack(raw)
-            yield Record(seq, rt, mono, Kind(kind), gpu, data, gi, ci)
+            seq, rt, mono, kind, gpu, data, gi, ci, data2, _crc = RECORD.unpack(raw)
+            if kind in KINDS:  # else a newer fakenvml's kind: not ours to interpret
+                yield Record(seq, rt, mono, Kind(kind), gpu, data, gi, ci, data2)
+
+
+KINDS = frozenset(Kind)

@@ -4,6 +4,10 @@
     d.init(node)                 # write state.bin + an empty journal.bin
     rec = d.inject_xid("0", 79)  # GPU by index, UUID or PCI bus id
     d.recover(rec.gpu)
+    d.set_sensors("3", ["temperature=70..90/30s", "power=350W"])  # (fakenvml/telemetry.py)
+    d.add_process("0", pid=4242, used=2 << 30)
+    d.fail("nvmlDeviceGetMemoryInfo", "GPU_IS_LOST", gpu="2", count=3)  # (fakenvml/knobs.py)
+    d.delay("nvmlDeviceGetUUID", 2000)
 
 Every method validates first and writes last, so bad input changes nothing.
 """
@@ -15,7 +19,7 @@ import secrets
 from collections.abc import Iterator
 from pathlib import Path
 
-from fakenvml import journal, statefile, xids
+from fakenvml import journal, knobs, statefile, telemetry, xids
 from fakenvml.errors import FakeNvmlError
 from fakenvml.journal import Kind, Record
 from fakenvml.model import Gpu, Node
@@ -127,11 +131,86 @@ class NodeDir:
         return self._append(gpu, Kind.RECOVER)
 
     def faulted(self) -> set[int]:
-        """Indexes of the GPUs with an event after their last recover."""
+        """Indexes of the GPUs with a fault after their last recover."""
         out: set[int] = set()
         for r in self.events():
-            (out.discard if r.kind == Kind.RECOVER else out.add)(r.gpu)
+            if r.kind.is_fault:
+                (out.discard if r.kind == Kind.RECOVER else out.add)(r.gpu)
         return out
+
+    # ------------------------------------------------------------------- telemetry
+
+    def _targets(self, gpu: str | int) -> list[Gpu]:
+        return self.node().gpus if str(gpu).strip().lower() == "all" else [self.resolve(gpu)]
+
+    def _write(self, entries: list[journal.Entry]) -> list[Record]:
+        _, boot_id = statefile.read(self.path)
+        return journal.append_many(self.path, boot_id, entries)
+
+    def set_sensors(self, gpu: str | int, assignments: list[str]) -> list[Record]:
+        """Sensor values (`temperature=88`, `power=70..90W/30s`, `util=idle`; grammar in
+        fakenvml/telemetry.py) for one GPU or `all`, validated for every GPU before one
+        record is written."""
+        entries = [
+            s.entry(g.index) for g in self._targets(gpu) for s in telemetry.parse(assignments, g)
+        ]
+        return self._write(entries)
+
+    def add_process(self, gpu: str | int, pid: int, used: int, kind: str = "compute") -> Record:
+        """A process on the GPU: listed by the running-process queries, its memory in
+        `used` (as real NVML counts it). The same pid again replaces it."""
+        target = self.resolve(gpu)
+        if not 0 < pid < 2**32:
+            raise FakeNvmlError(f"--pid {pid}: expected a process id >= 1")
+        room = target.memory_total - target.memory_reserved - target.memory_used
+        if not 0 <= used <= room:
+            raise FakeNvmlError(
+                f"--used {used}: expected 0 to {room} bytes (GPU {target.index}'s free memory)"
+            )
+        procs = self.processes().get(target.index, {})
+        if pid not in procs and len(procs) >= telemetry.MAX_PROCESSES:
+            raise FakeNvmlError(f"GPU {target.index} has {telemetry.MAX_PROCESSES} processes")
+        kinds = telemetry.process_kinds(kind)
+        return self._write([(Kind.PROCESS_ADD, target.index, used, pid, kinds, 0)])[0]
+
+    def remove_process(self, gpu: str | int, pid: int) -> Record:
+        target = self.resolve(gpu)
+        if pid not in self.processes().get(target.index, {}):
+            raise FakeNvmlError(f"no process {pid} on GPU {target.index}")
+        return self._write([(Kind.PROCESS_REMOVE, target.index, 0, pid, 0, 0)])[0]
+
+    def processes(self) -> dict[int, dict[int, int]]:
+        """GPU index -> {pid: used bytes}, replayed from the journal as the library does."""
+        out: dict[int, dict[int, int]] = {}
+        for r in self.events():
+            if r.kind == Kind.PROCESS_ADD:
+                out.setdefault(r.gpu, {})[r.gpu_instance] = r.data
+            elif r.kind == Kind.PROCESS_REMOVE:
+                out.get(r.gpu, {}).pop(r.gpu_instance, None)
+        return out
+
+    # ------------------------------------------------------------------- knobs
+
+    def _knob_gpu(self, gpu: str | int | None) -> int | None:
+        return None if gpu is None else self.resolve(gpu).index
+
+    def fail(
+        self, function: str, error: str, gpu: str | int | None = None, count: int = 0
+    ) -> Record:
+        """`function` answers `error` (on `gpu`, or on every call), the next `count` calls
+        in each process (0: until cleared)."""
+        entry = knobs.fail(function, error, self._knob_gpu(gpu), count)
+        return self._write([entry])[0]
+
+    def delay(self, function: str, ms: int, gpu: str | int | None = None) -> Record:
+        """`function` sleeps `ms` before answering (0: no more delay)."""
+        return self._write([knobs.delay(function, ms, self._knob_gpu(gpu))])[0]
+
+    def clear_knobs(
+        self, fail: bool = True, delay: bool = True, function: str | None = None
+    ) -> Record:
+        what = (knobs.CLEAR_FAIL if fail else 0) | (knobs.CLEAR_DELAY if delay else 0)
+        return self._write([knobs.clear(what, function)])[0]
 
     def events(self, start: int = 0) -> Iterator[Record]:
         try:

@@ -1,11 +1,13 @@
 """Keep the README's list of implemented NVML functions equal to what the build found.
 
-python -m fakenvml.native.readme          # rewrite the block in README.md
+python -m fakenvml.native.readme          # rewrite the block in README.md, and
+                                          # fakenvml/nvml_functions.txt (the exports)
 """
 
 from __future__ import annotations
 
 import re
+import subprocess
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
@@ -35,6 +37,14 @@ def main() -> None:
     names = implemented()
     readme.write_text(_BLOCK.sub(lambda _: block(names), text))
     print(f"README.md lists {len(names)} implemented functions")
+    from fakenvml import knobs, library
+
+    out = subprocess.run(["nm", "-D", "--defined-only", str(library.path())],
+                         capture_output=True, text=True, check=True).stdout  # fmt: skip
+    symbols = (ln.split()[-1] for ln in out.splitlines())
+    exported = sorted(n for n in symbols if n.startswith("nvml"))
+    knobs.FUNCTIONS_FILE.write_text("".join(f"{n}\n" for n in exported))
+    print(f"{knobs.FUNCTIONS_FILE.name} lists {len(exported)} exported functions")
 
 
 if __name__ == "__main__":

@@ -112,7 +112,8 @@ nvmlReturn_t nvmlDeviceGetCurrentClockFreqs(nvmlDevice_t device,
     if (!currentClockFreqs) return NVML_ERROR_INVALID_ARGUMENT;
     DEVICE_ENTER(device);
     if (!d->mem_clock_count) return fnv_leave(NVML_ERROR_NOT_SUPPORTED);
-    perf_level(currentClockFreqs->str, sizeof currentClockFreqs->str, d, d->clocks[0], d->clocks[2]);
+    perf_level(currentClockFreqs->str, sizeof currentClockFreqs->str, d,
+               (unsigned)fnv_sensor(d, FNV_S_GRAPHICS_CLOCK), (unsigned)fnv_sensor(d, FNV_S_MEM_CLOCK));
     return fnv_leave(NVML_SUCCESS);
 }
 
@@ -249,10 +250,11 @@ nvmlReturn_t nvmlDeviceGetDynamicPstatesInfo(nvmlDevice_t device,
                                              nvmlGpuDynamicPstatesInfo_t *pDynamicPstatesInfo) {
     if (!pDynamicPstatesInfo) return NVML_ERROR_INVALID_ARGUMENT;
     DEVICE_ENTER(device);
-    (void)d;
     *pDynamicPstatesInfo = (nvmlGpuDynamicPstatesInfo_t){0};
-    for (int i = 0; i < 4; i++) /* GPU, frame buffer, video decoder, bus: idle */
+    for (int i = 0; i < 4; i++) /* GPU, frame buffer, video decoder, bus */
         pDynamicPstatesInfo->utilization[i].bIsPresent = 1;
+    pDynamicPstatesInfo->utilization[0].percentage = (unsigned)fnv_sensor(d, FNV_S_UTIL);
+    pDynamicPstatesInfo->utilization[1].percentage = (unsigned)fnv_sensor(d, FNV_S_MEM_UTIL);
     return fnv_leave(NVML_SUCCESS);
 }
 
@@ -272,7 +274,7 @@ nvmlReturn_t nvmlDeviceGetMarginTemperature(nvmlDevice_t device,
     if (!marginTempInfo) return NVML_ERROR_INVALID_ARGUMENT;
     DEVICE_ENTER(device);
     /* Distance to the slowdown-free limit: a real H100 at 46 C with 87 C max reads 41. */
-    marginTempInfo->marginTemperature = (int)d->temp_gpu_max - (int)d->temp_gpu;
+    marginTempInfo->marginTemperature = (int)d->temp_gpu_max - (int)fnv_sensor(d, FNV_S_TEMPERATURE);
     return fnv_leave(NVML_SUCCESS);
 }
 

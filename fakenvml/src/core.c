@@ -25,21 +25,47 @@ void fnv_log(const char *fmt, ...) {
 
 /* ---- Init / Shutdown ---- */
 
-nvmlReturn_t nvmlInitWithFlags(unsigned int flags) {
-    (void)flags;
+/* A GPU that a `fail nvmlInit --gpu N` knob fails stays failed in this process until its
+ * next first nvmlInit, as a GPU that failed to initialise does on a real node. */
+static void mark_init_failures(fnv_state *st) {
+    for (uint32_t i = 0; i < st->count; i++) st->faults[i].init_error = fnv_knob_init_error(i);
+}
+
+/* Every init entry point: knobs name them all FNV_INIT_NAME. A delay knob sleeps after
+ * the work and outside the lock, so other threads' calls go on meanwhile. */
+static nvmlReturn_t init(void) {
+    uint32_t delay = 0;
     pthread_mutex_lock(&fnv_lock);
-    nvmlReturn_t ret = NVML_SUCCESS;
-    if (fnv_refcount == 0) {
+    if (fnv_refcount == 0)
         for (unsigned i = 0; i < FNV_MAX_DEVICES; i++) fnv_handles[i].index = i;
-        ret = fnv_load(&fnv_g);
+    fnv_state *st = fnv_g;
+    nvmlReturn_t ret = NVML_SUCCESS;
+    if (st)
+        fnv_journal_refresh(st);
+    else
+        ret = fnv_load(&st);
+    if (ret == NVML_SUCCESS && fnv_knob_count) {
+        ret = fnv_knob_match(FNV_INIT_NAME, FNV_ALL_GPUS, &delay);
+        if (ret == NVML_SUCCESS && st != fnv_g) mark_init_failures(st);
     }
-    if (ret == NVML_SUCCESS) fnv_refcount++;
+    if (ret == NVML_SUCCESS) {
+        fnv_g = st;
+        fnv_refcount++;
+    } else if (st != fnv_g) {
+        fnv_free(st);
+    }
     pthread_mutex_unlock(&fnv_lock);
+    if (delay) nanosleep(&(struct timespec){delay / 1000, (long)(delay % 1000) * 1000000L}, NULL);
     return ret;
 }
 
-nvmlReturn_t nvmlInit_v2(void) { return nvmlInitWithFlags(0); }
-nvmlReturn_t nvmlInit(void) { return nvmlInitWithFlags(0); }
+nvmlReturn_t nvmlInitWithFlags(unsigned int flags) {
+    (void)flags;
+    return init();
+}
+
+nvmlReturn_t nvmlInit_v2(void) { return init(); }
+nvmlReturn_t nvmlInit(void) { return init(); }
 
 nvmlReturn_t nvmlShutdown(void) {
     pthread_mutex_lock(&fnv_lock);
@@ -56,7 +82,8 @@ nvmlReturn_t nvmlShutdown(void) {
 
 /* ---- call bracketing ---- */
 
-nvmlReturn_t fnv_enter(void) {
+/* Lock, then fold in what the journal gained since the last call. */
+static nvmlReturn_t lock_fresh(void) {
     pthread_mutex_lock(&fnv_lock);
     if (!fnv_g) {
         pthread_mutex_unlock(&fnv_lock);
@@ -64,6 +91,13 @@ nvmlReturn_t fnv_enter(void) {
     }
     fnv_journal_refresh(fnv_g); /* an fstat: faults injected a moment ago are visible */
     return NVML_SUCCESS;
+}
+
+nvmlReturn_t fnv_enter_as(const char *fn) {
+    nvmlReturn_t ret = lock_fresh();
+    if (ret != NVML_SUCCESS || !fnv_knob_count) return ret;
+    ret = fnv_gate(fn, FNV_ALL_GPUS);
+    return ret == NVML_SUCCESS ? ret : fnv_leave(ret);
 }
 
 nvmlReturn_t fnv_leave(nvmlReturn_t ret) {
@@ -81,12 +115,20 @@ int fnv_handle_index(nvmlDevice_t device, uint32_t *index) {
 }
 
 /* On success the lock is held and *dev points at the device; pair with fnv_leave. */
-nvmlReturn_t fnv_device_enter(nvmlDevice_t device, const fnv_device **dev) {
-    nvmlReturn_t ret = fnv_enter();
+nvmlReturn_t fnv_device_enter_as(const char *fn, nvmlDevice_t device, const fnv_device **dev) {
+    nvmlReturn_t ret = lock_fresh();
     if (ret != NVML_SUCCESS) return ret;
     uint32_t i;
     if (!fnv_handle_index(device, &i)) return fnv_leave(NVML_ERROR_INVALID_ARGUMENT);
-    if (fnv_g->faults[i].lost) return fnv_leave(NVML_ERROR_GPU_IS_LOST);
+    const fnv_fault *f = &fnv_g->faults[i];
+    if (f->lost) return fnv_leave(NVML_ERROR_GPU_IS_LOST);
+    if (f->init_error) return fnv_leave(f->init_error);
+    if (fnv_knob_count) {
+        ret = fnv_gate(fn, i);
+        if (ret != NVML_SUCCESS) return fnv_leave(ret);
+        /* A delay let go of the lock: the handle must still name a GPU. */
+        if (!fnv_handle_index(device, &i)) return fnv_leave(NVML_ERROR_INVALID_ARGUMENT);
+    }
     *dev = &fnv_g->devices[i];
     return NVML_SUCCESS;
 }
@@ -165,9 +207,10 @@ const char *nvmlErrorString(nvmlReturn_t result) {
 
 /* ---- system ---- */
 
-#define WITH_STATE(body)                                                                           \
+#define WITH_STATE(body) WITH_STATE_AS(__func__, body)
+#define WITH_STATE_AS(fn, body)                                                                    \
     do {                                                                                           \
-        nvmlReturn_t ret_ = fnv_enter();                                                           \
+        nvmlReturn_t ret_ = fnv_enter_as(fn);                                                      \
         if (ret_ != NVML_SUCCESS) return ret_;                                                     \
         body;                                                                                      \
     } while (0)
@@ -234,8 +277,15 @@ nvmlReturn_t nvmlDeviceGetCount(unsigned int *deviceCount) {
     return nvmlDeviceGetCount_v2(deviceCount);
 }
 
-static nvmlReturn_t handle_for(uint32_t i, nvmlDevice_t *device) {
+/* Lock held; fn: the exported lookup, whose knobs for GPU i apply. */
+static nvmlReturn_t handle_for(const char *fn, uint32_t i, nvmlDevice_t *device) {
     if (fnv_g->faults[i].lost) return NVML_ERROR_GPU_IS_LOST;
+    if (fnv_g->faults[i].init_error) return fnv_g->faults[i].init_error;
+    if (fnv_knob_count) {
+        nvmlReturn_t ret = fnv_gate(fn, i);
+        if (ret != NVML_SUCCESS) return ret;
+        if (i >= fnv_g->count) return NVML_ERROR_INVALID_ARGUMENT; /* re-initialised meanwhile */
+    }
     *device = &fnv_handles[i];
     return NVML_SUCCESS;
 }
@@ -244,7 +294,7 @@ nvmlReturn_t nvmlDeviceGetHandleByIndex_v2(unsigned int index, nvmlDevice_t *dev
     if (!device) return NVML_ERROR_INVALID_ARGUMENT;
     WITH_STATE({
         if (index >= fnv_g->count) return fnv_leave(NVML_ERROR_INVALID_ARGUMENT);
-        return fnv_leave(handle_for(index, device));
+        return fnv_leave(handle_for(__func__, index, device));
     });
 }
 
@@ -253,23 +303,24 @@ nvmlReturn_t nvmlDeviceGetHandleByIndex(unsigned int index, nvmlDevice_t *device
 }
 
 /* Finds the device whose string field at `offset` equals `key`. */
-static nvmlReturn_t handle_by_field(size_t offset, const char *key, nvmlDevice_t *device) {
+static nvmlReturn_t handle_by_field(const char *fn, size_t offset, const char *key,
+                                    nvmlDevice_t *device) {
     if (!key || !device) return NVML_ERROR_INVALID_ARGUMENT;
-    WITH_STATE({
+    WITH_STATE_AS(fn, {
         for (uint32_t i = 0; i < fnv_g->count; i++) {
             const char *field = (const char *)&fnv_g->devices[i] + offset;
-            if (strcasecmp(field, key) == 0) return fnv_leave(handle_for(i, device));
+            if (strcasecmp(field, key) == 0) return fnv_leave(handle_for(fn, i, device));
         }
         return fnv_leave(NVML_ERROR_NOT_FOUND);
     });
 }
 
 nvmlReturn_t nvmlDeviceGetHandleByUUID(const char *uuid, nvmlDevice_t *device) {
-    return handle_by_field(offsetof(fnv_device, uuid), uuid, device);
+    return handle_by_field(__func__, offsetof(fnv_device, uuid), uuid, device);
 }
 
 nvmlReturn_t nvmlDeviceGetHandleBySerial(const char *serial, nvmlDevice_t *device) {
-    return handle_by_field(offsetof(fnv_device, serial), serial, device);
+    return handle_by_field(__func__, offsetof(fnv_device, serial), serial, device);
 }
 
 nvmlReturn_t nvmlDeviceGetHandleByUUIDV(const nvmlUUID_t *uuid, nvmlDevice_t *device) {
@@ -288,7 +339,7 @@ nvmlReturn_t nvmlDeviceGetHandleByUUIDV(const nvmlUUID_t *uuid, nvmlDevice_t *de
     } else {
         return NVML_ERROR_INVALID_ARGUMENT;
     }
-    return nvmlDeviceGetHandleByUUID(text, device);
+    return handle_by_field(__func__, offsetof(fnv_device, uuid), text, device);
 }
 
 nvmlReturn_t nvmlDeviceGetHandleByPciBusId_v2(const char *pciBusId, nvmlDevice_t *device) {
@@ -300,7 +351,7 @@ nvmlReturn_t nvmlDeviceGetHandleByPciBusId_v2(const char *pciBusId, nvmlDevice_t
             const fnv_device *d = &fnv_g->devices[i];
             if (d->pci_domain == dom && d->pci_bus == bus && d->pci_device == dev &&
                 d->pci_function == fn)
-                return fnv_leave(handle_for(i, device));
+                return fnv_leave(handle_for(__func__, i, device));
         }
         return fnv_leave(NVML_ERROR_NOT_FOUND);
     });

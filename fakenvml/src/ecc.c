@@ -64,11 +64,11 @@ nvmlReturn_t nvmlDeviceGetDetailedEccErrors(nvmlDevice_t device, nvmlMemoryError
     return fnv_leave(ret);
 }
 
-static nvmlReturn_t retired_pages(nvmlDevice_t device, nvmlPageRetirementCause_t cause,
-                                  unsigned int *pageCount, unsigned long long *addresses,
-                                  unsigned long long *timestamps) {
+static nvmlReturn_t retired_pages(const char *fn, nvmlDevice_t device,
+                                  nvmlPageRetirementCause_t cause, unsigned int *pageCount,
+                                  unsigned long long *addresses, unsigned long long *timestamps) {
     if (!pageCount || cause >= NVML_PAGE_RETIREMENT_CAUSE_COUNT) return NVML_ERROR_INVALID_ARGUMENT;
-    DEVICE_ENTER(device);
+    DEVICE_ENTER_AS(fn, device);
     if (remaps_rows(d)) return fnv_leave(NVML_ERROR_NOT_SUPPORTED);
     const fnv_fault *f = fault_of(d);
     /* Only double-bit errors retire pages here; single-bit retirement needs repeats. */
@@ -88,13 +88,13 @@ static nvmlReturn_t retired_pages(nvmlDevice_t device, nvmlPageRetirementCause_t
 
 nvmlReturn_t nvmlDeviceGetRetiredPages(nvmlDevice_t device, nvmlPageRetirementCause_t cause,
                                        unsigned int *pageCount, unsigned long long *addresses) {
-    return retired_pages(device, cause, pageCount, addresses, NULL);
+    return retired_pages(__func__, device, cause, pageCount, addresses, NULL);
 }
 
 nvmlReturn_t nvmlDeviceGetRetiredPages_v2(nvmlDevice_t device, nvmlPageRetirementCause_t cause,
                                           unsigned int *pageCount, unsigned long long *addresses,
                                           unsigned long long *timestamps) {
-    return retired_pages(device, cause, pageCount, addresses, timestamps);
+    return retired_pages(__func__, device, cause, pageCount, addresses, timestamps);
 }
 
 DEVICE_GETTER_IF(nvmlDeviceGetRetiredPagesPendingStatus, nvmlEnableState_t, !remaps_rows(d),

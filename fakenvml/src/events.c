@@ -145,6 +145,7 @@ static uint64_t now_ms(void) {
 /* What a record means to this set: 1 an event (data filled), 2 GPU lost, 0 nothing. */
 static int deliver(struct nvmlEventSet_st *s, const fnv_record *rec, uint64_t position,
                    nvmlEventData_t *data) {
+    if (rec->kind > FNV_RECOVERY_ACTION) return 0; /* telemetry and knobs: no events */
     unsigned long long mask = s->mask[rec->gpu], type;
     if (!mask || position < s->from[rec->gpu]) return 0;
     switch (rec->kind) {
@@ -208,6 +209,14 @@ static void drain(int fd) {
 nvmlReturn_t nvmlEventSetWait_v2(nvmlEventSet_t set, nvmlEventData_t *data, unsigned int timeoutms) {
     if (!data) return NVML_ERROR_INVALID_ARGUMENT;
     pthread_mutex_lock(&fnv_lock);
+    if (fnv_g) { /* knobs apply; a failing wait answers at once (see README) */
+        fnv_journal_refresh(fnv_g);
+        nvmlReturn_t knob = fnv_knob_count ? fnv_gate(__func__, FNV_ALL_GPUS) : NVML_SUCCESS;
+        if (knob != NVML_SUCCESS) {
+            pthread_mutex_unlock(&fnv_lock);
+            return knob;
+        }
+    }
     int ok = set_is_live(set);
     if (ok) set->users++; /* keeps the set alive across a concurrent Free */
     pthread_mutex_unlock(&fnv_lock);

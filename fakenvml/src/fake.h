@@ -24,12 +24,37 @@ typedef struct {
     uint32_t lost; /* 0, FNV_LOST or FNV_FALLEN_OFF_BUS */
     uint32_t last_xid;
     uint32_t recovery_action; /* NVML_FI_DEV_GET_GPU_RECOVERY_ACTION */
+    nvmlReturn_t init_error;  /* a `fail nvmlInit --gpu` knob met this process's nvmlInit */
 } fnv_fault;
+
+/* A sensor set at run time: a constant (period 0) or a triangle wave from `from` to `to`
+ * and back every period, whose phase starts at the record's CLOCK_MONOTONIC stamp. */
+typedef struct {
+    uint32_t set, period_ms;
+    uint64_t from, to;
+    uint64_t since_ns;
+} fnv_wave;
+
+typedef struct {
+    uint32_t pid, kinds; /* FNV_PROC_* */
+    uint64_t used;
+} fnv_process;
+
+/* Telemetry replayed from the journal, like fnv_fault. */
+typedef struct {
+    fnv_wave sensor[FNV_S_COUNT];
+    fnv_process *procs; /* grown on demand, at most FNV_MAX_PROCESSES */
+    uint32_t nprocs, cap;
+    /* Energy so far: mJ at energy_ns (CLOCK_MONOTONIC), power integrated piecewise. */
+    double energy_mj;
+    uint64_t energy_ns;
+} fnv_live;
 
 typedef struct {
     fnv_header header;
     fnv_device *devices; /* header.device_count entries */
     fnv_fault *faults;
+    fnv_live *live;
     uint32_t count;
     int journal_fd;
     uint64_t journal_applied; /* records folded into faults */
@@ -58,9 +83,35 @@ int fnv_record_valid(const fnv_record *rec, uint64_t position, uint32_t device_c
 ssize_t fnv_read_record(int fd, uint64_t position, fnv_record *rec);
 void fnv_journal_refresh(fnv_state *st);
 
-/* core.c: call bracketing. */
-nvmlReturn_t fnv_enter(void);
-nvmlReturn_t fnv_device_enter(nvmlDevice_t device, const fnv_device **dev);
+/* knobs.c: failure and latency knobs (FNV_FAIL, FNV_DELAY, FNV_CLEAR). Their state lives
+ * outside fnv_state so that a `--count` survives nvmlShutdown/nvmlInit in a process. */
+extern unsigned fnv_knob_count; /* knobs in force; lock held. 0: the cheap path */
+void fnv_knobs_begin(const fnv_state *st);                        /* at load; lock held */
+void fnv_knobs_apply(const fnv_record *rec, uint64_t position); /* lock held */
+/* The error a knob makes `fn` answer on `gpu` (FNV_ALL_GPUS: a call naming no GPU), and
+ * the delay to sleep first; consumes one of a --count. Lock held. */
+nvmlReturn_t fnv_knob_match(const char *fn, uint32_t gpu, uint32_t *delay_ms);
+/* Applies the knobs for `fn`: sleeps without the lock, then answers their error or
+ * SUCCESS. Lock held on entry and on return, but fnv_g may have changed: re-check. */
+nvmlReturn_t fnv_gate(const char *fn, uint32_t gpu);
+nvmlReturn_t fnv_stub(const char *fn); /* the generated stubs: NOT_SUPPORTED or a knob's */
+/* nvmlInit, nvmlInit_v2 and nvmlInitWithFlags are one knob, named so. */
+#define FNV_INIT_NAME "nvmlInit"
+/* The error a `fail nvmlInit --gpu` knob gives that GPU at a first nvmlInit. */
+nvmlReturn_t fnv_knob_init_error(uint32_t gpu);
+
+/* sensors.c: a sensor's value now: the journal's setting, else the profile's. */
+uint64_t fnv_sensor(const fnv_device *d, enum fnv_sensor s);
+uint64_t fnv_memory_used(const fnv_device *d); /* the profile's, plus the processes' */
+unsigned long long fnv_energy_mj(const fnv_device *d);
+void fnv_energy_fold(fnv_state *st, uint32_t gpu, uint64_t at_ns); /* before power changes */
+
+/* core.c: call bracketing. Every entry names its caller (the exported function), which
+ * the knobs match against; a static helper passes its exported caller's name on. */
+nvmlReturn_t fnv_enter_as(const char *fn);
+nvmlReturn_t fnv_device_enter_as(const char *fn, nvmlDevice_t device, const fnv_device **dev);
+#define fnv_enter() fnv_enter_as(__func__)
+#define fnv_device_enter(device, dev) fnv_device_enter_as(__func__, device, dev)
 nvmlReturn_t fnv_leave(nvmlReturn_t ret);
 int fnv_handle_index(nvmlDevice_t device, uint32_t *index); /* lock held */
 void fnv_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));

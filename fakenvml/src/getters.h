@@ -37,10 +37,12 @@
     }
 
 /* Opens a hand-written device function body: declares d, enters, returns on error. */
-#define DEVICE_ENTER(device)                                                                       \
+#define DEVICE_ENTER(device) DEVICE_ENTER_AS(__func__, device)
+/* The same in a static helper, entering under its exported caller's name `fn`. */
+#define DEVICE_ENTER_AS(fn, device)                                                                \
     const fnv_device *d;                                                                           \
     do {                                                                                           \
-        nvmlReturn_t ret_ = fnv_device_enter(device, &d);                                          \
+        nvmlReturn_t ret_ = fnv_device_enter_as(fn, device, &d);                                   \
         if (ret_ != NVML_SUCCESS) return ret_;                                                     \
     } while (0)
 

@@ -78,21 +78,21 @@ nvmlReturn_t nvmlDeviceGetCudaComputeCapability(nvmlDevice_t device, int *major,
 
 /* ---- PCI ---- */
 
-static nvmlReturn_t pci_info(nvmlDevice_t device, nvmlPciInfo_t *pci) {
+static nvmlReturn_t pci_info(const char *fn, nvmlDevice_t device, nvmlPciInfo_t *pci) {
     if (!pci) return NVML_ERROR_INVALID_ARGUMENT;
-    DEVICE_ENTER(device);
+    DEVICE_ENTER_AS(fn, device);
     fnv_fill_pci(d, pci);
     return fnv_leave(NVML_SUCCESS);
 }
 
 nvmlReturn_t nvmlDeviceGetPciInfo_v3(nvmlDevice_t device, nvmlPciInfo_t *pci) {
-    return pci_info(device, pci);
+    return pci_info(__func__, device, pci);
 }
 nvmlReturn_t nvmlDeviceGetPciInfo_v2(nvmlDevice_t device, nvmlPciInfo_t *pci) {
-    return pci_info(device, pci);
+    return pci_info(__func__, device, pci);
 }
 nvmlReturn_t nvmlDeviceGetPciInfo(nvmlDevice_t device, nvmlPciInfo_t *pci) {
-    return pci_info(device, pci);
+    return pci_info(__func__, device, pci);
 }
 
 nvmlReturn_t nvmlDeviceGetPciInfoExt(nvmlDevice_t device, nvmlPciInfoExt_t *pci) {
@@ -123,14 +123,45 @@ nvmlReturn_t nvmlDeviceGetMigMode(nvmlDevice_t device, unsigned int *currentMode
     return fnv_leave(NVML_SUCCESS);
 }
 
-/* ---- running processes: none, in every flavour ---- */
+/* ---- running processes: those `fakenvml process add` put on the GPU; none under MPS ---- */
 
-DEVICE_EMPTY_LIST(nvmlDeviceGetComputeRunningProcesses, nvmlProcessInfo_v1_t)
-DEVICE_EMPTY_LIST(nvmlDeviceGetComputeRunningProcesses_v2, nvmlProcessInfo_v2_t)
-DEVICE_EMPTY_LIST(nvmlDeviceGetComputeRunningProcesses_v3, nvmlProcessInfo_t)
-DEVICE_EMPTY_LIST(nvmlDeviceGetGraphicsRunningProcesses, nvmlProcessInfo_v1_t)
-DEVICE_EMPTY_LIST(nvmlDeviceGetGraphicsRunningProcesses_v2, nvmlProcessInfo_v2_t)
-DEVICE_EMPTY_LIST(nvmlDeviceGetGraphicsRunningProcesses_v3, nvmlProcessInfo_t)
+/* How many of the GPU's processes are of `kind`; SUCCESS when *count has room for them. */
+static nvmlReturn_t process_count(const fnv_device *d, uint32_t kind, unsigned int *count,
+                                  const void *infos) {
+    const fnv_live *l = &fnv_g->live[d->index];
+    unsigned n = 0;
+    for (uint32_t i = 0; i < l->nprocs; i++) n += (l->procs[i].kinds & kind) != 0;
+    nvmlReturn_t ret = *count < n || (n && !infos) ? NVML_ERROR_INSUFFICIENT_SIZE : NVML_SUCCESS;
+    *count = n;
+    return ret;
+}
+
+#define PROCESS_LIST(fn, entry_type, kind, extra)                                                  \
+    nvmlReturn_t fn(nvmlDevice_t device, unsigned int *count, entry_type *infos) {                 \
+        if (!count) return NVML_ERROR_INVALID_ARGUMENT;                                            \
+        DEVICE_ENTER(device);                                                                      \
+        nvmlReturn_t ret = process_count(d, kind, count, infos);                                   \
+        if (ret != NVML_SUCCESS) return fnv_leave(ret);                                            \
+        const fnv_live *l = &fnv_g->live[d->index];                                                \
+        for (uint32_t i = 0, o = 0; i < l->nprocs; i++) {                                          \
+            if (!(l->procs[i].kinds & (kind))) continue;                                           \
+            entry_type *e = &infos[o++];                                                           \
+            memset(e, 0, sizeof *e);                                                               \
+            e->pid = l->procs[i].pid;                                                              \
+            e->usedGpuMemory = l->procs[i].used;                                                   \
+            extra                                                                                  \
+        }                                                                                          \
+        return fnv_leave(NVML_SUCCESS);                                                            \
+    }
+/* MIG is off: no instance ids, as NVML says it. */
+#define NO_MIG e->gpuInstanceId = e->computeInstanceId = 0xFFFFFFFFu;
+
+PROCESS_LIST(nvmlDeviceGetComputeRunningProcesses, nvmlProcessInfo_v1_t, FNV_PROC_COMPUTE, )
+PROCESS_LIST(nvmlDeviceGetComputeRunningProcesses_v2, nvmlProcessInfo_v2_t, FNV_PROC_COMPUTE, NO_MIG)
+PROCESS_LIST(nvmlDeviceGetComputeRunningProcesses_v3, nvmlProcessInfo_t, FNV_PROC_COMPUTE, NO_MIG)
+PROCESS_LIST(nvmlDeviceGetGraphicsRunningProcesses, nvmlProcessInfo_v1_t, FNV_PROC_GRAPHICS, )
+PROCESS_LIST(nvmlDeviceGetGraphicsRunningProcesses_v2, nvmlProcessInfo_v2_t, FNV_PROC_GRAPHICS, NO_MIG)
+PROCESS_LIST(nvmlDeviceGetGraphicsRunningProcesses_v3, nvmlProcessInfo_t, FNV_PROC_GRAPHICS, NO_MIG)
 DEVICE_EMPTY_LIST(nvmlDeviceGetMPSComputeRunningProcesses, nvmlProcessInfo_v1_t)
 DEVICE_EMPTY_LIST(nvmlDeviceGetMPSComputeRunningProcesses_v2, nvmlProcessInfo_v2_t)
 DEVICE_EMPTY_LIST(nvmlDeviceGetMPSComputeRunningProcesses_v3, nvmlProcessInfo_t)
@@ -166,7 +197,18 @@ static uint64_t field_bits(const fnv_device *d, const fnv_field *f) {
     case NVML_FI_DEV_REMAPPED_UNC: return x->ecc_dbe;
     case NVML_FI_DEV_REMAPPED_PENDING: return x->ecc_dbe > 0;
     case NVML_FI_DEV_POWER_AVERAGE:
-    case NVML_FI_DEV_POWER_INSTANT: return d->power_usage_mw;
+    case NVML_FI_DEV_POWER_INSTANT: return fnv_sensor(d, FNV_S_POWER);
+    case NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION: return fnv_energy_mj(d);
+    case NVML_FI_DEV_MEMORY_TEMP: /* the profile's reading until `fakenvml set` moves it */
+        return fnv_g->live[d->index].sensor[FNV_S_MEM_TEMPERATURE].set
+                   ? fnv_sensor(d, FNV_S_MEM_TEMPERATURE)
+                   : f->value;
+    case NVML_FI_DEV_GPU_TEMP: { /* a double, in degrees C */
+        double c = (double)fnv_sensor(d, FNV_S_TEMPERATURE);
+        uint64_t bits;
+        memcpy(&bits, &c, sizeof bits);
+        return f->type == NVML_VALUE_TYPE_DOUBLE ? bits : (uint64_t)c;
+    }
     case NVML_FI_DEV_POWER_MIN_LIMIT: return d->power_min_mw;
     case NVML_FI_DEV_POWER_MAX_LIMIT: return d->power_max_mw;
     case NVML_FI_DEV_POWER_DEFAULT_LIMIT: return d->power_default_mw;

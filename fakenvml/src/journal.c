@@ -1,14 +1,24 @@
-/* Replaying the fault journal into per-device fault state. Records are validated one by
- * one (CRC, position, device range); a bad record is skipped, never trusted. */
+/* Replaying the journal into per-device fault and telemetry state and the process's
+ * knobs. Records are validated one by one (CRC, position, kind, device range); a bad
+ * record, or one of a kind this library does not know (a newer writer's), is skipped,
+ * never trusted. */
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include "fake.h"
 
+static int node_wide(uint32_t kind) {
+    return kind == FNV_FAIL || kind == FNV_DELAY || kind == FNV_CLEAR;
+}
+
 int fnv_record_valid(const fnv_record *rec, uint64_t position, uint32_t device_count) {
-    return fnv_crc32(rec, offsetof(fnv_record, crc)) == rec->crc && rec->seq == position + 1 &&
-           rec->gpu < device_count && rec->kind >= FNV_XID && rec->kind <= FNV_RECOVERY_ACTION;
+    if (fnv_crc32(rec, offsetof(fnv_record, crc)) != rec->crc || rec->seq != position + 1)
+        return 0;
+    if (rec->kind < FNV_XID || rec->kind > FNV_CLEAR) return 0;
+    if (rec->kind == FNV_SET && (rec->arg0 == 0 || rec->arg0 >= FNV_S_COUNT)) return 0;
+    return rec->gpu < device_count || (node_wide(rec->kind) && rec->gpu == FNV_ALL_GPUS);
 }
 
 /* 1: a whole record was read; 0: not (yet) there. */
@@ -17,7 +27,7 @@ ssize_t fnv_read_record(int fd, uint64_t position, fnv_record *rec) {
     return pread(fd, rec, sizeof *rec, off) == (ssize_t)sizeof *rec;
 }
 
-static void apply(fnv_fault *f, const fnv_record *rec) {
+static void apply_fault(fnv_fault *f, const fnv_record *rec) {
     switch (rec->kind) {
     case FNV_XID: f->last_xid = (uint32_t)rec->data; break;
     case FNV_ECC_SINGLE: f->ecc_sbe += rec->data; break;
@@ -38,6 +48,54 @@ static void apply(fnv_fault *f, const fnv_record *rec) {
     }
 }
 
+static void set_sensor(fnv_state *st, const fnv_record *rec) {
+    if (rec->arg0 == FNV_S_POWER) fnv_energy_fold(st, rec->gpu, rec->monotonic_ns);
+    fnv_wave *w = &st->live[rec->gpu].sensor[rec->arg0];
+    if (rec->arg1 == FNV_SET_IDLE) {
+        memset(w, 0, sizeof *w);
+        return;
+    }
+    *w = (fnv_wave){.set = 1, .period_ms = rec->arg1, .from = rec->data, .to = rec->data2,
+                    .since_ns = rec->monotonic_ns};
+}
+
+static void add_process(fnv_live *l, const fnv_record *rec) {
+    uint32_t i = 0;
+    while (i < l->nprocs && l->procs[i].pid != rec->arg0) i++;
+    if (i == l->nprocs) { /* a new pid; else the same pid's entry is replaced */
+        if (l->nprocs == FNV_MAX_PROCESSES) return;
+        if (l->nprocs == l->cap) {
+            uint32_t cap = l->cap ? l->cap * 2 : 4;
+            fnv_process *p = realloc(l->procs, cap * sizeof *p);
+            if (!p) return; /* out of memory: the process is not listed, nothing breaks */
+            l->procs = p;
+            l->cap = cap;
+        }
+        l->nprocs++;
+    }
+    l->procs[i] = (fnv_process){.pid = rec->arg0, .kinds = rec->arg1, .used = rec->data};
+}
+
+static void remove_process(fnv_live *l, uint32_t pid) {
+    for (uint32_t i = 0; i < l->nprocs; i++)
+        if (l->procs[i].pid == pid) {
+            l->procs[i] = l->procs[--l->nprocs]; /* order is not NVML's promise either */
+            return;
+        }
+}
+
+static void apply(fnv_state *st, const fnv_record *rec) {
+    switch (rec->kind) {
+    case FNV_SET: set_sensor(st, rec); break;
+    case FNV_PROCESS_ADD: add_process(&st->live[rec->gpu], rec); break;
+    case FNV_PROCESS_REMOVE: remove_process(&st->live[rec->gpu], rec->arg0); break;
+    case FNV_FAIL:
+    case FNV_DELAY:
+    case FNV_CLEAR: break; /* fnv_knobs_apply's */
+    default: apply_fault(&st->faults[rec->gpu], rec);
+    }
+}
+
 void fnv_journal_refresh(fnv_state *st) {
     struct stat sb;
     if (fstat(st->journal_fd, &sb) != 0 || sb.st_size < (off_t)sizeof(fnv_journal_header)) return;
@@ -45,8 +103,10 @@ void fnv_journal_refresh(fnv_state *st) {
     fnv_record rec;
     while (st->journal_applied < available &&
            fnv_read_record(st->journal_fd, st->journal_applied, &rec) == 1) {
-        if (fnv_record_valid(&rec, st->journal_applied, st->count))
-            apply(&st->faults[rec.gpu], &rec);
+        if (fnv_record_valid(&rec, st->journal_applied, st->count)) {
+            apply(st, &rec);
+            fnv_knobs_apply(&rec, st->journal_applied);
+        }
         st->journal_applied++;
     }
 }

@@ -1,11 +1,100 @@
 /* What a device measures: memory, BAR1, temperature, power, energy, utilisation, clocks,
- * performance state, fans. Values are the profile's idle readings from the state file. */
+ * performance state, fans. Values are the profile's idle readings from the state file,
+ * unless `fakenvml set` put a value or a wave in the journal (fnv_live). */
 #include <stddef.h>
 #include <time.h>
 
 #include "getters.h"
 
 enum { CLK_GRAPHICS, CLK_SM, CLK_MEM, CLK_VIDEO };
+
+/* ---- live values ---- */
+
+static uint64_t now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* The triangle wave's shape: 0 -> 1 over the first half period, back over the second. */
+static double triangle(double phase) {
+    double f = phase - (double)(uint64_t)phase;
+    return f <= 0.5 ? 2 * f : 2 - 2 * f;
+}
+
+/* Its integral from 0 to x periods (each period contributes 1/2). */
+static double triangle_area(double x) {
+    double whole = (double)(uint64_t)x, f = x - whole;
+    return whole * 0.5 + (f <= 0.5 ? f * f : 0.5 - (1 - f) * (1 - f));
+}
+
+/* Periods elapsed at t since the wave began (CLOCK_MONOTONIC is one clock for every
+ * process on the host, containers included, so all readers see the same phase). */
+static double periods(const fnv_wave *w, uint64_t t) {
+    return t > w->since_ns ? (double)(t - w->since_ns) / ((double)w->period_ms * 1e6) : 0;
+}
+
+static uint64_t wave_at(const fnv_wave *w, uint64_t t) {
+    double from = (double)w->from, to = (double)w->to;
+    return (uint64_t)(from + (to - from) * triangle(periods(w, t)) + 0.5);
+}
+
+static uint64_t profile_value(const fnv_device *d, enum fnv_sensor s) {
+    switch (s) {
+    case FNV_S_TEMPERATURE: return d->temp_gpu;
+    case FNV_S_POWER: return d->power_usage_mw;
+    case FNV_S_UTIL: return d->util_gpu;
+    case FNV_S_MEM_UTIL: return d->util_mem;
+    case FNV_S_GRAPHICS_CLOCK:
+    case FNV_S_SM_CLOCK:
+    case FNV_S_MEM_CLOCK:
+    case FNV_S_VIDEO_CLOCK: return d->clocks[s - FNV_S_GRAPHICS_CLOCK];
+    case FNV_S_PSTATE: return d->pstate;
+    case FNV_S_CLOCK_REASONS: /* an idle GPU says so; a busy one has no reason to slow */
+        return fnv_sensor(d, FNV_S_UTIL) ? 0 : nvmlClocksEventReasonGpuIdle;
+    default: return 0; /* memory temperature: the profile's field (identity.c) */
+    }
+}
+
+uint64_t fnv_sensor(const fnv_device *d, enum fnv_sensor s) {
+    const fnv_wave *w = &fnv_g->live[d->index].sensor[s];
+    if (!w->set) return profile_value(d, s);
+    return w->period_ms ? wave_at(w, now_ns()) : w->from;
+}
+
+uint64_t fnv_memory_used(const fnv_device *d) {
+    const fnv_live *l = &fnv_g->live[d->index];
+    uint64_t used = d->memory_used, room = d->memory_total - d->memory_reserved;
+    for (uint32_t i = 0; i < l->nprocs; i++) used += l->procs[i].used;
+    return used < room ? used : room; /* the driver never reports more than there is */
+}
+
+/* mJ drawn between t0 and t1 (ns) at the power `w` says (mW * s = mJ). */
+static double energy_between(const fnv_device *d, const fnv_wave *w, uint64_t t0, uint64_t t1) {
+    if (t1 <= t0) return 0;
+    double seconds = (double)(t1 - t0) / 1e9;
+    if (!w->set) return (double)d->power_usage_mw * seconds;
+    if (!w->period_ms) return (double)w->from * seconds;
+    double from = (double)w->from, to = (double)w->to, p_s = (double)w->period_ms / 1e3;
+    return from * seconds +
+           (to - from) * p_s * (triangle_area(periods(w, t1)) - triangle_area(periods(w, t0)));
+}
+
+void fnv_energy_fold(fnv_state *st, uint32_t gpu, uint64_t at_ns) {
+    fnv_live *l = &st->live[gpu];
+    if (at_ns <= l->energy_ns) return;
+    l->energy_mj += energy_between(&st->devices[gpu], &l->sensor[FNV_S_POWER], l->energy_ns, at_ns);
+    l->energy_ns = at_ns;
+}
+
+/* The counter since boot (CLOCK_MONOTONIC 0) at the powers set so far, so consumers that
+ * diff two reads see the power of the moment, and every process reads the same. */
+unsigned long long fnv_energy_mj(const fnv_device *d) {
+    const fnv_live *l = &fnv_g->live[d->index];
+    double e = (double)d->energy_mj + l->energy_mj +
+               energy_between(d, &l->sensor[FNV_S_POWER], l->energy_ns, now_ns());
+    return (unsigned long long)e;
+}
 
 /* ---- memory ---- */
 
@@ -14,7 +103,7 @@ nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t *memory) 
     DEVICE_ENTER(device);
     /* v1 folds the driver's reservation into "used", as real NVML does. */
     memory->total = d->memory_total;
-    memory->used = d->memory_used + d->memory_reserved;
+    memory->used = fnv_memory_used(d) + d->memory_reserved;
     memory->free = memory->total - memory->used;
     return fnv_leave(NVML_SUCCESS);
 }
@@ -25,8 +114,8 @@ nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvmlMemory_v2_t *me
     DEVICE_ENTER(device);
     memory->total = d->memory_total;
     memory->reserved = d->memory_reserved;
-    memory->used = d->memory_used;
-    memory->free = d->memory_total - d->memory_reserved - d->memory_used;
+    memory->used = fnv_memory_used(d);
+    memory->free = d->memory_total - d->memory_reserved - memory->used;
     return fnv_leave(NVML_SUCCESS);
 }
 
@@ -46,7 +135,7 @@ nvmlReturn_t nvmlDeviceGetTemperature(nvmlDevice_t device, nvmlTemperatureSensor
                                       unsigned int *temp) {
     if (!temp || sensorType != NVML_TEMPERATURE_GPU) return NVML_ERROR_INVALID_ARGUMENT;
     DEVICE_ENTER(device);
-    *temp = d->temp_gpu;
+    *temp = (unsigned)fnv_sensor(d, FNV_S_TEMPERATURE);
     return fnv_leave(NVML_SUCCESS);
 }
 
@@ -55,7 +144,7 @@ nvmlReturn_t nvmlDeviceGetTemperatureV(nvmlDevice_t device, nvmlTemperature_t *t
     if (temperature->version != nvmlTemperature_v1) return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
     if (temperature->sensorType != NVML_TEMPERATURE_GPU) return NVML_ERROR_INVALID_ARGUMENT;
     DEVICE_ENTER(device);
-    temperature->temperature = (int)d->temp_gpu;
+    temperature->temperature = (int)fnv_sensor(d, FNV_S_TEMPERATURE);
     return fnv_leave(NVML_SUCCESS);
 }
 
@@ -80,13 +169,13 @@ nvmlReturn_t nvmlDeviceGetTemperatureThreshold(nvmlDevice_t device,
 
 /* ---- power and energy ---- */
 
-DEVICE_GETTER(nvmlDeviceGetPowerUsage, unsigned int, d->power_usage_mw)
+DEVICE_GETTER(nvmlDeviceGetPowerUsage, unsigned int, fnv_sensor(d, FNV_S_POWER))
 DEVICE_GETTER(nvmlDeviceGetPowerManagementLimit, unsigned int, d->power_limit_mw)
 DEVICE_GETTER(nvmlDeviceGetPowerManagementDefaultLimit, unsigned int, d->power_default_mw)
 DEVICE_GETTER(nvmlDeviceGetEnforcedPowerLimit, unsigned int, d->power_limit_mw)
 DEVICE_GETTER(nvmlDeviceGetPowerManagementMode, nvmlEnableState_t, NVML_FEATURE_ENABLED)
-DEVICE_GETTER(nvmlDeviceGetPowerState, nvmlPstates_t, d->pstate)
-DEVICE_GETTER(nvmlDeviceGetPerformanceState, nvmlPstates_t, d->pstate)
+DEVICE_GETTER(nvmlDeviceGetPowerState, nvmlPstates_t, fnv_sensor(d, FNV_S_PSTATE))
+DEVICE_GETTER(nvmlDeviceGetPerformanceState, nvmlPstates_t, fnv_sensor(d, FNV_S_PSTATE))
 DEVICE_GETTER(nvmlDeviceGetPowerSource, nvmlPowerSource_t, NVML_POWER_SOURCE_AC)
 
 nvmlReturn_t nvmlDeviceGetPowerManagementLimitConstraints(nvmlDevice_t device,
@@ -102,11 +191,7 @@ nvmlReturn_t nvmlDeviceGetPowerManagementLimitConstraints(nvmlDevice_t device,
 nvmlReturn_t nvmlDeviceGetTotalEnergyConsumption(nvmlDevice_t device, unsigned long long *energy) {
     if (!energy) return NVML_ERROR_INVALID_ARGUMENT;
     DEVICE_ENTER(device);
-    /* Energy keeps growing at the idle draw, so consumers that diff two reads see power. */
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    unsigned long long ms = (unsigned long long)ts.tv_sec * 1000 + (unsigned long long)ts.tv_nsec / 1000000;
-    *energy = d->energy_mj + ms * d->power_usage_mw / 1000000;
+    *energy = fnv_energy_mj(d);
     return fnv_leave(NVML_SUCCESS);
 }
 
@@ -115,8 +200,8 @@ nvmlReturn_t nvmlDeviceGetTotalEnergyConsumption(nvmlDevice_t device, unsigned l
 nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t device, nvmlUtilization_t *utilization) {
     if (!utilization) return NVML_ERROR_INVALID_ARGUMENT;
     DEVICE_ENTER(device);
-    utilization->gpu = d->util_gpu;
-    utilization->memory = d->util_mem;
+    utilization->gpu = (unsigned)fnv_sensor(d, FNV_S_UTIL);
+    utilization->memory = (unsigned)fnv_sensor(d, FNV_S_MEM_UTIL);
     return fnv_leave(NVML_SUCCESS);
 }
 
@@ -146,12 +231,17 @@ static int clock_slot(nvmlClockType_t type) {
     }
 }
 
-nvmlReturn_t nvmlDeviceGetClockInfo(nvmlDevice_t device, nvmlClockType_t type, unsigned int *clock) {
+static nvmlReturn_t current_clock(const char *fn, nvmlDevice_t device, nvmlClockType_t type,
+                                  unsigned int *clock) {
     int slot = clock_slot(type);
     if (!clock || slot < 0) return NVML_ERROR_INVALID_ARGUMENT;
-    DEVICE_ENTER(device);
-    *clock = d->clocks[slot];
+    DEVICE_ENTER_AS(fn, device);
+    *clock = (unsigned)fnv_sensor(d, (enum fnv_sensor)(FNV_S_GRAPHICS_CLOCK + slot));
     return fnv_leave(NVML_SUCCESS);
+}
+
+nvmlReturn_t nvmlDeviceGetClockInfo(nvmlDevice_t device, nvmlClockType_t type, unsigned int *clock) {
+    return current_clock(__func__, device, type, clock);
 }
 
 nvmlReturn_t nvmlDeviceGetMaxClockInfo(nvmlDevice_t device, nvmlClockType_t type,
@@ -165,11 +255,11 @@ nvmlReturn_t nvmlDeviceGetMaxClockInfo(nvmlDevice_t device, nvmlClockType_t type
 
 /* Application and customer-boost clocks per type, from the profile; 0: that clock has none
  * (a real H100 has no video application clock and boosts graphics/SM only). */
-static nvmlReturn_t profile_clock(nvmlDevice_t device, nvmlClockType_t type, unsigned int *clock,
-                                  size_t member) {
+static nvmlReturn_t profile_clock(const char *fn, nvmlDevice_t device, nvmlClockType_t type,
+                                  unsigned int *clock, size_t member) {
     int slot = clock_slot(type);
     if (!clock || slot < 0) return NVML_ERROR_INVALID_ARGUMENT;
-    DEVICE_ENTER(device);
+    DEVICE_ENTER_AS(fn, device);
     unsigned value = ((const uint32_t *)((const char *)d + member))[slot];
     if (!value) return fnv_leave(NVML_ERROR_NOT_SUPPORTED);
     *clock = value;
@@ -178,36 +268,36 @@ static nvmlReturn_t profile_clock(nvmlDevice_t device, nvmlClockType_t type, uns
 
 nvmlReturn_t nvmlDeviceGetApplicationsClock(nvmlDevice_t device, nvmlClockType_t clockType,
                                             unsigned int *clockMHz) {
-    return profile_clock(device, clockType, clockMHz, offsetof(fnv_device, app_clocks));
+    return profile_clock(__func__, device, clockType, clockMHz, offsetof(fnv_device, app_clocks));
 }
 
 nvmlReturn_t nvmlDeviceGetDefaultApplicationsClock(nvmlDevice_t device, nvmlClockType_t clockType,
                                                    unsigned int *clockMHz) {
-    return profile_clock(device, clockType, clockMHz, offsetof(fnv_device, app_clocks));
+    return profile_clock(__func__, device, clockType, clockMHz, offsetof(fnv_device, app_clocks));
 }
 
 nvmlReturn_t nvmlDeviceGetMaxCustomerBoostClock(nvmlDevice_t device, nvmlClockType_t clockType,
                                                 unsigned int *clockMHz) {
-    return profile_clock(device, clockType, clockMHz, offsetof(fnv_device, boost_clocks));
+    return profile_clock(__func__, device, clockType, clockMHz, offsetof(fnv_device, boost_clocks));
 }
 
 nvmlReturn_t nvmlDeviceGetClock(nvmlDevice_t device, nvmlClockType_t clockType,
                                 nvmlClockId_t clockId, unsigned int *clockMHz) {
     switch (clockId) {
-    case NVML_CLOCK_ID_CURRENT: return nvmlDeviceGetClockInfo(device, clockType, clockMHz);
+    case NVML_CLOCK_ID_CURRENT: return current_clock(__func__, device, clockType, clockMHz);
     case NVML_CLOCK_ID_APP_CLOCK_TARGET:
     case NVML_CLOCK_ID_APP_CLOCK_DEFAULT:
-        return profile_clock(device, clockType, clockMHz, offsetof(fnv_device, app_clocks));
+        return profile_clock(__func__, device, clockType, clockMHz, offsetof(fnv_device, app_clocks));
     case NVML_CLOCK_ID_CUSTOMER_BOOST_MAX:
-        return profile_clock(device, clockType, clockMHz, offsetof(fnv_device, boost_clocks));
+        return profile_clock(__func__, device, clockType, clockMHz, offsetof(fnv_device, boost_clocks));
     default: return NVML_ERROR_INVALID_ARGUMENT;
     }
 }
 
 DEVICE_GETTER(nvmlDeviceGetCurrentClocksEventReasons, unsigned long long,
-              nvmlClocksEventReasonGpuIdle)
+              fnv_sensor(d, FNV_S_CLOCK_REASONS))
 DEVICE_GETTER(nvmlDeviceGetCurrentClocksThrottleReasons, unsigned long long,
-              nvmlClocksEventReasonGpuIdle)
+              fnv_sensor(d, FNV_S_CLOCK_REASONS))
 DEVICE_GETTER(nvmlDeviceGetSupportedClocksEventReasons, unsigned long long,
               d->clock_event_reasons)
 DEVICE_GETTER(nvmlDeviceGetSupportedClocksThrottleReasons, unsigned long long,

@@ -198,10 +198,12 @@ nvmlReturn_t fnv_load(fnv_state **out) {
     }
     st->count = st->header.device_count;
     st->faults = calloc(st->count, sizeof *st->faults);
-    if (!st->faults) {
+    st->live = calloc(st->count, sizeof *st->live);
+    if (!st->faults || !st->live) {
         fnv_free(st);
         return NVML_ERROR_MEMORY;
     }
+    fnv_knobs_begin(st);
     fnv_journal_refresh(st);
     *out = st;
     return NVML_SUCCESS;
@@ -212,5 +214,8 @@ void fnv_free(fnv_state *st) {
     if (st->journal_fd >= 0) close(st->journal_fd);
     free(st->devices);
     free(st->faults);
+    if (st->live)
+        for (uint32_t i = 0; i < st->count; i++) free(st->live[i].procs);
+    free(st->live);
     free(st);
 }

@@ -121,15 +121,59 @@ enum fnv_record_kind {
     FNV_FALLEN_OFF_BUS = 5,
     FNV_RECOVER = 6,         /* clears lost and the recovery action */
     FNV_RECOVERY_ACTION = 7, /* data: nvmlDeviceGpuRecoveryAction_t the driver asks for */
+    /* Telemetry and processes: live values a monitoring stack reads. */
+    FNV_SET = 8,            /* arg0: fnv_sensor; data: value, or a wave's start; data2: its
+                               turn; arg1: the wave's period in ms (0: constant);
+                               FNV_SET_IDLE in arg1 with data 0: back to the profile's */
+    FNV_PROCESS_ADD = 9,    /* arg0: pid; arg1: FNV_PROC_* bits; data: used memory, bytes */
+    FNV_PROCESS_REMOVE = 10, /* arg0: pid */
+    /* NVML failure knobs. gpu: one GPU, or FNV_ALL_GPUS. arg0: the function's id (crc32 of
+       its exported name); arg1: FNV_KNOB_* flags. */
+    FNV_FAIL = 11,  /* data: the nvmlReturn_t to answer; data2: how many calls (0: all) */
+    FNV_DELAY = 12, /* data: milliseconds to sleep before answering (0: none) */
+    FNV_CLEAR = 13, /* data: FNV_CLEAR_* bits; arg0: one function's id, or 0 for all */
 };
+
+enum fnv_sensor { /* FNV_SET's arg0; fakenvml/telemetry.py's Sensor */
+    FNV_S_TEMPERATURE = 1, /* degrees C */
+    FNV_S_MEM_TEMPERATURE, /* degrees C (field NVML_FI_DEV_MEMORY_TEMP) */
+    FNV_S_POWER,           /* mW */
+    FNV_S_UTIL,            /* percent */
+    FNV_S_MEM_UTIL,        /* percent */
+    FNV_S_GRAPHICS_CLOCK,  /* MHz, then sm, mem, video: nvmlClockType_t order */
+    FNV_S_SM_CLOCK,
+    FNV_S_MEM_CLOCK,
+    FNV_S_VIDEO_CLOCK,
+    FNV_S_PSTATE,        /* nvmlPstates_t */
+    FNV_S_CLOCK_REASONS, /* nvmlClocksEventReason* bits */
+    FNV_S_COUNT
+};
+
+#define FNV_ALL_GPUS 0xFFFFFFFFu /* FNV_FAIL / FNV_DELAY / FNV_CLEAR: every GPU, and calls
+                                    that name none */
+#define FNV_SET_IDLE 0xFFFFFFFFu
+#define FNV_PROC_COMPUTE 1u
+#define FNV_PROC_GRAPHICS 2u
+#define FNV_MAX_PROCESSES 64 /* per GPU; adds beyond it are ignored */
+#define FNV_KNOB_VERSIONS 1u /* also the function's _vN versions (a name given without one) */
+#define FNV_CLEAR_FAIL 1u
+#define FNV_CLEAR_DELAY 2u
 
 typedef struct {
     uint64_t seq; /* 1-based, equal to the record's position + 1 */
     uint64_t realtime_ns, monotonic_ns;
     uint32_t kind, gpu;
-    uint64_t data; /* Xid code or ECC error count */
-    uint32_t gpu_instance, compute_instance;
-    uint8_t reserved[12];
+    uint64_t data; /* Xid code or ECC error count; other kinds: above */
+    union {
+        uint32_t gpu_instance; /* faults */
+        uint32_t arg0;         /* FNV_SET and later */
+    };
+    union {
+        uint32_t compute_instance;
+        uint32_t arg1;
+    };
+    uint64_t data2;
+    uint8_t reserved[4];
     uint32_t crc; /* crc32 of the preceding 60 bytes */
 } fnv_record;
 #pragma pack(pop)

@@ -132,18 +132,23 @@ static void set_bits(unsigned long *set, unsigned int words, unsigned first, uns
     for (unsigned b = first; b < first + n && b / bits < words; b++) set[b / bits] |= 1UL << (b % bits);
 }
 
-nvmlReturn_t nvmlDeviceGetCpuAffinityWithinScope(nvmlDevice_t device, unsigned int cpuSetSize,
-                                                 unsigned long *cpuSet, nvmlAffinityScope_t scope) {
+static nvmlReturn_t cpu_affinity(const char *fn, nvmlDevice_t device, unsigned int cpuSetSize,
+                                 unsigned long *cpuSet, nvmlAffinityScope_t scope) {
     if (!cpuSet || cpuSetSize == 0 || scope > NVML_AFFINITY_SCOPE_SOCKET)
         return NVML_ERROR_INVALID_ARGUMENT;
-    DEVICE_ENTER(device);
+    DEVICE_ENTER_AS(fn, device);
     set_bits(cpuSet, cpuSetSize, d->cpu_first, d->cpu_count); /* one socket per NUMA node */
     return fnv_leave(NVML_SUCCESS);
 }
 
 nvmlReturn_t nvmlDeviceGetCpuAffinity(nvmlDevice_t device, unsigned int cpuSetSize,
                                       unsigned long *cpuSet) {
-    return nvmlDeviceGetCpuAffinityWithinScope(device, cpuSetSize, cpuSet, NVML_AFFINITY_SCOPE_NODE);
+    return cpu_affinity(__func__, device, cpuSetSize, cpuSet, NVML_AFFINITY_SCOPE_NODE);
+}
+
+nvmlReturn_t nvmlDeviceGetCpuAffinityWithinScope(nvmlDevice_t device, unsigned int cpuSetSize,
+                                                 unsigned long *cpuSet, nvmlAffinityScope_t scope) {
+    return cpu_affinity(__func__, device, cpuSetSize, cpuSet, scope);
 }
 
 nvmlReturn_t nvmlDeviceGetMemoryAffinity(nvmlDevice_t device, unsigned int nodeSetSize,
@@ -166,8 +171,9 @@ static nvmlReturn_t link_of(const fnv_device *d, unsigned int link, const fnv_li
     return NVML_SUCCESS;
 }
 
-#define LINK_ENTER(device, link, out)                                                              \
-    DEVICE_ENTER(device);                                                                          \
+#define LINK_ENTER(device, link, out) LINK_ENTER_AS(__func__, device, link, out)
+#define LINK_ENTER_AS(fn, device, link, out)                                                       \
+    DEVICE_ENTER_AS(fn, device);                                                                    \
     const fnv_link *l;                                                                             \
     do {                                                                                           \
         nvmlReturn_t ret_ = link_of(d, link, &l);                                                  \
@@ -211,9 +217,10 @@ nvmlReturn_t nvmlDeviceGetNvLinkRemoteDeviceType(nvmlDevice_t device, unsigned i
     return fnv_leave(NVML_SUCCESS);
 }
 
-static nvmlReturn_t remote_pci(nvmlDevice_t device, unsigned int link, nvmlPciInfo_t *pci) {
+static nvmlReturn_t remote_pci(const char *fn_name, nvmlDevice_t device, unsigned int link,
+                               nvmlPciInfo_t *pci) {
     if (!pci) return NVML_ERROR_INVALID_ARGUMENT;
-    LINK_ENTER(device, link, l);
+    LINK_ENTER_AS(fn_name, device, link, l);
     fnv_device remote;
     memset(&remote, 0, sizeof remote);
     unsigned dom = 0, bus = 0, dev = 0, fn = 0;
@@ -230,12 +237,12 @@ static nvmlReturn_t remote_pci(nvmlDevice_t device, unsigned int link, nvmlPciIn
 
 nvmlReturn_t nvmlDeviceGetNvLinkRemotePciInfo_v2(nvmlDevice_t device, unsigned int link,
                                                  nvmlPciInfo_t *pci) {
-    return remote_pci(device, link, pci);
+    return remote_pci(__func__, device, link, pci);
 }
 
 nvmlReturn_t nvmlDeviceGetNvLinkRemotePciInfo(nvmlDevice_t device, unsigned int link,
                                               nvmlPciInfo_t *pci) {
-    return remote_pci(device, link, pci);
+    return remote_pci(__func__, device, link, pci);
 }
 
 nvmlReturn_t nvmlDeviceGetNvLinkErrorCounter(nvmlDevice_t device, unsigned int link,
