@@ -1,9 +1,12 @@
 """GPU profiles: what one board of a given model reports through NVML.
 
-Values come from public `nvidia-smi -q` / deviceQuery captures of real boards and the PCI ID
-repository (pci.ids). A few were not found in any public capture; those lines end in `# ~`
-and hold a plausible value of the right shape. Profiles are facts only: identity (UUID,
-serial, bus id) and topology are the inventory's job.
+Every value comes from a public source, cited beside it: the H100 from the capture in
+tests/fakenvml/data/h100/, the other boards from `nvidia-smi -q` / deviceQuery outputs that
+people posted in public issue threads and repositories, NVIDIA's documentation and the PCI
+ID repository (pci.ids). A value no public source gave keeps what the profile had and says
+`unsourced:` and why. tests/fakenvml/test_profile_facts.py holds each profile to its cited
+facts. Profiles are facts only: identity (UUID, serial, bus id) and topology are the
+inventory's job.
 """
 
 from __future__ import annotations
@@ -194,60 +197,113 @@ H100_CAPS: dict[str, object] = {
     },
 }
 
+# Boards held to public captures. Each profile lists its sources once, as [tag] = where and
+# what it is; a value's comment names the tag it was read from. "derived" values are
+# arithmetic on a cited capture (the rule is on the line); "unsourced" values were found
+# in no public capture and keep what the profile had, with the reason.
+#
+# How nvidia-smi -q maps to fields: FB Memory Total/Reserved -> memory_mib/reserved_mib,
+# BAR1 Total -> bar1_mib, Default/Min/Max Power Limit -> power_w, Clocks at idle -> clocks,
+# Max Clocks -> max_clocks, Default Applications Clocks -> app_clocks (graphics, memory),
+# Max Customer Boost Clocks -> boost_clocks (graphics), Bank Remap Availability Histogram
+# Max -> row_remap_max. nvidia-smi prints no SM/video application clock nor an SM boost
+# clock: those follow the H100 capture's shape (SM = graphics; video and memory boost
+# NOT_SUPPORTED, i.e. 0).
+#
+# Newer drivers print temperature limits relative to T.Limit ("Shutdown T.Limit Temp: -8
+# C"). The H100 capture has both forms (h100-smi-q.txt and h100-walk.json): its absolute
+# GPU max operating limit is current + "GPU T.Limit Temp" (46 + 41 = 87) and shutdown /
+# slowdown are that limit minus their T.Limit values (87 + 8 = 95, 87 + 2 = 89), which
+# is how the absolute thresholds of T.Limit-only captures are derived below.
+
+
+def _apps(graphics: int, memory: int) -> tuple[int, int, int, int]:
+    """Application clocks from nvidia-smi's two numbers, in the H100 capture's shape."""
+    return (graphics, graphics, memory, 0)
+
+
+def _boost(graphics: int) -> tuple[int, int, int, int]:
+    return (graphics, graphics, 0, 0)
+
+
 _ALL = [
+    # [x] github.com/XueSongTap/XueSongTap.github.io _posts/2024-01-04-nvidia-smi-more.md:
+    #     nvidia-smi -q of 8 A100-SXM4-40GB at idle, driver 535.129.03
+    # [d] https://github.com/NVIDIA/nvidia-docker/issues/1648: nvidia-smi -q of A100-SXM4-40GB
+    # [dq] github.com/thamada/nvidia-smi gls/A100SXMx4_deviceQuery.py (an A100-SXM4-80GB;
+    #     the die, GA100, is the same)
+    # [mig] https://docs.nvidia.com/datacenter/tesla/mig-user-guide/supported-gpus.html
     Profile(
         key="A100-SXM4-40GB",
-        name="NVIDIA A100-SXM4-40GB",
-        memory_mib=40960,
-        reserved_mib=620,
-        cc=(8, 0),
-        arch=ARCH_AMPERE,
-        pci_device_id=0x20B010DE,
-        pci_subsystem_id=0x134F10DE,
-        part_number="692-2G506-0200-002",
-        vbios="92.00.36.00.04",
-        inforom="G506.0200.00.04",
-        bar1_mib=65536,
-        power_w=(400, 100, 400),
-        idle_power_w=52,
-        pstate=0,
-        clocks=(210, 210, 1215, 585),
-        max_clocks=(1410, 1410, 1215, 1290),
-        temps=(25, 89, 92, 85, 95),
-        cuda_cores=6912,
-        memory_bus_width=5120,
-        pcie=(4, 16),
-        nvlinks=12,
-        nvlink_gen=3,
+        name="NVIDIA A100-SXM4-40GB",  # [x] Product Name
+        memory_mib=40960,  # [x] FB Memory Usage Total
+        reserved_mib=620,  # [x] Reserved 620 MiB
+        cc=(8, 0),  # [mig] A100-SXM4 40GB: compute capability 8.0
+        arch=ARCH_AMPERE,  # [x] Product Architecture: Ampere
+        pci_device_id=0x20B010DE,  # [x] Device Id
+        pci_subsystem_id=0x134F10DE,  # [x] Sub System Id
+        part_number="692-2G506-0200-002",  # [x] Board Part Number
+        vbios="92.00.36.00.04",  # [x] VBIOS Version
+        inforom="G506.0200.00.04",  # [x] Inforom Image Version
+        bar1_mib=65536,  # [x] BAR1 Total
+        power_w=(400, 100, 400),  # [x][d] Default / Min / Max Power Limit
+        idle_power_w=52,  # [x] Power Draw 52.12 W at P0, idle
+        pstate=0,  # [x] Performance State P0
+        clocks=(210, 210, 1215, 585),  # [x] Clocks at idle
+        max_clocks=(1410, 1410, 1215, 1290),  # [x][d] Max Clocks
+        temps=(25, 89, 92, 85, 95),  # [x] shutdown 92, slowdown 89, max op 85, mem max 95
+        cuda_cores=6912,  # [dq] 108 SMs x 64
+        memory_bus_width=5120,  # [dq] Memory Bus Width 5120-bit
+        pcie=(4, 16),  # [x] PCIe Generation Device Max 4, Link Width Max 16x
+        nvlinks=12,  # [x] nvidia-smi topo -m: NV12 between every pair
+        nvlink_gen=3,  # unsourced: NVLink 3 is NVIDIA's A100 marketing, no capture prints it
         nvswitch_device_id=NVSWITCH_GEN2,
-        nvswitches_per_board=6,
+        nvswitches_per_board=6,  # unsourced: HGX A100 datasheet figure, not a capture
+        caps={
+            "app_clocks": _apps(1095, 1215),  # [x][d] Default Applications Clocks
+            "boost_clocks": _boost(1410),  # [x] Max Customer Boost Clocks
+            "row_remap_max": 640,  # [x] Bank Remap Availability Histogram Max 640
+        },
     ),
+    # The 400 W A100-SXM4-80GB (subsystem 0x1463); the 500 W board is 0x147F.
+    # [m4] github.com/huggingface/m4-logs tr_141-hanging/
+    #     tr_141_cm409xPMD01_scale_leap_of_faith_v5_num_workers_0-try3/README.md:
+    #     nvidia-smi -q of an A100-SXM4-80GB 400 W board, driver 525.60.13, under load
+    # [t] github.com/thamada/nvidia-smi gls/A100SXMx4_smi.py: nvidia-smi -q of four
+    #     A100-SXM4-80GB 500 W boards (0x147F) at idle, driver 555.42.02
+    # [dq] github.com/thamada/nvidia-smi gls/A100SXMx4_deviceQuery.py
+    # [c] https://github.com/NVIDIA/CUDALibrarySamples/issues/104: nvidia-smi -a, same VBIOS
     Profile(
         key="A100-SXM4-80GB",
-        name="NVIDIA A100-SXM4-80GB",
-        memory_mib=81920,
-        reserved_mib=763,
-        cc=(8, 0),
-        arch=ARCH_AMPERE,
-        pci_device_id=0x20B210DE,
-        pci_subsystem_id=0x146310DE,  # the 400 W board (0x147F is the 500 W one)
-        part_number="692-2G506-0210-002",
-        vbios="92.00.45.00.05",
-        inforom="G506.0210.00.03",
-        bar1_mib=131072,
-        power_w=(400, 100, 400),
-        idle_power_w=60,
-        pstate=0,
-        clocks=(210, 210, 1593, 585),
-        max_clocks=(1410, 1410, 1593, 1290),
-        temps=(28, 89, 92, 85, 95),
-        cuda_cores=6912,
-        memory_bus_width=5120,
-        pcie=(4, 16),
-        nvlinks=12,
-        nvlink_gen=3,
+        name="NVIDIA A100-SXM4-80GB",  # [m4][t][c] Product Name
+        memory_mib=81920,  # [m4][t] FB Memory Usage Total
+        reserved_mib=763,  # [t] Reserved 763 MiB (driver 555; [m4] 834 MiB on driver 525)
+        cc=(8, 0),  # [dq] CUDA Capability 8.0
+        arch=ARCH_AMPERE,  # [t] Product Architecture: Ampere
+        pci_device_id=0x20B210DE,  # [m4][t] Device Id
+        pci_subsystem_id=0x146310DE,  # [m4] Sub System Id (the 400 W board)
+        part_number="692-2G506-0210-002",  # [m4] Board Part Number
+        vbios="92.00.45.00.05",  # [m4][c] VBIOS Version
+        inforom="G506.0210.00.03",  # [m4] Inforom Image Version
+        bar1_mib=131072,  # [m4][t] BAR1 Total
+        power_w=(400, 100, 400),  # [m4] Default / Min / Max Power Limit
+        idle_power_w=60,  # [t] 58-60 W at idle (the 500 W board; [m4] was under load)
+        pstate=0,  # [m4][t] Performance State P0
+        clocks=(210, 210, 1593, 585),  # [t] Clocks at idle
+        max_clocks=(1410, 1410, 1593, 1290),  # [m4][t] Max Clocks
+        temps=(28, 89, 92, 85, 95),  # [m4] current 28, shutdown 92, slowdown 89, 85, mem 95
+        cuda_cores=6912,  # [dq] 108 SMs x 64
+        memory_bus_width=5120,  # [dq] Memory Bus Width 5120-bit
+        pcie=(4, 16),  # [m4][t] PCIe Generation Device Max 4, Link Width Max 16x
+        nvlinks=12,  # [x] of A100-SXM4-40GB above: NV12 on the same HGX A100 baseboard
+        nvlink_gen=3,  # unsourced: NVLink 3 is NVIDIA's A100 marketing, no capture prints it
         nvswitch_device_id=NVSWITCH_GEN2,
-        nvswitches_per_board=6,
+        nvswitches_per_board=6,  # unsourced: HGX A100 datasheet figure, not a capture
+        caps={
+            "app_clocks": _apps(1155, 1593),  # [m4] Default Applications Clocks
+            "boost_clocks": _boost(1410),  # [m4][t] Max Customer Boost Clocks
+            "row_remap_max": 640,  # [m4][t] Bank Remap Availability Histogram Max 640
+        },
     ),
     Profile(
         key="H100-SXM5-80GB",
@@ -279,158 +335,224 @@ _ALL = [
         nvswitches_per_board=4,
         caps=H100_CAPS,
     ),
+    # [g] github.com/thamada/gls gls/H200_smi.py: nvidia-smi -q of an H200 at idle, driver
+    #     550.90.12 (passthrough VM)
+    # [gq] github.com/thamada/gls gls/H200_deviceQuery.py
     Profile(
         key="H200",
-        name="NVIDIA H200",
-        memory_mib=143771,
-        reserved_mib=700,
-        cc=(9, 0),
-        arch=ARCH_HOPPER,
-        pci_device_id=0x233510DE,
-        pci_subsystem_id=0x18BE10DE,
-        part_number="695-2G520-0280-000",
-        vbios="96.00.A5.00.03",
-        inforom="G520.0280.02.02",
-        bar1_mib=262144,
-        power_w=(700, 200, 700),
-        idle_power_w=74,
-        pstate=0,
-        clocks=(345, 345, 3199, 765),
-        max_clocks=(1980, 1980, 3201, 1545),
-        temps=(28, 89, 92, 87, 95),  # ~ as H100
-        cuda_cores=16896,
-        memory_bus_width=6144,
-        pcie=(5, 16),
-        nvlinks=18,
-        nvlink_gen=4,
+        name="NVIDIA H200",  # [g] Product Name
+        memory_mib=143771,  # [g] FB Memory Usage Total
+        reserved_mib=700,  # [g] Reserved 700 MiB
+        cc=(9, 0),  # [gq] CUDA Capability 9.0
+        arch=ARCH_HOPPER,  # [g] Product Architecture: Hopper
+        pci_device_id=0x233510DE,  # [g] Device Id
+        pci_subsystem_id=0x18BE10DE,  # [g] Sub System Id
+        part_number="695-2G520-0280-000",  # [g] Board Part Number
+        vbios="96.00.A5.00.03",  # [g] VBIOS Version
+        inforom="G520.0280.02.02",  # [g] Inforom Image Version
+        bar1_mib=262144,  # [g] BAR1 Total
+        power_w=(700, 200, 700),  # [g] Default / Min / Max Power Limit
+        idle_power_w=74,  # [g] Power Draw 74.58 W
+        pstate=0,  # [g] Performance State P0
+        clocks=(345, 345, 3199, 765),  # [g] Clocks at idle
+        max_clocks=(1980, 1980, 3201, 1545),  # [g] Max Clocks
+        # derived from [g]: current 28 + T.Limit 59 = max op 87; shutdown 87 + 8 = 95,
+        # slowdown 87 + 2 = 89; memory "Max Operating T.Limit 0" as on the H100, whose
+        # absolute memory limit is 95.
+        temps=(28, 89, 95, 87, 95),
+        cuda_cores=16896,  # [gq] 132 SMs x 128
+        memory_bus_width=6144,  # [gq] Memory Bus Width 6144-bit
+        pcie=(5, 16),  # [g] PCIe Generation Device Max 5, Link Width Max 16x
+        nvlinks=18,  # unsourced: HGX H200 datasheet (18 links); the capture's VM shows none
+        nvlink_gen=4,  # unsourced: NVIDIA's marketing generation, no capture prints it
         nvswitch_device_id=NVSWITCH_GEN3,
-        nvswitches_per_board=4,
+        nvswitches_per_board=4,  # unsourced: HGX H200 datasheet figure
+        caps={
+            "app_clocks": _apps(1980, 3201),  # [g] Default Applications Clocks
+            "boost_clocks": _boost(1980),  # [g] Max Customer Boost Clocks
+            "row_remap_max": 3072,  # [g] Bank Remap Availability Histogram Max 3072
+        },
     ),
+    # No public nvidia-smi -q of a B200 was found; what is public:
+    # [cv] https://chegva.com/6622.html: nvidia-smi of 8 NVIDIA B200, driver 580.95.05:
+    #     "NVIDIA B200", 136-140 W / 1000 W, 183359MiB, P0
+    # [mp] NVIDIA's default MIG config (gpu-operator / mig-parted config-default.yaml):
+    #     "# B200", device-filter 0x290110DE
+    # [mig] https://docs.nvidia.com/datacenter/tesla/mig-user-guide/supported-gpus.html:
+    #     B200, Blackwell, compute capability 10.0
     Profile(
         key="B200",
-        name="NVIDIA B200",
-        memory_mib=183359,
-        reserved_mib=1000,  # ~
-        cc=(10, 0),
-        arch=ARCH_BLACKWELL,
-        pci_device_id=0x290110DE,
-        pci_subsystem_id=0x199910DE,  # ~
-        part_number="692-2G525-0220-000",  # ~ NVIDIA's pattern, not seen in a capture
-        vbios="97.00.9A.00.0F",
-        inforom="G525.0220.00.03",
-        bar1_mib=262144,  # ~
-        power_w=(1000, 200, 1000),  # ~ min
-        idle_power_w=140,
-        pstate=0,
-        clocks=(120, 120, 3996, 600),  # ~
-        max_clocks=(1965, 1965, 3996, 1635),  # ~
-        temps=(30, 89, 92, 87, 95),  # ~
-        cuda_cores=18944,  # 148 SMs x 128
-        memory_bus_width=8192,
-        pcie=(5, 16),
-        nvlinks=18,
-        nvlink_gen=5,
+        name="NVIDIA B200",  # [cv] Name
+        memory_mib=183359,  # [cv] Memory-Usage total
+        reserved_mib=1000,  # unsourced: no capture prints it
+        cc=(10, 0),  # [mig] compute capability 10.0
+        arch=ARCH_BLACKWELL,  # [mig] Blackwell
+        pci_device_id=0x290110DE,  # [mp] device-filter of the B200 entry
+        pci_subsystem_id=0x199910DE,  # unsourced: no capture prints it
+        part_number="692-2G525-0220-000",  # unsourced: NVIDIA's pattern, not seen in a capture
+        vbios="97.00.9A.00.0F",  # unsourced: no capture prints it
+        inforom="G525.0220.00.03",  # unsourced: no capture prints it
+        bar1_mib=262144,  # unsourced: no capture prints it
+        power_w=(1000, 200, 1000),  # [cv] cap 1000 W; unsourced: min 200 (H100's)
+        idle_power_w=140,  # [cv] 136-140 W at P0, idle
+        pstate=0,  # [cv] P0
+        clocks=(120, 120, 3996, 600),  # unsourced: no capture prints them
+        max_clocks=(1965, 1965, 3996, 1635),  # unsourced: no capture prints them
+        temps=(30, 89, 92, 87, 95),  # unsourced: no capture prints them ([cv]: 25-27 C)
+        cuda_cores=18944,  # unsourced: 148 SMs x 128, from no capture
+        memory_bus_width=8192,  # unsourced: no capture prints it
+        pcie=(5, 16),  # unsourced: HGX B200 datasheet (PCIe Gen5 x16), not a capture
+        nvlinks=18,  # unsourced: DGX B200 datasheet (18 links per GPU), not a capture
+        nvlink_gen=5,  # unsourced: NVIDIA's marketing generation
         nvswitch_device_id=NVSWITCH_UNKNOWN,
-        nvswitches_per_board=2,  # DGX B200: two NVLink 5 switch chips
+        nvswitches_per_board=2,  # unsourced: DGX B200 datasheet, two NVLink 5 switch chips
     ),
+    # [l] github.com/thamada/nvidia-smi nvsim/L40S_smi.py: nvidia-smi -q of an L40S at idle,
+    #     driver 550.127.05
+    # [lq] github.com/thamada/nvidia-smi nvsim/L40S_deviceQuery.py
     Profile(
         key="L40S",
-        name="NVIDIA L40S",
-        memory_mib=46068,
-        reserved_mib=479,
-        cc=(8, 9),
-        arch=ARCH_ADA,
-        pci_device_id=0x26B910DE,
-        pci_subsystem_id=0x185110DE,
-        part_number="900-2G133-0080-000",
-        vbios="95.02.66.00.02",
-        inforom="G133.0242.00.03",
-        bar1_mib=65536,
-        power_w=(350, 100, 350),
-        idle_power_w=33,
-        pstate=8,
-        clocks=(210, 210, 405, 1185),
-        max_clocks=(2520, 2520, 9001, 1965),
-        temps=(30, 95, 98, 88, 0),  # ~ limits; GDDR6 has no memory sensor (0 = N/A)
-        cuda_cores=18176,
-        memory_bus_width=384,
-        pcie=(4, 16),
+        name="NVIDIA L40S",  # [l] Product Name
+        memory_mib=46068,  # [l] FB Memory Usage Total
+        reserved_mib=479,  # [l] Reserved 479 MiB
+        cc=(8, 9),  # [lq] CUDA Capability 8.9
+        arch=ARCH_ADA,  # [l] Product Architecture: Ada Lovelace
+        pci_device_id=0x26B910DE,  # [l] Device Id
+        pci_subsystem_id=0x185110DE,  # [l] Sub System Id
+        part_number="900-2G133-0080-000",  # [l] Board Part Number
+        vbios="95.02.66.00.02",  # [l] VBIOS Version
+        inforom="G133.0242.00.03",  # [l] Inforom Image Version
+        bar1_mib=65536,  # [l] BAR1 Total
+        power_w=(350, 100, 350),  # [l] Default / Min / Max Power Limit
+        idle_power_w=33,  # [l] Power Draw 33.44 W
+        pstate=8,  # [l] Performance State P8
+        clocks=(210, 210, 405, 1185),  # [l] Clocks at idle
+        max_clocks=(2520, 2520, 9001, 1965),  # [l] Max Clocks
+        # derived from [l]: current 30 + T.Limit 57 = max op 87; shutdown 87 + 5 = 92,
+        # slowdown 87 + 2 = 89; GDDR6: Memory Max Operating N/A (0)
+        temps=(30, 89, 92, 87, 0),
+        cuda_cores=18176,  # [lq] 142 SMs x 128
+        memory_bus_width=384,  # [lq] Memory Bus Width 384-bit
+        pcie=(4, 16),  # [l] PCIe Generation Device Max 4, Link Width Max 16x
+        caps={
+            "app_clocks": _apps(2520, 9001),  # [l] Default Applications Clocks
+            "boost_clocks": _boost(2520),  # [l] Max Customer Boost Clocks
+            "row_remap_max": 192,  # [l] Bank Remap Availability Histogram Max 192
+        },
     ),
+    # [n] https://github.com/NVIDIA/nvidia-docker/issues/1446: nvidia-smi -q of a Tesla T4
+    #     (VBIOS, part number, inforom)
+    # [ct] https://github.com/NVIDIA/nvidia-container-toolkit/issues/465: nvidia-smi -q of an
+    #     AWS T4 (Device Id, Sub System Id, PCIe Max 3, 16x)
+    # [ml] https://github.com/mlcommons/inference_results_v0.5/issues/20: nvidia-smi -q -d
+    #     SUPPORTED_CLOCKS of a T4: Memory 5001 MHz, Graphics up to 1590 MHz
+    # [z] a public Chinese nvidia-smi walkthrough (repository not identified; find_string id
+    #     22551222574 in this project's search index): nvidia-smi -q of a Tesla T4 at idle,
+    #     driver 530.30.02; every number below matches it
     Profile(
         key="T4",
-        name="Tesla T4",
-        memory_mib=15360,
-        reserved_mib=393,
-        cc=(7, 5),
-        arch=ARCH_TURING,
-        pci_device_id=0x1EB810DE,
-        pci_subsystem_id=0x12A210DE,
-        part_number="900-2G183-0000-001",
-        vbios="90.04.38.00.03",
-        inforom="G183.0200.00.02",
-        bar1_mib=256,
-        power_w=(70, 60, 70),
-        idle_power_w=14,
-        pstate=8,
-        clocks=(300, 300, 405, 540),
-        max_clocks=(1590, 1590, 5001, 1470),
-        temps=(38, 93, 96, 85, 0),
-        cuda_cores=2560,
-        memory_bus_width=256,
-        pcie=(3, 16),
+        name="Tesla T4",  # [n][ct][z] Product Name
+        memory_mib=15360,  # [z] FB Memory Usage Total
+        reserved_mib=393,  # [z] Reserved 393 MiB
+        cc=(7, 5),  # unsourced here: CUDA's compute capability table lists T4 as 7.5
+        arch=ARCH_TURING,  # [z] Product Architecture: Turing
+        pci_device_id=0x1EB810DE,  # [ct][z] Device Id
+        pci_subsystem_id=0x12A210DE,  # [ct][z] Sub System Id
+        part_number="900-2G183-0000-001",  # [n][z] GPU Part Number
+        vbios="90.04.38.00.03",  # [n][z] VBIOS Version
+        inforom="G183.0200.00.02",  # [n][z] Inforom Image Version
+        bar1_mib=256,  # [z] BAR1 Total
+        power_w=(70, 60, 70),  # [z] Default / Min / Max Power Limit
+        idle_power_w=14,  # [z] Power Draw 14.04 W
+        pstate=8,  # [z] Performance State P8
+        clocks=(300, 300, 405, 540),  # [z] Clocks at idle
+        max_clocks=(1590, 1590, 5001, 1470),  # [z][ml] Max Clocks
+        temps=(38, 93, 96, 85, 0),  # [z] shutdown 96, slowdown 93, max op 85, memory N/A
+        cuda_cores=2560,  # unsourced: 40 SMs x 64, NVIDIA's T4 datasheet, not a capture
+        memory_bus_width=256,  # unsourced: NVIDIA's T4 datasheet, not a capture
+        pcie=(3, 16),  # [ct][z] PCIe Generation Max 3, Link Width Max 16x
+        caps={
+            "app_clocks": _apps(585, 5001),  # [z] Default Applications Clocks
+            "boost_clocks": _boost(1590),  # [z] Max Customer Boost Clocks
+        },
     ),
+    # [k] https://github.com/NVIDIA/k8s-device-plugin/issues/344: nvidia-smi -q of an AWS g5
+    #     A10G, driver 510.85.02 (Product Name, VBIOS)
+    # [w] a public issue thread (an NVIDIA/DCGM question by geraldstanje1, May 2025, as
+    #     mirrored in this project's search index as find_string id 70772490119; original URL
+    #     not found): nvidia-smi -q of an AWS g5 A10G under load, driver 535.247.01
+    # [a10] github.com/leptonai/gpud e2e/mock/nvidia-smi/test_data.go: an A10 (GA102, same
+    #     die): 23028MiB
     Profile(
         key="A10G",
-        name="NVIDIA A10G",
-        memory_mib=23028,
-        reserved_mib=304,
-        cc=(8, 6),
-        arch=ARCH_AMPERE,
-        pci_device_id=0x223710DE,
-        pci_subsystem_id=0x152F10DE,
-        part_number="900-2G133-A840-000",
-        vbios="94.02.75.00.01",
-        inforom="G133.0210.00.04",
-        bar1_mib=32768,
-        power_w=(300, 100, 300),
-        idle_power_w=25,  # ~
-        pstate=8,
-        clocks=(210, 210, 405, 555),  # ~
-        max_clocks=(1710, 1710, 6251, 1500),
-        temps=(27, 95, 98, 88, 0),
-        cuda_cores=10240,  # 80 SMs x 128
-        memory_bus_width=384,
-        pcie=(4, 16),
-        fans=1,  # nvidia-smi shows "0 %", not N/A, on AWS g5
+        name="NVIDIA A10G",  # [k][w] Product Name
+        memory_mib=23028,  # [w] FB Memory Usage Total
+        reserved_mib=304,  # [w] Reserved 304 MiB
+        cc=(8, 6),  # unsourced here: CUDA's compute capability table lists GA102 as 8.6
+        arch=ARCH_AMPERE,  # [k] Product Architecture: Ampere
+        pci_device_id=0x223710DE,  # [w] Device Id
+        pci_subsystem_id=0x152F10DE,  # [w] Sub System Id
+        part_number="900-2G133-A840-000",  # [w] Board Part Number
+        vbios="94.02.75.00.01",  # [k][w] VBIOS Version
+        inforom="G133.0210.00.04",  # [w] Inforom Image Version
+        bar1_mib=32768,  # [w] BAR1 Total
+        power_w=(300, 100, 300),  # [w] Default / Min / Max Power Limit
+        idle_power_w=25,  # unsourced: [w] is under load (60.30 W)
+        pstate=8,  # unsourced: [w] is under load (P0); P8 is what idle GA102 boards show
+        clocks=(210, 210, 405, 555),  # unsourced: [w] is under load; GA102's idle clocks
+        max_clocks=(1710, 1710, 6251, 1500),  # [w] Max Clocks
+        temps=(27, 95, 98, 88, 0),  # [w] current 27, shutdown 98, slowdown 95, max op 88
+        cuda_cores=10240,  # unsourced: 80 SMs x 128, NVIDIA's A10G figure, not a capture
+        memory_bus_width=384,  # unsourced: GA102's bus, not a capture
+        pcie=(4, 16),  # [w] PCIe Generation Device Max 4, Link Width Max 16x
+        fans=1,  # [w] Fan Speed "0 %", not N/A
+        caps={
+            "app_clocks": _apps(1710, 6251),  # [w] Default Applications Clocks
+            "boost_clocks": _boost(1710),  # [w] Max Customer Boost Clocks
+            "row_remap_max": 192,  # [w] Bank Remap Availability Histogram Max 192
+        },
     ),
+    # [b] https://github.com/mrirecon/bart/issues/323: nvidia-smi -q of RTX A6000s at idle
+    # [p] https://github.com/NVIDIA/k8s-device-plugin/issues/324: nvidia-smi -q of an RTX
+    #     A6000, driver 515.48.07 (Product Name, VBIOS)
+    # [r] github.com/thamada/gls gls/RTX_A6000_x9_smi.py: nvidia-smi of 9 RTX A6000, driver
+    #     550.127.05: 30% fan, 28-29C, P8, 18-28W / 300W, 46068MiB
+    # [rq] github.com/thamada/gls gls/RTX_A6000_x9_deviceQuery.py
     Profile(
         key="RTX-A6000",
-        name="NVIDIA RTX A6000",
-        memory_mib=46068,
-        reserved_mib=479,  # ~
-        cc=(8, 6),
-        arch=ARCH_AMPERE,
-        pci_device_id=0x223010DE,
-        pci_subsystem_id=0x145910DE,
-        part_number="900-5G133-1700-000",
-        vbios="94.02.5C.00.02",
-        inforom="G133.0500.00.05",
-        bar1_mib=65536,
-        power_w=(300, 100, 300),
-        idle_power_w=24,
-        pstate=8,
-        clocks=(210, 210, 405, 555),
-        max_clocks=(2100, 2100, 8001, 1950),
-        temps=(28, 95, 98, 93, 0),
-        cuda_cores=10752,
-        memory_bus_width=384,
-        pcie=(4, 16),
-        nvlinks=4,  # two-card NVLink bridge
+        name="NVIDIA RTX A6000",  # [b][p][r] Product Name
+        memory_mib=46068,  # [r] Memory-Usage total
+        # derived from [r]/[rq] (one driver): deviceQuery's global memory is total minus
+        # reserved plus 1 MiB on L40S, H200 and A100 captures; 46068 - 45619 + 1 = 450
+        reserved_mib=450,
+        cc=(8, 6),  # [rq] CUDA Capability 8.6
+        arch=ARCH_AMPERE,  # [b] Product Architecture: Ampere
+        pci_device_id=0x223010DE,  # pci.ids: 10de 2230 "GA102GL [RTX A6000]"
+        pci_subsystem_id=0x145910DE,  # unsourced: no capture seen shows it
+        part_number="900-5G133-1700-000",  # [b] GPU Part Number
+        vbios="94.02.5C.00.02",  # [b][p] VBIOS Version
+        inforom="G133.0500.00.05",  # unsourced: no capture seen shows it
+        bar1_mib=65536,  # unsourced: no capture seen shows it
+        power_w=(300, 100, 300),  # [b] Default / Min / Max Power Limit
+        idle_power_w=24,  # [r] 18-28 W at P8
+        pstate=8,  # [r] P8
+        clocks=(210, 210, 405, 555),  # [b] Clocks at idle
+        max_clocks=(2100, 2100, 8001, 1950),  # [b] Max Clocks
+        temps=(28, 95, 98, 93, 0),  # [b] max op 93; unsourced: slowdown 95, shutdown 98
+        cuda_cores=10752,  # [rq] 84 SMs x 128
+        memory_bus_width=384,  # [rq] Memory Bus Width 384-bit
+        pcie=(4, 16),  # unsourced: NVIDIA's datasheet (PCIe 4.0 x16), not a capture
+        nvlinks=4,  # unsourced: two-card NVLink bridge, NVIDIA's datasheet
         nvlink_gen=3,
-        fans=1,  # blower card
-        fan_speed=30,
+        fans=1,  # [r] Fan 30%
+        fan_speed=30,  # [r] 30%
+        caps={
+            "app_clocks": _apps(1800, 8001),  # [b] Default Applications Clocks
+            "boost_clocks": (0, 0, 0, 0),  # [b] Max Customer Boost Clocks: N/A
+        },
     ),
 ]
+
 
 PROFILES: dict[str, Profile] = {p.key: p for p in _ALL}
 
