@@ -8,9 +8,12 @@ The container is the subject DaemonSet's main container, as a node would run it:
 command, args and env (a fieldRef to spec.nodeName becomes the node's name), and its
 hostPath mounts mapped to what the stand-in provides — /var/lib/kubelet/device-plugins to
 the stand-in's directory, /run/fakenvml/driver to a driver root holding the fake
-libnvidia-ml.so.1, /var/lib/fakenvml to the node's fakenvml state. Any other hostPath is
-refused with one line (the lab has nothing to put there); ConfigMap and emptyDir volumes
-are empty directories (kubelet's view of an optional ConfigMap that does not exist). It
+libnvidia-ml.so.1 and, as on a lab node, the node's state at <driver root>/var/lib/fakenvml,
+/var/lib/fakenvml to the node's fakenvml state. Other hostPaths under /run (/var/run) are
+empty directories, as on a freshly booted node (/run is a tmpfs; NVIDIA's chart mounts
+/run/nvidia/mps and /var/run/cdi); any other hostPath is refused with one line (the lab has
+nothing to put there). ConfigMap and emptyDir volumes are empty directories (kubelet's view
+of an optional ConfigMap that does not exist). It
 waits for the subject's `ready_log` line with testcontainers' log wait strategy; a
 container that exits first fails with its exit code and log in the error.
 
@@ -30,14 +33,15 @@ from testcontainers.core.config import testcontainers_config
 from testcontainers.core.container import DockerContainer
 from testcontainers.core.wait_strategies import LogMessageWaitStrategy
 
+from clusters import kindconfig
 from clusters.subject import Subject
-from fakenvml import library
+from fakenvml import driver, library
 
 testcontainers_config.ryuk_disabled = True
 
 DEVICE_PLUGINS = "/var/lib/kubelet/device-plugins"
-DRIVER = "/run/fakenvml/driver"
-STATE = "/var/lib/fakenvml"
+DRIVER = kindconfig.DRIVER_ROOT
+STATE = kindconfig.NODE_STATE_DIR
 LABEL = "gpulab.dev/container-tier"
 
 
@@ -69,10 +73,14 @@ class SubjectContainer:
     def _driver_root(self) -> Path:
         """A driver root as fakenvml's DaemonSet makes it: the library, copied (a link
         would point outside the mount)."""
-        libdir = self._tmp / "driver" / "usr" / "lib" / "x86_64-linux-gnu"
+        root = self._tmp / "driver"
+        libdir = root / driver.LIB_DIR
         libdir.mkdir(parents=True, exist_ok=True)
         shutil.copy2(library.path(), libdir / library.SONAME)
-        return self._tmp / "driver"
+        # The mount point of the state (build() mounts it there): made here, as a read-only
+        # driver root mount leaves Docker no way to create it.
+        (root / STATE.lstrip("/")).mkdir(parents=True, exist_ok=True)
+        return root
 
     def _host_paths(self) -> dict[str, Path]:
         return {DEVICE_PLUGINS: self.kubelet_dir, DRIVER: self._driver_root(),
@@ -105,12 +113,18 @@ class SubjectContainer:
                                       "ro" if m.get("readOnly") else "rw")  # fmt: skip
                 continue
             path = vol["hostPath"]["path"]
-            if path not in host_paths:
+            mode = "ro" if m.get("readOnly") else "rw"
+            if path in host_paths:
+                c.with_volume_mapping(str(host_paths[path]), m["mountPath"], mode)
+            elif path.startswith(("/run/", "/var/run/")):
+                c.with_volume_mapping(str(self._volume_dir(m["name"], {})), m["mountPath"], mode)
+            else:
                 raise ContainerTierError(
                     f"subject {self.subject.name}: volume {m['name']} mounts host path {path}; "
-                    f"the container tier provides {', '.join(sorted(host_paths))}")  # fmt: skip
-            c.with_volume_mapping(str(host_paths[path]), m["mountPath"],
-                                  "ro" if m.get("readOnly") else "rw")  # fmt: skip
+                    f"the container tier provides {', '.join(sorted(host_paths))} and empty "
+                    "directories under /run")  # fmt: skip
+            if path == DRIVER:  # the node's state inside its driver root (kindconfig)
+                c.with_volume_mapping(str(self.state_dir), m["mountPath"] + STATE, mode)
         for e in main.get("env", []):
             if "value" in e:
                 c.with_env(e["name"], str(e["value"]))

@@ -32,9 +32,12 @@ def test_gpu_nodes_get_state_mounts_labels_and_fast_status_updates() -> None:
     cfg = kindconfig.render(lab, "node:img", Path("/labs"))
     cp, w1, w2 = cfg["nodes"]
     assert cp == {"role": "control-plane", "image": "node:img"}
+    # A second time inside the driver root, for plugins that mount only that (a chart's).
     assert w1["extraMounts"] == [
-        {"hostPath": "/labs/seed/seed-worker", "containerPath": "/var/lib/fakenvml"}
-    ]
+        {"hostPath": "/labs/seed/seed-worker", "containerPath": "/var/lib/fakenvml"},
+        {"hostPath": "/labs/seed/seed-worker",
+         "containerPath": "/run/fakenvml/driver/var/lib/fakenvml"},
+    ]  # fmt: skip
     assert w2["labels"]["gpulab.dev/gpu-count"] == "10"
     assert w2["labels"]["gpulab.dev/plugin"] == "true"
     assert "nodeStatusUpdateFrequency: 2s" in cfg["kubeadmConfigPatches"][0]
