@@ -5,8 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import yaml
 
-from clusters import kindconfig, spec
+from clusters import actions, infra, kindconfig, spec
+from clusters.lab import Lab
 
 
 @pytest.mark.parametrize(
@@ -91,3 +93,23 @@ def test_unknown_lab_names_the_known_ones() -> None:
         spec.SpecError, match=r"no lab 'nope' \(shipped: hetero, seed, single, wide\)"
     ):
         spec.load("nope")
+
+
+def test_a_lab_made_with_another_kind_config_is_not_reused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """kind cannot add a mount to a running node: a lab made before a config change (the
+    driver root's state mount) is made again, one made with this config is reused."""
+    monkeypatch.setattr(infra, "require", lambda images=(): infra.Products(node_image="node:img"))
+    lab = Lab("seed", subject="gpulab")
+    lab.labs_root, lab.host.dir = tmp_path, tmp_path / "seed"
+    assert actions.changed_config(lab) == "its kind config was not recorded"
+    cfg = kindconfig.render(lab.lab, "node:img", tmp_path)
+    lab.host.dir.mkdir()
+    (lab.host.dir / "kind.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
+    assert actions.changed_config(lab) == ""
+    for n in cfg["nodes"]:  # as labs were made before the second mount
+        if "extraMounts" in n:
+            n["extraMounts"] = n["extraMounts"][:1]
+    (lab.host.dir / "kind.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
+    assert actions.changed_config(lab) == "its kind config differs from this checkout's"
