@@ -1,5 +1,5 @@
 # gpulab — `make e2e` and `make test` set up everything they need on a fresh machine:
-# `make infra` first (engine, kind, node image, lab images, NVIDIA's plugin builds, as
+# `make infra` first (engine, kind, helm, node image, lab images, NVIDIA's plugin builds, as
 # ordered steps with status lines), then the tests, which only use what it built.
 SHELL := /bin/bash
 PY := .venv/bin/python
@@ -58,11 +58,11 @@ bench: install
 
 LAB ?= seed
 # The plugins under test: shipped subject names (gpulab, nvidia, nvidia-v0.17.4, the
-# time-slicing configs gpulab-timeslicing, nvidia-timeslicing, the CDI config
-# nvidia-cdi) or subject files (clusters/subject.py), comma-separated. `make infra`
-# builds their images where a subject says `image: {build: DIR}`; `make cluster` deploys
-# the first.
-SUBJECT ?= gpulab,nvidia,gpulab-timeslicing,nvidia-timeslicing,nvidia-cdi
+# time-slicing configs gpulab-timeslicing, nvidia-timeslicing, the CDI config nvidia-cdi,
+# NVIDIA's Helm chart nvidia-helm) or subject files (clusters/subject.py), comma-separated.
+# `make infra` builds their images where a subject says `image: {build: DIR}` and fetches
+# the Go modules their charts come from; `make cluster` deploys the first.
+SUBJECT ?= gpulab,nvidia,gpulab-timeslicing,nvidia-timeslicing,nvidia-cdi,nvidia-helm
 export GPULAB_SUBJECTS := $(SUBJECT)
 comma := ,
 

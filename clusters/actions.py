@@ -45,7 +45,7 @@ def reuse_or_recreate(lab: Lab) -> object:
     again by the next actions)."""
     if not lab.host.exists():
         return SKIP
-    stale = stale_states(lab)
+    stale = changed_config(lab) or stale_states(lab)
     if stale:
         # Its nodes' libraries and plugins hold the old format: only a new cluster is sure.
         lab.console.print(f"[yellow]![/] {lab.name}: {stale}: recreating it", highlight=False)
@@ -58,6 +58,16 @@ def reuse_or_recreate(lab: Lab) -> object:
                           "run and restarted?): recreating it")  # fmt: skip
         lab.down()
     return None
+
+
+def changed_config(lab: Lab) -> str:
+    """Why the cluster's kind config is not the one this checkout renders (its nodes' mounts
+    or image differ: kind cannot change them on a running cluster), or ""."""
+    want = kindconfig.render(lab.lab, infra.require(()).node_image, lab.labs_root)
+    have = lab.host.config()
+    if have is None:
+        return "its kind config was not recorded"
+    return "" if have == want else "its kind config differs from this checkout's"
 
 
 def stale_states(lab: Lab) -> str:
@@ -135,12 +145,16 @@ def deploy(lab: Lab) -> None:
     docs = [*steps.manifest("fakenvml.yaml", {"gpulab/gpulab:latest": lab.images["gpulab"]}),
             plugin_config(lab)]  # fmt: skip
     placeholders = {"GPULAB_IMAGE": lab.images["gpulab"], "SUBJECT_IMAGE": lab.images["subject"]}
-    for doc in lab.subject.render(placeholders):
+    subject_docs = lab.subject.render(placeholders)
+    for doc in subject_docs:
         if doc["kind"] == "DaemonSet":
             doc["metadata"].setdefault("labels", {})[SUBJECT_LABEL] = lab.subject.name
-        docs.append(doc)
     for doc in docs:
         lab.kube.apply(doc)
+    if lab.subject.spec.chart is not None:
+        lab.kube.ensure_namespace(lab.subject.default_namespace)  # helm's --create-namespace
+    for doc in subject_docs:
+        lab.kube.apply(doc, namespace=lab.subject.default_namespace)
 
 
 def delete_subjects(lab: Lab, keep: str | None) -> None:

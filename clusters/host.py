@@ -35,6 +35,13 @@ class Host:
         out = steps.kind(self.kind, "get", "clusters", capture=True)
         return self.name in out.split() and self.kubeconfig.exists()
 
+    def config(self) -> dict | None:
+        """The kind config the cluster was created with; None when none was recorded."""
+        try:
+            return yaml.safe_load((self.dir / "kind.yaml").read_text())
+        except (OSError, yaml.YAMLError):
+            return None
+
     def create(self, kind_config: dict) -> None:
         self.dir.mkdir(parents=True, exist_ok=True)
         cfg_file = self.dir / "kind.yaml"

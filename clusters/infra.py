@@ -41,6 +41,7 @@ from clusters.subject import Subject, SubjectError
 from clusters.subject import examples as subject_examples
 from clusters.subject import load as load_subject
 from clusters.subject import names as subject_names
+from clusters.subject import shipped as subject_shipped
 from fakenvml import library, paths
 
 # The scripts are package data (clusters/scripts, clusters/nodeimage, clusters/images),
@@ -55,6 +56,7 @@ LAB_ONLY = {"kubernetes", "docker", "matplotlib"}
 STEPS = {  # group -> the scripts its steps run (`--list`)
     "engine": ["clusters/scripts/docker.sh"],
     "kind": ["clusters/scripts/kind.sh"],
+    "helm": ["clusters/scripts/helm.sh"],
     "nvidia-plugins": ["clusters/scripts/nvidia-plugin.sh"],
     "node-image": ["clusters/scripts/node-image.sh", "clusters/nodeimage/build.sh"],
     "lab-images": ["clusters/images/build.sh"],
@@ -82,6 +84,7 @@ class Products:
     """What `make infra` made, as labs and fixtures need it."""
 
     kind: str = ""
+    helm: str = ""  # renders subjects deployed from a Helm chart
     node_image: str = ""
     images: dict[str, str] = field(default_factory=dict)  # base, gpulab, workload, nvidia-<v>
     nvidia: dict[str, str] = field(default_factory=dict)  # version -> binary
@@ -261,7 +264,7 @@ def _tail(path: Path, n: int) -> list[str]:
 
 # -- the steps ---------------------------------------------------------------------------
 
-GROUPS = ("engine", "kind", "nvidia-plugins", "node-image", "lab-images")
+GROUPS = ("engine", "kind", "helm", "nvidia-plugins", "node-image", "lab-images")
 
 
 def run(groups: Iterable[str] = GROUPS, console: Console | None = None) -> Products:
@@ -282,6 +285,16 @@ def run(groups: Iterable[str] = GROUPS, console: Console | None = None) -> Produ
             lambda: r.script("kind", "kind", "clusters/scripts/kind.sh").splitlines()[-1],
         )
         p.save()
+    if "helm" in want:
+        p.helm = r.step(
+            f"helm {versions.get('HELM_VERSION')} (Go)",
+            lambda: r.script("helm", "helm", "clusters/scripts/helm.sh").splitlines()[-1],
+        )
+        p.save()
+        for module in chart_modules():
+            r.step(f"Chart module {module}",
+                   lambda m=module: r.script(f"module {m}", f"module-{m.replace('/', '_')}",
+                                             "clusters/scripts/helm.sh", "module", m))  # fmt: skip
     if want & {"nvidia-plugins", "lab-images"}:
         for v in versions.nvidia_plugin_versions():
             p.nvidia[v] = r.step(
@@ -382,6 +395,14 @@ def subjects_wanted() -> list[Subject]:
     return list(seen.values())
 
 
+def chart_modules() -> list[str]:
+    """The Go modules (module@version) whose charts the shipped and wanted subjects use."""
+    found = subject_shipped() + subjects_wanted()
+    return sorted(
+        {s.spec.chart.go_module for s in found if s.spec.chart and s.spec.chart.go_module}
+    )
+
+
 def _subject_tag(s: Subject) -> str:
     """A tag that changes with any file of the subject's build context."""
     context = s.path(s.spec.image.build or ".")
@@ -461,6 +482,14 @@ def require(images: Iterable[str] = ("gpulab", "workload")) -> Products:
             f"sources than this checkout's; {MAKE_INFRA}"
         )
     return p
+
+
+def helm() -> str:
+    """The helm binary `make infra` built; InfraMissing when it did not."""
+    path = Products.load().helm
+    if not (path and os.access(path, os.X_OK)):
+        raise InfraMissing(f"helm is not built ({path or 'none recorded'}); {MAKE_INFRA}")
+    return path
 
 
 def subject_image(s: Subject, p: Products) -> str:

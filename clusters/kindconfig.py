@@ -3,6 +3,10 @@
 - Each GPU node's fakenvml state dir is bind-mounted from the host at /var/lib/fakenvml
   (extraMounts), so `fakenvml inject --state-dir <host dir>` on the host reaches that
   node's library with no docker exec: one file, one inode, one inotify wake-up.
+- The same dir is mounted a second time inside the node's driver root, where fakenvml
+  installs the library: a library loaded from <root>/usr/lib/x86_64-linux-gnu reads
+  <root>/var/lib/fakenvml when FAKENVML_STATE_DIR is unset, so a plugin whose manifest
+  mounts only the driver root (NVIDIA's Helm chart: no extra env or volumes) finds the state.
 - kubelet's nodeStatusUpdateFrequency is lowered (default 10 s; labs use 2 s) so node
   capacity and allocatable reach the API server within seconds of a plugin update.
 - Labels: gpulab.dev/gpu-product and gpulab.dev/gpu-count (what GPU feature discovery
@@ -18,6 +22,7 @@ from clusters.spec import Lab, Node
 from fakenvml.yamlmodel import duration_text
 
 NODE_STATE_DIR = "/var/lib/fakenvml"  # inside the node, and in the plugin pods
+DRIVER_ROOT = "/run/fakenvml/driver"  # where fakenvml's DaemonSet installs the library
 LABEL_PREFIX = "gpulab.dev"
 
 
@@ -45,10 +50,9 @@ def render(lab: Lab, image: str, labs_root: Path) -> dict:
         entry: dict = {"role": n.spec.role, "image": image}
         if labels := node_labels(n):
             entry["labels"] = labels
-            entry["extraMounts"] = [{
-                "hostPath": str(state_dir(labs_root, lab, n.name)),
-                "containerPath": NODE_STATE_DIR,
-            }]  # fmt: skip
+            host = str(state_dir(labs_root, lab, n.name))
+            mounts = (NODE_STATE_DIR, DRIVER_ROOT + NODE_STATE_DIR)
+            entry["extraMounts"] = [{"hostPath": host, "containerPath": m} for m in mounts]
         nodes.append(entry)
     kubelet = (
         "kind: KubeletConfiguration\n"

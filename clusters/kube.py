@@ -67,15 +67,16 @@ class Kube:
 
     # -- objects
 
-    def apply(self, doc: dict) -> None:
+    def apply(self, doc: dict, namespace: str = "default") -> None:
         """Server-side apply of one manifest document, whatever its kind (a subject's
         manifest may bring RBAC, ServiceAccounts, ConfigMaps ...): fields gpulab set
-        before and no longer sets are removed, fields others own are kept."""
+        before and no longer sets are removed, fields others own are kept. A namespaced
+        object that names no namespace goes to `namespace` (a chart's release namespace)."""
         if self._dynamic is None:
             self._dynamic = dynamic.DynamicClient(self.api)
         resource = self._dynamic.resources.get(api_version=doc["apiVersion"], kind=doc["kind"])
-        namespace = doc["metadata"].get("namespace", "default") if resource.namespaced else None
-        self._dynamic.server_side_apply(resource, body=doc, namespace=namespace,
+        ns = doc["metadata"].get("namespace", namespace) if resource.namespaced else None
+        self._dynamic.server_side_apply(resource, body=doc, namespace=ns,
                                         field_manager=FIELD_MANAGER,
                                         force_conflicts=True)  # fmt: skip
 

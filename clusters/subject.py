@@ -5,6 +5,10 @@ or any path a user passes with SUBJECT= / --subjects).
     image: {build: .}                 # or {ref: my/plugin:1.0} (present in the local engine)
                                       # or {infra: nvidia-{version}} (built by `make infra`)
     daemonset: daemonset.yaml         # its manifest; ${SUBJECT_IMAGE} / ${GPULAB_IMAGE} in it
+    # or, instead of daemonset, a Helm chart rendered with `helm template` (clusters/chart.py):
+    # chart: {path: chart/, release: my-plugin, namespace: gpu, values: {...}}
+    # chart: {go_module: github.com/NVIDIA/k8s-device-plugin@{version},
+    #         dir: deployments/helm/nvidia-device-plugin, ...}
     resource: nvidia.com/gpu
     socket: my-plugin.sock            # the socket it creates in the device-plugins dir
     device_ids: {env: NVIDIA_VISIBLE_DEVICES}   # where Allocate puts the device ids
@@ -30,12 +34,12 @@ from __future__ import annotations
 import re
 from functools import cached_property
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import AfterValidator, Field, model_validator
 
-from clusters import kube, versions
+from clusters import chart, kube, versions
 from fakenvml import yamlmodel
 from fakenvml.yamlmodel import LoadError, Strict
 
@@ -107,17 +111,45 @@ class Expects(Strict):
         return self.replicas if self.xid_marks == "every-replica" else 1
 
 
+class Chart(Strict):
+    """A Helm chart the subject is deployed from: a directory, or one inside a Go module."""
+
+    path: str | None = None  # a chart directory, relative to the subject file
+    go_module: str | None = None  # <module>@<version>, from gpulab's Go module cache
+    dir: str | None = None  # the chart's directory inside that module
+    release: str | None = None  # the release name (default: the subject's name)
+    namespace: str = "default"  # the release namespace (`helm install --namespace`)
+    values: dict[str, Any] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _one(self) -> Chart:
+        if (self.path is None) == (self.go_module is None):
+            raise ValueError("give exactly one of path, go_module")
+        if (self.dir is None) != (self.go_module is None):
+            raise ValueError("dir: goes with go_module (the chart's directory in the module)")
+        if self.go_module is not None and not re.fullmatch(r"[^@\s]+@[^@\s]+", self.go_module):
+            raise ValueError(f"go_module: expected <module>@<version>, found {self.go_module!r}")
+        return self
+
+
 class SubjectSpec(Strict):
     name: str
     description: str = ""
     versions: str | None = None
     image: Image
-    daemonset: str
+    daemonset: str | None = None  # its manifest, or
+    chart: Chart | None = None  # a Helm chart
     resource: str = "nvidia.com/gpu"
     socket: str
     device_ids: DeviceIds
     ready_log: str
     expects: Expects
+
+    @model_validator(mode="after")
+    def _deployed_one_way(self) -> SubjectSpec:
+        if (self.daemonset is None) == (self.chart is None):
+            raise ValueError("give exactly one of daemonset, chart")
+        return self
 
 
 class Subject:
@@ -134,22 +166,65 @@ class Subject:
     def path(self, relative: str) -> Path:
         return (self.source.parent / relative).resolve()
 
+    def chart_dir(self) -> Path:
+        """The chart's directory: the subject's own, or inside a Go module in the cache."""
+        c = self.spec.chart
+        assert c is not None
+        if c.path is not None:
+            return self.path(c.path)
+        assert c.go_module is not None and c.dir is not None
+        return chart.module_dir(c.go_module) / c.dir
+
+    @cached_property
+    def manifest_text(self) -> str:
+        """The manifest as text, images still as ${SUBJECT_IMAGE} etc.: the DaemonSet file,
+        or the chart rendered by `helm template` (once per Subject)."""
+        if self.spec.daemonset is not None:
+            return self.path(self.spec.daemonset).read_text()
+        from clusters import infra  # infra imports this module; helm is what it built
+
+        c = self.spec.chart
+        assert c is not None
+        where = self.chart_dir()
+        if not (where / "Chart.yaml").is_file():
+            if c.go_module is not None:
+                raise infra.InfraMissing(f"subject {self.name}: {c.go_module} is not in the "
+                                         f"Go module cache ({where}); run `make infra "
+                                         f"SUBJECT={self.source}`")  # fmt: skip
+            raise SubjectError(f"{self.source}: chart.path: no chart (Chart.yaml) in {where}")
+        try:
+            return chart.template(infra.helm(), where, c.release or self.name, c.namespace,
+                                  c.values, versions.get("KUBE_VERSION"))  # fmt: skip
+        except chart.ChartError as e:
+            raise SubjectError(f"{self.source}: chart: {e}") from None
+
     @cached_property
     def manifest(self) -> list[dict]:
-        """The DaemonSet manifest's documents, images still as ${SUBJECT_IMAGE} etc."""
-        return [d for d in yaml.safe_load_all(self.path(self.spec.daemonset).read_text()) if d]
+        """The manifest's documents, images still as ${SUBJECT_IMAGE} etc."""
+        return [d for d in yaml.safe_load_all(self.manifest_text) if d]
 
     @cached_property
     def daemonset(self) -> dict:
-        return next(d for d in self.manifest if d.get("kind") == "DaemonSet")
+        found = next((d for d in self.manifest if d.get("kind") == "DaemonSet"), None)
+        if found is None:
+            what = self.spec.daemonset or f"chart {self.chart_dir()}"
+            key = "daemonset" if self.spec.daemonset else "chart"
+            raise SubjectError(f"{self.source}: {key}: {what} has no DaemonSet")
+        return found
 
     @property
     def daemonset_name(self) -> str:
         return self.daemonset["metadata"]["name"]
 
     @property
+    def default_namespace(self) -> str:
+        """Where the manifest's namespaced objects go when they name no namespace: the
+        release namespace of a chart (as `helm install` does), else "default"."""
+        return self.spec.chart.namespace if self.spec.chart else "default"
+
+    @property
     def namespace(self) -> str:
-        return self.daemonset["metadata"].get("namespace", "default")
+        return self.daemonset["metadata"].get("namespace", self.default_namespace)
 
     @property
     def selector(self) -> str:
@@ -171,10 +246,13 @@ class Subject:
         return True
 
     def render(self, images: dict[str, str]) -> list[dict]:
-        """The manifest with ${SUBJECT_IMAGE} and ${GPULAB_IMAGE} replaced."""
-        text = self.path(self.spec.daemonset).read_text()
+        """The manifest with ${SUBJECT_IMAGE} and ${GPULAB_IMAGE} replaced, and their
+        halves ${..._REPOSITORY} and ${..._TAG} (charts take an image in two values)."""
+        text = self.manifest_text
         for key, image in images.items():
-            text = text.replace("${" + key + "}", image)
+            repo, tag = chart.split_image(image)
+            for k, v in ((f"{key}_REPOSITORY", repo), (f"{key}_TAG", tag), (key, image)):
+                text = text.replace("${" + k + "}", v)
         return [d for d in yaml.safe_load_all(text) if d]
 
 
@@ -213,12 +291,19 @@ def from_file(path: Path) -> list[Subject]:
             raise SubjectError(f"{path}: name: {s.name!r}: expected lower-case letters, "
                                "digits, '-' or '.'")  # fmt: skip
         subject = Subject(s, path, version)
-        if not subject.path(s.daemonset).is_file():
-            raise SubjectError(f"{path}: daemonset: no file {subject.path(s.daemonset)}")
-        try:
-            subject.daemonset  # noqa: B018 - validates the manifest has one
-        except (StopIteration, yaml.YAMLError):
-            raise SubjectError(f"{path}: daemonset: {s.daemonset} has no DaemonSet") from None
+        if s.chart is not None:
+            # Rendered when first used (it needs helm, which `make infra` builds); a chart
+            # directory of the subject's own must be there now.
+            if s.chart.path is not None and not (subject.chart_dir() / "Chart.yaml").is_file():
+                raise SubjectError(f"{path}: chart.path: no chart (Chart.yaml) in "
+                                   f"{subject.chart_dir()}")  # fmt: skip
+        elif not subject.path(s.daemonset or "").is_file():
+            raise SubjectError(f"{path}: daemonset: no file {subject.path(s.daemonset or '')}")
+        else:
+            try:
+                subject.daemonset  # noqa: B018 - validates the manifest has one
+            except yaml.YAMLError:
+                raise SubjectError(f"{path}: daemonset: {s.daemonset} is not valid YAML") from None
         out.append(subject)
     return out
 

@@ -168,6 +168,7 @@ def test_infra_lists_its_shipped_scripts(installed: Installed) -> None:
     assert res.returncode == 0, res.stdout + res.stderr
     lines = res.stdout.splitlines()
     for group, script in (("engine", "scripts/docker.sh"), ("kind", "scripts/kind.sh"),
+                          ("helm", "scripts/helm.sh"),
                           ("nvidia-plugins", "scripts/nvidia-plugin.sh"),
                           ("node-image", "nodeimage/build.sh"),
                           ("lab-images", "images/build.sh")):  # fmt: skip

@@ -16,6 +16,8 @@
 
 #define FNV_STATE_DIR_ENV "FAKENVML_STATE_DIR"
 #define FNV_DEFAULT_STATE_DIR "/var/lib/fakenvml"
+/* Where `fakenvml install-driver` puts the library under a driver root (fakenvml/driver.py). */
+#define FNV_DRIVER_LIB_DIR "/usr/lib/x86_64-linux-gnu/"
 
 /* Fault state replayed from the journal; never written to disk by the library. */
 typedef struct {

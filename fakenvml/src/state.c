@@ -1,5 +1,7 @@
 /* Reading state.bin: validate everything before trusting anything. fnv_parse_state is a
  * pure function over bytes so the fuzzer can drive it directly. */
+#define _GNU_SOURCE /* dladdr */
+#include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -102,9 +104,26 @@ int fnv_parse_state(const uint8_t *buf, size_t len, fnv_header *header, fnv_devi
     return 0;
 }
 
-static const char *state_dir(void) {
+/* The state directory: $FAKENVML_STATE_DIR; else, for a library installed in a driver root
+ * (<root>/usr/lib/x86_64-linux-gnu/, as `fakenvml install-driver` lays it out), the default
+ * path inside that root when it is a directory there; else the default path. A plugin whose
+ * manifest we do not write (NVIDIA's Helm chart: no extra env or volumes) mounts only the
+ * driver root, so the state has to be found through it, as every other driver file is. */
+static const char *state_dir(char *buf, size_t size) {
     const char *dir = getenv(FNV_STATE_DIR_ENV);
-    return dir && *dir ? dir : FNV_DEFAULT_STATE_DIR;
+    if (dir && *dir) return dir;
+    Dl_info info;
+    if (!dladdr((void *)state_dir, &info) || !info.dli_fname) return FNV_DEFAULT_STATE_DIR;
+    const char *slash = strrchr(info.dli_fname, '/');
+    const size_t lib_len = strlen(FNV_DRIVER_LIB_DIR);
+    /* dir_len > lib_len: a root other than "/" (there the default path is the same) */
+    size_t dir_len = slash ? (size_t)(slash - info.dli_fname) + 1 : 0;
+    if (dir_len <= lib_len || memcmp(slash + 1 - lib_len, FNV_DRIVER_LIB_DIR, lib_len) != 0)
+        return FNV_DEFAULT_STATE_DIR;
+    struct stat sb;
+    int n = snprintf(buf, size, "%.*s" FNV_DEFAULT_STATE_DIR, (int)(dir_len - lib_len), info.dli_fname);
+    if (n > 0 && (size_t)n < size && stat(buf, &sb) == 0 && S_ISDIR(sb.st_mode)) return buf;
+    return FNV_DEFAULT_STATE_DIR;
 }
 
 static int read_file(const char *path, uint8_t **out, size_t *len, char *err, size_t errlen) {
@@ -163,7 +182,8 @@ nvmlReturn_t fnv_load(fnv_state **out) {
     fnv_state *st = calloc(1, sizeof *st);
     if (!st) return NVML_ERROR_MEMORY;
     st->journal_fd = -1;
-    const char *dir = state_dir();
+    char found[PATH_MAX];
+    const char *dir = state_dir(found, sizeof found);
     char path[PATH_MAX];
     snprintf(st->dir, sizeof st->dir, "%s", dir);
     snprintf(path, sizeof path, "%s/" FNV_STATE_FILE, dir);

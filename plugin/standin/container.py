@@ -10,9 +10,12 @@ hostPath mounts mapped to what the stand-in provides — /var/lib/kubelet/device
 the stand-in's directory, /run/fakenvml/driver to a driver root as fakenvml's DaemonSet
 fills it (the fake library, the GPUs' device nodes), /var/lib/fakenvml to the node's
 fakenvml state, /var/run/cdi to a directory for the CDI specs a plugin writes (`cdi_dir`).
-Init containers do not run (they prepare nodes). Any other hostPath is
-refused with one line (the lab has nothing to put there); ConfigMap and emptyDir volumes
-are empty directories (kubelet's view of an optional ConfigMap that does not exist). It
+As on a lab node, the node's state is also at <driver root>/var/lib/fakenvml. Other
+hostPaths under /run (/var/run) are empty directories, as on a freshly booted node (/run
+is a tmpfs; NVIDIA's chart mounts /run/nvidia/mps). Init containers do not run (they
+prepare nodes). Any other hostPath is refused with one line (the lab has nothing to put
+there); ConfigMap and emptyDir volumes are empty directories (kubelet's view of an
+optional ConfigMap that does not exist). It
 waits for the subject's `ready_log` line with testcontainers' log wait strategy; a
 container that exits first fails with its exit code and log in the error.
 
@@ -32,6 +35,7 @@ from testcontainers.core.config import testcontainers_config
 from testcontainers.core.container import DockerContainer
 from testcontainers.core.wait_strategies import LogMessageWaitStrategy
 
+from clusters import kindconfig
 from clusters.subject import Subject
 from fakenvml import driver
 from fakenvml.node import NodeDir
@@ -39,8 +43,8 @@ from fakenvml.node import NodeDir
 testcontainers_config.ryuk_disabled = True
 
 DEVICE_PLUGINS = "/var/lib/kubelet/device-plugins"
-DRIVER = "/run/fakenvml/driver"
-STATE = "/var/lib/fakenvml"
+DRIVER = kindconfig.DRIVER_ROOT
+STATE = kindconfig.NODE_STATE_DIR
 CDI = "/var/run/cdi"
 LABEL = "gpulab.dev/container-tier"
 
@@ -77,6 +81,9 @@ class SubjectContainer:
         got = driver.install(root, NodeDir(self.state_dir).node())
         if got.no_device_nodes:
             raise ContainerTierError(f"the driver root has no device nodes: {got.no_device_nodes}")
+        # The mount point of the state (build() mounts it there): made here, as a read-only
+        # driver root mount leaves Docker no way to create it.
+        (root / STATE.lstrip("/")).mkdir(parents=True, exist_ok=True)
         return root
 
     @property
@@ -116,12 +123,18 @@ class SubjectContainer:
                                       "ro" if m.get("readOnly") else "rw")  # fmt: skip
                 continue
             path = vol["hostPath"]["path"]
-            if path not in host_paths:
+            mode = "ro" if m.get("readOnly") else "rw"
+            if path in host_paths:
+                c.with_volume_mapping(str(host_paths[path]), m["mountPath"], mode)
+            elif path.startswith(("/run/", "/var/run/")):
+                c.with_volume_mapping(str(self._volume_dir(m["name"], {})), m["mountPath"], mode)
+            else:
                 raise ContainerTierError(
                     f"subject {self.subject.name}: volume {m['name']} mounts host path {path}; "
-                    f"the container tier provides {', '.join(sorted(host_paths))}")  # fmt: skip
-            c.with_volume_mapping(str(host_paths[path]), m["mountPath"],
-                                  "ro" if m.get("readOnly") else "rw")  # fmt: skip
+                    f"the container tier provides {', '.join(sorted(host_paths))} and empty "
+                    "directories under /run")  # fmt: skip
+            if path == DRIVER:  # the node's state inside its driver root (kindconfig)
+                c.with_volume_mapping(str(self.state_dir), m["mountPath"] + STATE, mode)
         for e in main.get("env", []):
             if "value" in e:
                 c.with_env(e["name"], str(e["value"]))

@@ -5,8 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import yaml
 
-from clusters import kindconfig, spec
+from clusters import actions, infra, kindconfig, spec
+from clusters.lab import Lab
 
 
 @pytest.mark.parametrize(
@@ -32,9 +34,12 @@ def test_gpu_nodes_get_state_mounts_labels_and_fast_status_updates() -> None:
     cfg = kindconfig.render(lab, "node:img", Path("/labs"))
     cp, w1, w2 = cfg["nodes"]
     assert cp == {"role": "control-plane", "image": "node:img"}
+    # A second time inside the driver root, for plugins that mount only that (a chart's).
     assert w1["extraMounts"] == [
-        {"hostPath": "/labs/seed/seed-worker", "containerPath": "/var/lib/fakenvml"}
-    ]
+        {"hostPath": "/labs/seed/seed-worker", "containerPath": "/var/lib/fakenvml"},
+        {"hostPath": "/labs/seed/seed-worker",
+         "containerPath": "/run/fakenvml/driver/var/lib/fakenvml"},
+    ]  # fmt: skip
     assert w2["labels"]["gpulab.dev/gpu-count"] == "10"
     assert w2["labels"]["gpulab.dev/plugin"] == "true"
     assert "nodeStatusUpdateFrequency: 2s" in cfg["kubeadmConfigPatches"][0]
@@ -88,3 +93,23 @@ def test_unknown_lab_names_the_known_ones() -> None:
         spec.SpecError, match=r"no lab 'nope' \(shipped: hetero, seed, single, wide\)"
     ):
         spec.load("nope")
+
+
+def test_a_lab_made_with_another_kind_config_is_not_reused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """kind cannot add a mount to a running node: a lab made before a config change (the
+    driver root's state mount) is made again, one made with this config is reused."""
+    monkeypatch.setattr(infra, "require", lambda images=(): infra.Products(node_image="node:img"))
+    lab = Lab("seed", subject="gpulab")
+    lab.labs_root, lab.host.dir = tmp_path, tmp_path / "seed"
+    assert actions.changed_config(lab) == "its kind config was not recorded"
+    cfg = kindconfig.render(lab.lab, "node:img", tmp_path)
+    lab.host.dir.mkdir()
+    (lab.host.dir / "kind.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
+    assert actions.changed_config(lab) == ""
+    for n in cfg["nodes"]:  # as labs were made before the second mount
+        if "extraMounts" in n:
+            n["extraMounts"] = n["extraMounts"][:1]
+    (lab.host.dir / "kind.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
+    assert actions.changed_config(lab) == "its kind config differs from this checkout's"

@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from clusters import spec, subject
+from clusters import chart, spec, subject
+from clusters.infra import InfraMissing
 from clusters.subject import SubjectError
 from e2e.fixtures import summary_key
 
@@ -44,7 +45,7 @@ MINE = {
 def write(tmp_path: Path, data: dict, ds: str = DAEMONSET) -> Path:
     (tmp_path / "ds.yaml").write_text(ds)
     path = tmp_path / "my-plugin.yaml"
-    path.write_text(yaml.safe_dump(data))
+    path.write_text(yaml.safe_dump({k: v for k, v in data.items() if v is not None}))
     return path
 
 
@@ -58,6 +59,8 @@ def test_shipped_subjects_are_gpulab_and_each_pinned_nvidia_release(
         "gpulab-timeslicing",
         "nvidia-cdi-v0.17.4",
         "nvidia-cdi-v0.19.3",
+        "nvidia-helm-v0.17.4",
+        "nvidia-helm-v0.19.3",
         "nvidia-timeslicing-v0.17.4",
         "nvidia-timeslicing-v0.19.3",
         "nvidia-v0.17.4",
@@ -87,8 +90,8 @@ def test_the_pinned_versions_can_be_overridden(monkeypatch: pytest.MonkeyPatch) 
     monkeypatch.setenv("GPULAB_NVIDIA_PLUGIN_VERSIONS", "v0.20.0")
     names = [s.name for s in subject.shipped()]
     assert names == [
-        "gpulab-timeslicing", "gpulab", "nvidia-cdi-v0.20.0", "nvidia-timeslicing-v0.20.0",
-        "nvidia-v0.20.0",
+        "gpulab-timeslicing", "gpulab", "nvidia-cdi-v0.20.0", "nvidia-helm-v0.20.0",
+        "nvidia-timeslicing-v0.20.0", "nvidia-v0.20.0",
     ]  # fmt: skip
 
 
@@ -123,6 +126,27 @@ def test_needs_are_read_from_expects(tmp_path: Path) -> None:
         ),
         ({"colour": "red"}, "colour: unknown key (expected one of: name, description, "),
         ({"daemonset": "absent.yaml"}, "daemonset: no file"),
+        ({"chart": {"path": "chart"}}, "give exactly one of daemonset, chart"),
+        ({"daemonset": None}, "give exactly one of daemonset, chart"),
+        ({"daemonset": None, "chart": {"path": "nowhere"}}, "chart.path: no chart (Chart.yaml) in"),
+        ({"daemonset": None, "chart": {}}, "chart: give exactly one of path, go_module"),
+        (
+            {"daemonset": None, "chart": {"path": "c", "go_module": "example.com/m@v1.0.0"}},
+            "chart: give exactly one of path, go_module",
+        ),
+        (
+            {"daemonset": None, "chart": {"path": "c", "dir": "x"}},
+            "chart: dir: goes with go_module",
+        ),
+        (
+            {"daemonset": None, "chart": {"go_module": "example.com/m", "dir": "x"}},
+            "chart: go_module: expected <module>@<version>, found 'example.com/m'",
+        ),
+        ({"daemonset": None, "chart": {"path": "c", "valuez": {}}}, "chart.valuez: unknown key"),
+        (
+            {"daemonset": None, "chart": {"path": "c", "values": []}},
+            "chart.values: expected a mapping",
+        ),
         ({"name": "My Plugin"}, "name: 'My Plugin': expected lower-case"),
         ({"versions": "NOT_PINNED"}, "versions: NOT_PINNED is not pinned"),
         ({"device_ids": {}}, "device_ids: give exactly one of env, cdi"),
@@ -190,3 +214,45 @@ def test_the_example_plugin_is_a_subject_of_its_own() -> None:
     assert tiny.spec.resource == "example.com/gpu"
     assert tiny.spec.device_ids.env == "TINY_GPU_UUIDS"
     assert tiny.spec.image.build == "." and tiny.path(tiny.spec.image.prepare or "").is_file()
+
+
+def test_a_subject_deployed_from_its_own_chart_directory(tmp_path: Path) -> None:
+    (tmp_path / "chart").mkdir()
+    (tmp_path / "chart/Chart.yaml").write_text("apiVersion: v2\nname: c\nversion: 0.1.0\n")
+    chart = {"path": "chart", "release": "r", "namespace": "gpu", "values": {"a": 1}}
+    data = {**MINE, "daemonset": None, "chart": chart}
+    s = subject.load(write(tmp_path, data))
+    assert s.spec.chart is not None and s.spec.chart.values == {"a": 1}
+    assert s.chart_dir() == tmp_path / "chart" and s.default_namespace == "gpu"
+
+
+def test_a_chart_in_a_go_module_not_yet_fetched_names_make_infra(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("GPULAB_CACHE", str(tmp_path / "cache"))
+    chart = {"go_module": "github.com/Example/Plugin@v1.2.3", "dir": "deploy/chart"}
+    s = subject.load(write(tmp_path, {**MINE, "daemonset": None, "chart": chart}))
+    # The module cache's own spelling of upper case.
+    assert (
+        s.chart_dir() == tmp_path / "cache/go/mod/github.com/!example/!plugin@v1.2.3/deploy/chart"
+    )
+    with pytest.raises(
+        InfraMissing, match=r"Plugin@v1.2.3 is not in the Go module cache .*make infra"
+    ):
+        s.manifest  # noqa: B018
+
+
+@pytest.mark.parametrize(
+    "ref, parts",
+    [
+        (
+            "gpulab/nvidia-device-plugin:v0.19.3-c89b",
+            ("gpulab/nvidia-device-plugin", "v0.19.3-c89b"),
+        ),
+        ("localhost:5000/p", ("localhost:5000/p", "latest")),
+        ("localhost:5000/p:1", ("localhost:5000/p", "1")),
+        ("busybox", ("busybox", "latest")),
+    ],
+)
+def test_an_image_splits_into_repository_and_tag_for_charts(ref: str, parts: tuple) -> None:
+    assert chart.split_image(ref) == parts

@@ -15,9 +15,9 @@ from pathlib import Path
 import pynvml as nv
 import pytest
 
-from fakenvml import library, statefile
+from fakenvml import driver, library, statefile
 from fakenvml.journal import HEADER as JOURNAL_HEADER
-from fakenvml.node import NodeDir
+from fakenvml.node import STATE_DIR_ENV, NodeDir
 from tests.fakenvml.conftest import build_node, subprocess_env
 
 NVML_ERROR_DRIVER_NOT_LOADED = 9
@@ -54,6 +54,29 @@ def test_missing_state_fails_init_with_driver_not_loaded(tmp_path: Path) -> None
     ret, _, log = init_in_child(tmp_path / "nothing-here")
     assert ret == NVML_ERROR_DRIVER_NOT_LOADED
     assert len(log) == 1 and "fakenvml init" in log[0]
+
+
+def test_a_library_in_a_driver_root_finds_the_state_in_that_root(tmp_path: Path) -> None:
+    """Without FAKENVML_STATE_DIR, a library installed under <root>/usr/lib/x86_64-linux-gnu
+    reads <root>/var/lib/fakenvml: how a plugin that mounts only the driver root (NVIDIA's
+    Helm chart) reaches the state. The variable, where set, still wins."""
+    root = tmp_path / "driver-root"
+    lib = driver.install(root)
+    NodeDir(root / "var/lib/fakenvml").init(build_node({"gpus": [{"profile": "T4", "count": 3}]}))
+
+    def init(state_env: str | None) -> list[str]:
+        env = {**subprocess_env(tmp_path), library.LIBRARY_ENV: str(lib)}
+        env.pop(STATE_DIR_ENV)
+        if state_env is not None:
+            env[STATE_DIR_ENV] = state_env
+        res = subprocess.run([sys.executable, "-c", INIT_AND_COUNT], capture_output=True,
+                             text=True, env=env, timeout=120)  # fmt: skip
+        assert res.returncode == 0, res.stderr
+        return [*res.stdout.split(), res.stderr]
+
+    assert init(None)[:2] == ["0", "3"]
+    ret, _, log = init(str(tmp_path / "elsewhere"))
+    assert int(ret) == NVML_ERROR_DRIVER_NOT_LOADED and "elsewhere/state.bin" in log
 
 
 def _valid_state_bytes(tmp_path: Path) -> tuple[NodeDir, bytes]:

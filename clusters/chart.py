@@ -1,0 +1,71 @@
+"""Subjects deployed from a Helm chart: the chart found — a directory, or one shipped inside
+a Go module in gpulab's module cache (NVIDIA's k8s-device-plugin carries its chart in
+deployments/helm/nvidia-device-plugin) — and rendered on the host with `helm template`
+(no cluster, no Tiller) into the manifests a lab applies like any other subject's.
+
+Image placeholders work as in a DaemonSet manifest: values may say "${SUBJECT_IMAGE}", or
+"${SUBJECT_IMAGE_REPOSITORY}" and "${SUBJECT_IMAGE_TAG}" for charts that take an image in
+two parts; helm passes them through and the lab fills them in (Subject.render).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from fakenvml import paths
+
+
+class ChartError(Exception):
+    """The chart cannot be found or rendered; one line."""
+
+
+def escape_module(path: str) -> str:
+    """A module path as the module cache spells it on disk (upper case as '!' + lower)."""
+    return "".join(f"!{c.lower()}" if c.isupper() else c for c in path)
+
+
+def module_cache() -> Path:
+    """gpulab's Go module cache (clusters/nodeimage/lib.sh's GOMODCACHE)."""
+    return paths.cache_dir() / "go" / "mod"
+
+
+def module_dir(module_at_version: str) -> Path:
+    """Where a module version's source lies in gpulab's module cache (it may not yet)."""
+    module, _, version = module_at_version.partition("@")
+    return module_cache() / f"{escape_module(module)}@{version}"
+
+
+def split_image(ref: str) -> tuple[str, str]:
+    """(repository, tag) of an image reference; a ref without a tag is `latest`."""
+    repo, sep, tag = ref.rpartition(":")
+    if not sep or "/" in tag:  # the colon was a registry's port, or there was none
+        return ref, "latest"
+    return repo, tag
+
+
+def template(helm: str, chart: Path, release: str, namespace: str, values: dict[str, Any],
+             kube_version: str) -> str:  # fmt: skip
+    """`helm template` of the chart: the manifests as one YAML stream. Helm's config, cache
+    and data dirs are a temporary directory, so rendering writes nothing elsewhere."""
+    with tempfile.TemporaryDirectory(prefix="gpulab-helm-") as tmp:
+        values_file = Path(tmp) / "values.yaml"
+        values_file.write_text(yaml.safe_dump(values))
+        env = {**os.environ, **{f"HELM_{k}_HOME": str(Path(tmp) / k.lower())
+                                for k in ("CACHE", "CONFIG", "DATA")}}  # fmt: skip
+        cmd = [helm, "template", release, str(chart), "--namespace", namespace,
+               "--kube-version", kube_version, "--values", str(values_file)]  # fmt: skip
+        try:
+            res = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=120,
+                                 check=False)  # fmt: skip
+        except (OSError, subprocess.TimeoutExpired) as e:
+            raise ChartError(f"helm template {chart}: {e}") from None
+    if res.returncode != 0:
+        # Charts' `fail` messages span lines: one line, helm's words.
+        raise ChartError(f"helm template {chart}: {' '.join(res.stderr.split())}")
+    return res.stdout
