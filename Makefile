@@ -61,8 +61,9 @@ LAB ?= seed
 # time-slicing configs gpulab-timeslicing, nvidia-timeslicing, the CDI config nvidia-cdi,
 # NVIDIA's Helm chart nvidia-helm) or subject files (clusters/subject.py), comma-separated.
 # `make infra` builds their images where a subject says `image: {build: DIR}` and fetches
-# the Go modules their charts come from; `make cluster` deploys the first.
-SUBJECT ?= gpulab,nvidia,gpulab-timeslicing,nvidia-timeslicing,nvidia-cdi,nvidia-helm
+# the Go modules their charts come from; `make cluster` deploys the first. nvidia-helm is
+# not in the default list until its one unexplained cluster-tier failure is (README).
+SUBJECT ?= gpulab,nvidia,gpulab-timeslicing,nvidia-timeslicing,nvidia-cdi
 export GPULAB_SUBJECTS := $(SUBJECT)
 comma := ,
 

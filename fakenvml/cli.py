@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import NoReturn
 
-from fakenvml import inventory, knobs, statefile, telemetry, yamlmodel
+from fakenvml import inventory, knobs, telemetry, yamlmodel
 from fakenvml.errors import FakeNvmlError
 from fakenvml.journal import ALL_GPUS, ECC, JOURNAL_FILE, NO_INSTANCE, Kind, Record
 from fakenvml.node import DEFAULT_STATE_DIR, STATE_DIR_ENV, NodeDir, default_state_dir
@@ -90,7 +90,7 @@ def _install_driver(args: argparse.Namespace) -> None:
     from fakenvml import driver
 
     d = NodeDir(_state_dir(args))
-    node = d.node() if (d.path / statefile.STATE_FILE).exists() else None
+    node = d.node() if d.exists() else None
     got = driver.install(Path(args.root), node)
     print(f"installed {got.library}")
     if node is None:

@@ -53,6 +53,10 @@ class NodeDir:
             raise FakeNvmlError(f"cannot write state to {self.path}: {e.strerror}") from None
         return boot_id
 
+    def exists(self) -> bool:
+        """A state has been written here (`init`)."""
+        return (self.path / statefile.STATE_FILE).is_file()
+
     def node(self) -> Node:
         return statefile.read(self.path)[0]
 

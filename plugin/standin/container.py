@@ -78,7 +78,9 @@ class SubjectContainer:
         """A driver root as fakenvml's DaemonSet makes it (`fakenvml install-driver`):
         copies, not links, which would point outside the mount."""
         root = self._tmp / "driver"
-        got = driver.install(root, NodeDir(self.state_dir).node())
+        state = NodeDir(self.state_dir)
+        # No state yet (a tier that fails before it starts anything): the library alone.
+        got = driver.install(root, state.node() if state.exists() else None)
         if got.no_device_nodes:
             raise ContainerTierError(f"the driver root has no device nodes: {got.no_device_nodes}")
         # The mount point of the state (build() mounts it there): made here, as a read-only

@@ -61,7 +61,7 @@ def test_a_library_in_a_driver_root_finds_the_state_in_that_root(tmp_path: Path)
     reads <root>/var/lib/fakenvml: how a plugin that mounts only the driver root (NVIDIA's
     Helm chart) reaches the state. The variable, where set, still wins."""
     root = tmp_path / "driver-root"
-    lib = driver.install(root)
+    lib = driver.install(root).library
     NodeDir(root / "var/lib/fakenvml").init(build_node({"gpus": [{"profile": "T4", "count": 3}]}))
 
     def init(state_env: str | None) -> list[str]:
