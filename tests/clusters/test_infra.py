@@ -219,7 +219,10 @@ def test_a_kind_build_killed_midway_leaves_no_entry_and_the_next_run_resumes(
 def test_ctrl_c_stops_the_whole_build(cache: Path) -> None:
     """SIGINT to `make infra` (Ctrl-C): the step shows ✗ interrupted and no process of the
     build goes on writing into the cache."""
-    run = _infra_kind(cache, stderr=subprocess.PIPE, text=True)
+    # As from a terminal: SIGINT at its default in the runner, even where this test runs
+    # under a parent that ignores it (a background job: the runner would inherit SIG_IGN).
+    run = _infra_kind(cache, stderr=subprocess.PIPE, text=True,
+                      preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # fmt: skip
     # the runner, kind.sh and go
     _wait_for(run, lambda: len(_procs_using(cache)) >= 3, "the kind build to start")
     run.send_signal(signal.SIGINT)
