@@ -6,13 +6,11 @@ The whole-GPU suites run for these subjects too, reading devices from /dev.
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
 from clusters.lab import Lab
 from clusters.subject import Subject
-from e2e import checkpoint
+from e2e import cdi, checkpoint
 from e2e.pods import DEVICE_NODE, Pods
 from e2e.verdict import Verdict
 
@@ -24,16 +22,8 @@ pytestmark = pytest.mark.needs("cdi")
 
 def node_specs(lab: Lab, kind: str) -> dict[str, list[str]]:
     """CDI device name -> its device nodes' paths, over the node's specs of `kind`."""
-    out: dict[str, list[str]] = {}
     names = lab.node_exec(NODE, "sh", "-c", f"ls {SPEC_DIR}").split()
-    for name in names:
-        text = lab.node_exec(NODE, "cat", f"{SPEC_DIR}/{name}")
-        spec = json.loads(text) if name.endswith(".json") else None
-        if not spec or spec.get("kind") != kind:
-            continue
-        for d in spec.get("devices", []):
-            out[d["name"]] = [n["path"] for n in d.get("containerEdits", {}).get("deviceNodes", [])]
-    return out
+    return cdi.device_nodes((lab.node_exec(NODE, "cat", f"{SPEC_DIR}/{n}") for n in names), kind)
 
 
 def test_the_plugin_wrote_a_spec_naming_every_gpu_with_its_device_node(

@@ -125,6 +125,13 @@ moddir() {
   sed -n 's/^\s*"Dir": "\(.*\)",$/\1/p' <<<"$json"
 }
 
+# An apt source (deb822) for Debian trixie on MIRROR: the host's Docker engine and the
+# node's containerd come from trixie, everything else from bookworm.
+trixie_sources() {
+  printf 'Types: deb\nURIs: %s\nSuites: trixie\nComponents: main\nSigned-By: %s\n' \
+    "$1" /usr/share/keyrings/debian-archive-keyring.gpg
+}
+
 # The machine's own Debian mirror (from apt's configuration), so no host is written here.
 debian_mirror() {
   if [[ -n ${DEBIAN_MIRROR:-} ]]; then echo "$DEBIAN_MIRROR"; return; fi  # e.g. Ubuntu CI

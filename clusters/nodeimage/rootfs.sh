@@ -43,13 +43,7 @@ with_ticker "debootstrap" cached_debootstrap "$logfile" --variant=minbase --incl
   "$NODE_SUITE" "$dir" "$mirror" || die "rootfs: debootstrap failed, see $logfile"
 
 log "rootfs: ${FROM_TRIXIE[*]} from trixie"
-cat >"$dir/etc/apt/sources.list.d/trixie.sources" <<EOF
-Types: deb
-URIs: $mirror
-Suites: trixie
-Components: main
-Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
-EOF
+trixie_sources "$mirror" >"$dir/etc/apt/sources.list.d/trixie.sources"
 cp -L /etc/resolv.conf "$dir/etc/resolv.conf"
 {
   chroot "$dir" apt-get update -qq &&

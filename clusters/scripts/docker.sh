@@ -12,6 +12,10 @@
 # Idempotent: every step checks before it acts.
 set -euo pipefail
 
+# debian_mirror, trixie_sources (its log/die are replaced below).
+# shellcheck source=../nodeimage/lib.sh
+source "$(dirname "$0")/../nodeimage/lib.sh"
+
 LOG=/var/log/dockerd.log
 PROBE_IMAGE=gpulab/probe:busybox
 MIN_MAJOR=23
@@ -28,22 +32,12 @@ engine_major() {
 install_engine() {
   [[ $(id -u) -eq 0 ]] || die "no working engine and not root; run as root or start Docker yourself"
   command -v apt-get >/dev/null || die "no working engine and no apt-get to install one"
-  # The machine's own Debian mirror, so no host name is written here.
   local mirror
-  # Read whole (no awk `exit`): under pipefail an early-exiting reader can fail the pipe.
-  local policy
-  policy=$(apt-cache policy)
-  mirror=$(awk '$3 == "bookworm/main" && !m { m = $2 } END { print m }' <<<"$policy")
+  mirror=$(debian_mirror)
   [[ -n $mirror ]] || die "no bookworm/main apt source found to derive a trixie source from"
   if [[ ! -e /etc/apt/sources.list.d/gpulab-trixie.sources ]]; then
     log "adding the trixie apt suite ($mirror), pinned below bookworm"
-    cat >/etc/apt/sources.list.d/gpulab-trixie.sources <<EOF
-Types: deb
-URIs: $mirror
-Suites: trixie
-Components: main
-Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
-EOF
+    trixie_sources "$mirror" >/etc/apt/sources.list.d/gpulab-trixie.sources
     # Priority 100: nothing moves to trixie unless asked for by name (pkg/trixie below).
     cat >/etc/apt/preferences.d/gpulab-trixie <<'EOF'
 Package: *

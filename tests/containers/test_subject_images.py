@@ -14,6 +14,7 @@ import yaml
 from clusters import infra
 from clusters import subject as subjects
 from clusters.subject import Subject
+from e2e import cdi
 from fakenvml.node import NodeDir
 from plugin.standin import Kubelet
 from plugin.standin.container import ContainerTierError, SubjectContainer
@@ -38,19 +39,6 @@ def cdi_ids(kind: str, response: object) -> list[str]:
     return [n.split("=", 1)[1] for n in names]
 
 
-def cdi_specs(spec_dir: Path, kind: str) -> dict[str, list[str]]:
-    """Device name -> its device nodes' paths, over the CDI specs of `kind` in spec_dir."""
-    out: dict[str, list[str]] = {}
-    for f in spec_dir.glob("*"):
-        spec = yaml.safe_load(f.read_text())  # JSON or YAML: CDI allows both
-        if spec.get("kind") != kind:
-            continue
-        for d in spec.get("devices", []):
-            nodes = d.get("containerEdits", {}).get("deviceNodes", [])
-            out[d["name"]] = [n["path"] for n in nodes]
-    return out
-
-
 def faulted(kubelet: Kubelet, resource: str) -> frozenset[str]:
     res = kubelet.resources.get(resource)
     return res.unhealthy if res else frozenset()
@@ -71,7 +59,8 @@ def test_the_image_serves_the_nodes_gpus_and_marks_a_faulted_one(
         if subject.spec.device_ids.cdi:
             ids = cdi_ids(subject.spec.device_ids.cdi, got.response)
             # Every device Allocate names is in a spec the plugin wrote, with its device node.
-            specs = cdi_specs(plugin.cdi_dir, subject.spec.device_ids.cdi)
+            specs = cdi.device_nodes((f.read_text() for f in plugin.cdi_dir.glob("*")),
+                                     subject.spec.device_ids.cdi)  # fmt: skip
             assert set(uuids) <= set(specs)
             for i in ids:
                 assert specs[i] == [f"/dev/nvidia{uuids.index(i)}"]
