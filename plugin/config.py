@@ -2,6 +2,7 @@
 
 resource: nvidia.com/gpu
 device_id_strategy: uuid        # uuid | index  (NVIDIA_VISIBLE_DEVICES contents)
+mig_strategy: none              # none | single | mixed  (NVIDIA's, see plugin/mig.py)
 replicas: 1                     # time-slicing: each GPU listed N times as <id>::<k>
 extra_resources:                # counted resources served beside the GPUs (seeds' rdma)
   example.com/rdma: 10
@@ -53,6 +54,7 @@ class Health(_Strict):
 class Config(_Strict):
     resource: str = "nvidia.com/gpu"
     device_id_strategy: Literal["uuid", "index"] = "uuid"
+    mig_strategy: Literal["none", "single", "mixed"] = "none"
     replicas: int = Field(1, ge=1, le=64)
     extra_resources: dict[str, int] = Field(default_factory=dict)
     health: Health = Health()

@@ -22,7 +22,7 @@ XID = nv.nvmlEventTypeXidCriticalError
 DBE = nv.nvmlEventTypeDoubleBitEccError
 SBE = nv.nvmlEventTypeSingleBitEccError
 RECOVERY = nv.nvmlEventTypeGpuRecoveryAction
-SetHealth = Callable[[int, bool, str], None]  # gpu index, healthy, reason
+SetHealth = Callable[..., None]  # (gpu index, healthy, reason[, gi, ci]): one slice or all
 READY_LINE = "Health monitor watching"  # tests wait for it before injecting faults
 
 
@@ -127,15 +127,17 @@ class HealthMonitor:
         if gpu is None:
             return
         kind, data = e.eventType, e.eventData  # type: ignore[attr-defined]
+        # A MIG slice's fault names its GPU and compute instance; 0xFFFFFFFF: the whole GPU.
+        where = (e.gpuInstanceId, e.computeInstanceId)  # type: ignore[attr-defined]
         if kind == XID:
             if self.policy.critical(data):
-                log.info("XidCriticalError: Xid=%d on Device=%s; marking device as unhealthy.",
-                         data, uuid)  # fmt: skip
-                self.set_health(gpu.index, False, f"Xid {data}")
+                log.info("XidCriticalError: Xid=%d on Device=%s (gi=%d, ci=%d); marking device "
+                         "as unhealthy.", data, uuid, *where)  # fmt: skip
+                self.set_health(gpu.index, False, f"Xid {data}", *where)
             else:
                 log.info("Skipping event Xid=%d on Device=%s (ignored Xid)", data, uuid)
         elif kind == DBE and self.double_bit_ecc:
-            self.set_health(gpu.index, False, "double-bit ECC error")
+            self.set_health(gpu.index, False, "double-bit ECC error", *where)
         elif kind == RECOVERY and data == nv.NVML_GPU_RECOVERY_ACTION_NONE and self.recover:
             # Marking unhealthy is the Xid policy's job (DP_* rules); this only heals.
             log.info("Device=%s recovered (recovery action NONE); marking it healthy.", uuid)

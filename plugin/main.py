@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import signal
 import sys
 import threading
@@ -21,24 +22,32 @@ from inotify_simple import INotify
 from inotify_simple import flags as inflags
 
 from plugin import config as cfg
+from plugin import mig
 from plugin.devices import Gpu, Topology, discover
 from plugin.health import HealthMonitor
 from plugin.metrics import Metrics
+from plugin.mig import MigDevice
 from plugin.server import DevicePluginService, ResourcePlugin
-from plugin.state import Device, ResourceState
+from plugin.state import ANY, Device, ResourceState
 
 log = logging.getLogger("gpulab-plugin")
 DEFAULT_DIR = Path("/var/lib/kubelet/device-plugins")
 
 
-def gpu_devices(gpus: list[Gpu], conf: cfg.Config) -> list[Device]:
+def gpu_devices(members: list[Gpu | MigDevice], conf: cfg.Config) -> list[Device]:
+    """A resource's device ids: NVIDIA's forms (UUID or index; `<gpu>:<mig index>` for a
+    MIG device by index), each `<id>::<k>` when time-sliced."""
     out = []
-    for g in gpus:
-        base = g.uuid if conf.device_id_strategy == "uuid" else str(g.index)
+    for m in members:
+        gpu, mig = (m.parent, m) if isinstance(m, MigDevice) else (m, None)
+        if conf.device_id_strategy == "uuid":
+            base = (mig or gpu).uuid
+        else:
+            base = f"{gpu.index}:{mig.index}" if mig else str(gpu.index)
         if conf.replicas == 1:
-            out.append(Device(base, g))
+            out.append(Device(base, gpu, mig))
         else:  # time-slicing ids, NVIDIA's form: <id>::<replica>
-            out.extend(Device(f"{base}::{k}", g) for k in range(conf.replicas))
+            out.extend(Device(f"{base}::{k}", gpu, mig) for k in range(conf.replicas))
     return out
 
 
@@ -51,15 +60,21 @@ class Plugins:
         gpus = discover()
         log.info("Discovered %d GPUs: %s", len(gpus), ", ".join(g.uuid for g in gpus))
         topology = Topology(gpus)
-        self.gpu_state = ResourceState(conf.resource, gpu_devices(gpus, conf))
-        states = [self.gpu_state] + [
+        resources = mig.plan(conf.mig_strategy, gpus, conf.resource)
+        self.gpu_states = [ResourceState(n, gpu_devices(m, conf)) for n, m in resources.items()]
+        for s in self.gpu_states:
+            if s.devices and s.devices[0].mig:
+                log.info("MIG resource %s: %s", s.resource, ", ".join(d.id for d in s.devices))
+        states = self.gpu_states + [
             ResourceState(name, [Device(f"{name.split('/')[-1]}-{i}") for i in range(count)])
             for name, count in conf.extra_resources.items()
         ]
         self.plugins = []
         for s in states:
-            score = topology.score if s is self.gpu_state else None  # counted ones: no topology
-            service = DevicePluginService(s, conf, metrics, score, dev_root)
+            # Topology scores whole GPUs; MIG slices and counted resources get none.
+            whole = s in self.gpu_states and not any(d.mig for d in s.devices)
+            service = DevicePluginService(s, conf, metrics, topology.score if whole else None,
+                                          dev_root)  # fmt: skip
             self.plugins.append(ResourcePlugin(service, plugin_dir))
         self.metrics = metrics
         h = conf.health
@@ -68,12 +83,14 @@ class Plugins:
             gpus, cfg.XidPolicy(h), recover, h.double_bit_ecc, self._set_health
         )
 
-    def _set_health(self, gpu: int, healthy: bool, reason: str) -> None:
-        for dev_id in self.gpu_state.set_gpu_health(gpu, healthy, reason):
-            word = "healthy" if healthy else "unhealthy"
-            why = f" ({reason})" if reason else ""
-            log.info("'%s' device marked %s: %s%s", self.gpu_state.resource, word, dev_id, why)
-            self.metrics.health_transitions.labels(self.gpu_state.resource, word).inc()
+    def _set_health(self, gpu: int, healthy: bool, reason: str, gi: int = ANY,
+                    ci: int = ANY) -> None:  # fmt: skip
+        word = "healthy" if healthy else "unhealthy"
+        why = f" ({reason})" if reason else ""
+        for state in self.gpu_states:
+            for dev_id in state.set_gpu_health(gpu, healthy, reason, gi, ci):
+                log.info("'%s' device marked %s: %s%s", state.resource, word, dev_id, why)
+                self.metrics.health_transitions.labels(state.resource, word).inc()
 
     def start(self, stop: threading.Event) -> None:
         self.health.start()
@@ -151,11 +168,22 @@ def main(argv: list[str] | None = None) -> int:
         help="where /dev/nvidiaN appear (device specs are returned when they exist)",
     )
     ap.add_argument("--metrics-port", type=int, default=0, help="Prometheus port (0: off)")
+    ap.add_argument(
+        "--mig-strategy",
+        choices=mig.STRATEGIES,
+        default=os.environ.get("MIG_STRATEGY") or None,
+        help="none | single | mixed (NVIDIA's flag and $MIG_STRATEGY; overrides the config)",
+    )
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format="%(asctime)s %(levelname).1s %(message)s")  # fmt: skip
     try:
         conf = cfg.load(cfg.config_file(args.config))
+        if args.mig_strategy:
+            if args.mig_strategy not in mig.STRATEGIES:  # from $MIG_STRATEGY: not parsed
+                raise cfg.ConfigError(f"MIG_STRATEGY: {args.mig_strategy!r} is not one of "
+                                      f"{', '.join(mig.STRATEGIES)}")  # fmt: skip
+            conf = conf.model_copy(update={"mig_strategy": args.mig_strategy})
         cfg.XidPolicy(conf.health)  # env var errors are config errors too
     except cfg.ConfigError as e:
         print(f"gpulab-plugin: error: {e}", file=sys.stderr)
@@ -168,6 +196,9 @@ def main(argv: list[str] | None = None) -> int:
         return run(conf, args.device_plugin_path, args.dev_root, args.metrics_port)
     except nv.NVMLError as e:
         log.error("Failed to initialize NVML: %s", e)
+        return 1
+    except mig.MigConfigError as e:
+        log.error("Invalid MIG configuration: %s", e)
         return 1
 
 

@@ -108,8 +108,7 @@ class DevicePluginService(rpc.DevicePluginServicer):
             if d.gpu is None:
                 ids[d.id] = None
             else:
-                gid = d.gpu.uuid if self.config.device_id_strategy == "uuid" else str(d.gpu.index)
-                ids[gid] = None  # replicas of one GPU name it once
+                ids[d.id.split("::")[0]] = None  # replicas of one GPU (or slice) name it once
         return ",".join(ids)
 
     def _container(self, devices: list[Device]) -> pb.ContainerAllocateResponse:
@@ -128,7 +127,7 @@ class DevicePluginService(rpc.DevicePluginServicer):
                 )
                 resp.devices.append(spec)
         if self.config.cdi:
-            for d in dict.fromkeys(g.gpu.uuid for g in gpus if g.gpu):
+            for d in dict.fromkeys((g.mig or g.gpu).uuid for g in gpus if g.gpu):
                 resp.cdi_devices.append(pb.CDIDevice(name=f"nvidia.com/gpu={d}"))
         return resp
 

@@ -12,12 +12,24 @@ import threading
 from dataclasses import dataclass
 
 from plugin.devices import Gpu
+from plugin.mig import MigDevice
+
+ANY = 0xFFFFFFFF  # NVML's "no GPU/compute instance": an event for the whole GPU
 
 
 @dataclass(frozen=True)
 class Device:
     id: str
-    gpu: Gpu | None = None  # None for counted extra resources
+    gpu: Gpu | None = None  # None for counted extra resources; a MIG device's parent
+    mig: MigDevice | None = None
+
+    def on(self, gpu_index: int, gi: int = ANY, ci: int = ANY) -> bool:
+        """Whether a fault on that GPU (or on one of its GPU/compute instances) hits it."""
+        if self.gpu is None or self.gpu.index != gpu_index:
+            return False
+        if self.mig is None or gi == ANY:
+            return True  # a whole-GPU event reaches every slice of it
+        return self.mig.gi == gi and (ci == ANY or self.mig.ci == ci)
 
     @property
     def numa(self) -> int | None:
@@ -34,12 +46,14 @@ class ResourceState:
         self._version = 0
         self._cond = threading.Condition()
 
-    def set_gpu_health(self, gpu_index: int, healthy: bool, reason: str = "") -> list[str]:
-        """Mark every device of that GPU; returns the ids whose health changed."""
+    def set_gpu_health(self, gpu_index: int, healthy: bool, reason: str = "",
+                       gi: int = ANY, ci: int = ANY) -> list[str]:  # fmt: skip
+        """Mark every device of that GPU, or of one of its MIG slices; returns the ids
+        whose health changed."""
         with self._cond:
             changed = [
                 d.id for d in self.devices
-                if d.gpu and d.gpu.index == gpu_index and self._healthy[d.id] != healthy
+                if d.on(gpu_index, gi, ci) and self._healthy[d.id] != healthy
             ]  # fmt: skip
             for i in changed:
                 self._healthy[i] = healthy

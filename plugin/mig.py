@@ -1,0 +1,132 @@
+"""MIG devices through NVML, named and grouped the way NVIDIA's device plugin does.
+
+Strategies (NVIDIA's `--mig-strategy`):
+- none:   MIG is ignored; every GPU is one `nvidia.com/gpu`, MIG-enabled or not.
+- single: every GPU has MIG enabled with one uniform profile; `nvidia.com/gpu` counts the
+          MIG devices. A node mixing MIG and full GPUs, or two profiles, is refused.
+- mixed:  full GPUs stay `nvidia.com/gpu`; each MIG profile is its own resource,
+          `nvidia.com/mig-<profile>` (`nvidia.com/mig-1g.10gb`).
+
+Profile names follow NVIDIA's rule (go-nvlib's MIG profile): `<g>g.<gb>gb`, or
+`<c>c.<g>g.<gb>gb` when the compute instance is smaller than its GPU instance, where gb is
+the slice's memory as a fraction of the board's, rounded up to eighths, times the board's
+memory in whole GB; `+me`, `+me.all`, `+gfx` or `-me` follow from the GPU-instance profile.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import pynvml as nv
+
+from plugin.devices import Gpu
+
+STRATEGIES = ("none", "single", "mixed")
+_ONE_MIB, _ONE_GIB = 1 << 20, 1 << 30
+
+
+@dataclass(frozen=True)
+class MigDevice:
+    parent: Gpu
+    index: int  # among the parent's MIG devices, as GetMigDeviceHandleByIndex counts them
+    uuid: str
+    gi: int
+    ci: int
+    profile: str  # `1g.10gb`
+
+
+class MigConfigError(Exception):
+    """A MIG layout the strategy refuses; one line, NVIDIA's words where it has them."""
+
+
+def _attribute_suffix(gi_profile_id: int) -> str:
+    suffixes = {
+        "NVML_GPU_INSTANCE_PROFILE_1_SLICE_REV1": "+me",
+        "NVML_GPU_INSTANCE_PROFILE_2_SLICE_REV1": "+me",
+        "NVML_GPU_INSTANCE_PROFILE_1_SLICE_ALL_ME": "+me.all",
+        "NVML_GPU_INSTANCE_PROFILE_2_SLICE_ALL_ME": "+me.all",
+        "NVML_GPU_INSTANCE_PROFILE_1_SLICE_GFX": "+gfx",
+        "NVML_GPU_INSTANCE_PROFILE_2_SLICE_GFX": "+gfx",
+        "NVML_GPU_INSTANCE_PROFILE_4_SLICE_GFX": "+gfx",
+        "NVML_GPU_INSTANCE_PROFILE_1_SLICE_NO_ME": "-me",
+        "NVML_GPU_INSTANCE_PROFILE_2_SLICE_NO_ME": "-me",
+    }
+    for name, suffix in suffixes.items():
+        if getattr(nv, name, None) == gi_profile_id:  # older bindings lack the newer ids
+            return suffix
+    return ""
+
+
+def memory_gb(board_total_bytes: int, slice_mib: int) -> int:
+    """The `<gb>` of a profile name, from the slice's and the board's memory."""
+    fraction = slice_mib * _ONE_MIB / board_total_bytes
+    fraction = math.ceil(fraction * 8) / 8
+    board_gb = (board_total_bytes + _ONE_GIB - 1) // _ONE_GIB
+    return round(fraction * board_gb)
+
+
+def profile_name(g: int, c: int, gb: int, suffix: str = "") -> str:
+    return f"{g}g.{gb}gb{suffix}" if c == g else f"{c}c.{g}g.{gb}gb{suffix}"
+
+
+def mig_enabled(handle: object) -> bool:
+    try:
+        current, _pending = nv.nvmlDeviceGetMigMode(handle)
+    except nv.NVMLError_NotSupported:
+        return False
+    return current == nv.NVML_DEVICE_MIG_ENABLE
+
+
+def discover(gpu: Gpu) -> list[MigDevice]:
+    """The MIG devices of one MIG-enabled GPU, in NVML's index order."""
+    parent = nv.nvmlDeviceGetHandleByUUID(gpu.uuid)
+    board = nv.nvmlDeviceGetMemoryInfo(parent).total
+    out = []
+    for i in range(nv.nvmlDeviceGetMaxMigDeviceCount(parent)):
+        try:
+            h = nv.nvmlDeviceGetMigDeviceHandleByIndex(parent, i)
+        except nv.NVMLError_NotFound:
+            continue  # a hole: that index has no instance now
+        gi, ci = nv.nvmlDeviceGetGpuInstanceId(h), nv.nvmlDeviceGetComputeInstanceId(h)
+        attrs = nv.nvmlDeviceGetAttributes(h)
+        info = nv.nvmlGpuInstanceGetInfo(nv.nvmlDeviceGetGpuInstanceById(parent, gi))
+        name = profile_name(
+            attrs.gpuInstanceSliceCount,
+            attrs.computeInstanceSliceCount,
+            memory_gb(board, attrs.memorySizeMB),
+            _attribute_suffix(info.profileId),
+        )
+        out.append(MigDevice(gpu, i, nv.nvmlDeviceGetUUID(h), gi, ci, name))
+    return out
+
+
+def plan(strategy: str, gpus: list[Gpu], default: str) -> dict[str, list[Gpu | MigDevice]]:
+    """Resource name -> its devices (full GPUs and MIG devices) under a strategy."""
+    if strategy == "none":
+        return {default: list(gpus)}
+    full: list[Gpu] = []
+    slices: list[MigDevice] = []
+    for g in gpus:
+        if mig_enabled(nv.nvmlDeviceGetHandleByUUID(g.uuid)):
+            slices.extend(discover(g))
+        else:
+            full.append(g)
+    if strategy == "single":
+        if full and slices:
+            raise MigConfigError(
+                "all devices on the node must be configured with the same migEnabled value"
+            )
+        if not slices:
+            return {default: list(full)}
+        profiles = sorted({m.profile for m in slices})
+        if len(profiles) > 1:
+            raise MigConfigError(
+                f"MIG strategy single needs one MIG profile on the node, found {profiles}"
+            )
+        return {default: list(slices)}
+    out: dict[str, list[Gpu | MigDevice]] = {default: list(full)} if full else {}
+    vendor = default.split("/")[0]
+    for m in slices:
+        out.setdefault(f"{vendor}/mig-{m.profile}", []).append(m)
+    return out
