@@ -5,6 +5,8 @@
     <root>/usr/lib/x86_64-linux-gnu/libcuda.so.<version> (and .so.1, .so): the CUDA stub
     <root>/dev/nvidia<minor> (c 195:<minor>) per GPU, nvidiactl (c 195:255),
     nvidia-uvm and nvidia-uvm-tools
+    <root>/proc/driver/nvidia-caps/mig-minors: the MIG capability minors, as the driver
+    lists them (every GPU minor 0-31, GPU instance 0-14, compute instance 0-7)
 
 NVIDIA's plugin looks for libnvidia-ml.so.1 under its container driver root (/driver-root)
 before the normal search path; our plugin is pointed there with LD_LIBRARY_PATH.
@@ -13,6 +15,9 @@ Why the versioned files and the device nodes: whatever writes CDI specs (NVIDIA'
 with a cdi-* device list strategy, nvidia-ctk) reads the driver version from the
 libraries' file suffix (libcuda's, for toolkit 1.17, which NVIDIA's plugin v0.17 uses) and
 finds each GPU as a character device under the dev root; without them it writes no spec.
+NVIDIA's plugin reads mig-minors at /proc/driver/nvidia-caps (for every MIG device it
+serves, or it refuses the device), nvidia-container-toolkit under the driver root; a pod
+sees the root's proc/driver at /proc/driver when the lab bind-mounts it there.
 The nodes are only stat'ed (for type, major and minor) and re-created in containers; no
 driver answers them, so opening one fails as on a machine whose driver is not loaded.
 Making them needs CAP_MKNOD and a device cgroup that allows it (a privileged driver
@@ -41,6 +46,10 @@ GPU_MAJOR = 195  # NVIDIA's registered character major: nvidia<minor>, nvidiactl
 CTL_MINOR = 255
 # nvidia-uvm's major is dynamic on hardware (from /proc/devices); any unused one will do.
 UVM_MAJOR = 509
+MIG_MINORS = Path("proc/driver/nvidia-caps/mig-minors")
+# The driver's fixed table: minors for every capability that could exist, whether or not
+# it does (NVIDIA's MIG user guide: "config 1" ... "gpu31/gi14/ci7/access 4322").
+CAPS_GPUS, CAPS_GIS, CAPS_CIS = 32, 15, 8
 
 
 @dataclass
@@ -104,6 +113,30 @@ def _make_device_nodes(dev: Path, node: Node) -> tuple[list[Path], str]:
     return made, ""
 
 
+def mig_minors() -> str:
+    lines = ["config 1", "monitor 2"]
+    minor = 3
+    for gpu in range(CAPS_GPUS):
+        for gi in range(CAPS_GIS):
+            lines.append(f"gpu{gpu}/gi{gi}/access {minor}")
+            lines.extend(
+                f"gpu{gpu}/gi{gi}/ci{ci}/access {minor + 1 + ci}" for ci in range(CAPS_CIS)
+            )
+            minor += 1 + CAPS_CIS
+    return "\n".join(lines) + "\n"
+
+
+def _write_mig_minors(root: Path) -> None:
+    path, text = root / MIG_MINORS, mig_minors()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if not path.is_file() or path.read_text() != text:
+        fd, tmp = tempfile.mkstemp(prefix=".mig-minors.", dir=path.parent)
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        os.chmod(tmp, 0o444)
+        os.replace(tmp, path)
+
+
 def install(root: Path, node: Node | None = None) -> Installed:
     """The library (and, given the node's state, its versioned name and device nodes)
     under `root`."""
@@ -129,6 +162,7 @@ def install(root: Path, node: Node | None = None) -> Installed:
             link.symlink_to(library.SONAME)
         out = Installed(lib)
         if node is not None:
+            _write_mig_minors(root)
             out.device_nodes, out.no_device_nodes = _make_device_nodes(root / DEV_DIR, node)
     except OSError as e:
         raise FakeNvmlError(f"cannot install the library under {root}: {e.strerror}") from None

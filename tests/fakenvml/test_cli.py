@@ -518,3 +518,18 @@ def test_faulted_lists_the_gpus_not_recovered_since_their_last_fault(node: Path)
     d.recover(3)
     d.fall_off_bus(3)
     assert d.faulted() == {1, 3}
+
+
+def test_install_driver_lists_the_mig_capability_minors_as_the_driver_does(
+    tmp_path: Path, node: Path, run: Run
+) -> None:
+    code, _, err = run("install-driver", tmp_path / "driver", "--state-dir", node)
+    assert code == 0, err
+    lines = (tmp_path / "driver/proc/driver/nvidia-caps/mig-minors").read_text().splitlines()
+    # The lines NVIDIA's MIG user guide prints, first and last, and the plugin's parse of
+    # them: each minor names a GPU instance's, then its 8 compute instances' capability.
+    assert lines[:4] == ["config 1", "monitor 2", "gpu0/gi0/access 3", "gpu0/gi0/ci0/access 4"]
+    assert lines[-1] == "gpu31/gi14/ci7/access 4322"
+    minors = dict(reversed(line.rsplit(" ", 1)) for line in lines)
+    assert minors["439"] == "gpu3/gi3/ci3/access" and minors["918"] == "gpu6/gi11/ci5/access"
+    assert len(set(minors)) == len(lines)
