@@ -126,7 +126,8 @@ def mig_minors() -> str:
     return "\n".join(lines) + "\n"
 
 
-def _write_mig_minors(root: Path) -> None:
+def write_mig_minors(root: Path) -> Path:
+    """<root>/proc/driver/nvidia-caps/mig-minors, replaced only when it differs."""
     path, text = root / MIG_MINORS, mig_minors()
     path.parent.mkdir(parents=True, exist_ok=True)
     if not path.is_file() or path.read_text() != text:
@@ -135,6 +136,7 @@ def _write_mig_minors(root: Path) -> None:
             f.write(text)
         os.chmod(tmp, 0o444)
         os.replace(tmp, path)
+    return path
 
 
 def install(root: Path, node: Node | None = None) -> Installed:
@@ -162,7 +164,7 @@ def install(root: Path, node: Node | None = None) -> Installed:
             link.symlink_to(library.SONAME)
         out = Installed(lib)
         if node is not None:
-            _write_mig_minors(root)
+            write_mig_minors(root)
             out.device_nodes, out.no_device_nodes = _make_device_nodes(root / DEV_DIR, node)
     except OSError as e:
         raise FakeNvmlError(f"cannot install the library under {root}: {e.strerror}") from None

@@ -5,7 +5,8 @@
 The binary comes from `make infra` (clusters/scripts/nvidia-plugin.sh, into $GPULAB_CACHE). It
 dlopens libnvidia-ml.so.1 from `<container driver root>/usr/lib/x86_64-linux-gnu` first,
 so a driver root holding a link to our library is all it needs; its plugin socket path is
-compiled in (/var/lib/kubelet/device-plugins), hence the private mount namespace.
+compiled in (/var/lib/kubelet/device-plugins), hence the private mount namespace, in which
+the driver root's proc/driver also covers /proc/driver (MIG capability minors).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import os
 from pathlib import Path
 
 from clusters import versions as pins
-from fakenvml import library, paths
+from fakenvml import driver, library, paths
 from fakenvml.node import STATE_DIR_ENV
 from plugin.standin.process import DEFAULT_DIR, in_private_mount, kubelet_env
 
@@ -56,13 +57,15 @@ def binary(version: str) -> Path:
 
 
 def driver_root(workdir: Path) -> Path:
-    """A driver root whose only driver file is a link to the fake libnvidia-ml.so.1."""
+    """A driver root holding a link to the fake libnvidia-ml.so.1 and the driver's MIG
+    capability minors (proc/driver/nvidia-caps/mig-minors), the files the plugin reads."""
     root = workdir / "driver-root"
     libdir = root / "usr" / "lib" / "x86_64-linux-gnu"
     libdir.mkdir(parents=True, exist_ok=True)
     link = libdir / library.SONAME
     link.unlink(missing_ok=True)
     link.symlink_to(library.path().resolve())
+    driver.write_mig_minors(root)
     return root
 
 
@@ -75,14 +78,16 @@ def command(
 ) -> tuple[list[str], dict[str, str]]:
     """argv and environment that run NVIDIA's plugin `version` over the fakenvml node in
     `state_dir`, registering with the stand-in serving `kubelet_dir`."""
+    root = driver_root(workdir)
     env = {
         "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
         **SETTINGS,
         # Both v0.17 and v0.20 read this (alias DRIVER_ROOT_CTR_PATH) to find the library.
-        "CONTAINER_DRIVER_ROOT": str(driver_root(workdir)),
+        "CONTAINER_DRIVER_ROOT": str(root),
         STATE_DIR_ENV: str(state_dir),
         # Inside the namespace the stand-in's dir *is* the default path; say so anyway.
         **kubelet_env(Path(DEFAULT_DIR)),
         **(extra_env or {}),
     }
-    return in_private_mount(kubelet_dir, [str(binary(version))]), env
+    argv = in_private_mount(kubelet_dir, [str(binary(version))], root / "proc" / "driver")
+    return argv, env

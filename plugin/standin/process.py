@@ -4,6 +4,7 @@ output kept in a log file, stopped with SIGTERM (then SIGKILL) when done."""
 from __future__ import annotations
 
 import os
+import shlex
 import shutil
 import signal
 import subprocess
@@ -28,15 +29,21 @@ def kubelet_env(directory: Path) -> dict[str, str]:
     return {"KUBELET_SOCKET": str(directory / KUBELET_SOCKET)}
 
 
-def in_private_mount(directory: Path, argv: Sequence[str]) -> list[str]:
+def in_private_mount(
+    directory: Path, argv: Sequence[str], proc_driver: Path | None = None
+) -> list[str]:
     """argv run in a private mount namespace where `directory` is bind-mounted over the
     kubelet's default device-plugins dir, for plugins that cannot be pointed elsewhere.
     Sockets and inotify events pass through a bind mount, so the stand-in sees both.
+    `proc_driver` (a fake driver root's proc/driver) is bind-mounted over /proc/driver,
+    where NVIDIA's plugin reads the MIG capability minors; the host's /proc is untouched.
     Needs root (CAP_SYS_ADMIN); the empty mount point is created on the host if missing."""
-    script = 'mkdir -p "$1" && mount --bind "$2" "$1" && shift 2 && exec "$@"'
+    script = 'mkdir -p "$1" && mount --bind "$2" "$1" && shift 2 && '
+    if proc_driver is not None:
+        script += f"mount --bind {shlex.quote(str(proc_driver))} /proc/driver && "
     return [
         "unshare", "--mount", "--propagation", "private",
-        "sh", "-c", script, "sh", DEFAULT_DIR, str(directory), *argv,
+        "sh", "-c", script + 'exec "$@"', "sh", DEFAULT_DIR, str(directory), *argv,
     ]  # fmt: skip
 
 
