@@ -7,6 +7,8 @@
     nvidia-uvm and nvidia-uvm-tools
     <root>/proc/driver/nvidia-caps/mig-minors: the MIG capability minors, as the driver
     lists them (every GPU minor 0-31, GPU instance 0-14, compute instance 0-7)
+    <root>/sys/bus/pci/devices/<address>/: vendor, device, class, subsystem ids, numa_node,
+    resource per GPU: what go-nvlib's nvpci reads (GFD's nvidia.com/gpu.mode label)
 
 NVIDIA's plugin looks for libnvidia-ml.so.1 under its container driver root (/driver-root)
 before the normal search path; our plugin is pointed there with LD_LIBRARY_PATH.
@@ -15,6 +17,8 @@ Why the versioned files and the device nodes: whatever writes CDI specs (NVIDIA'
 with a cdi-* device list strategy, nvidia-ctk) reads the driver version from the
 libraries' file suffix (libcuda's, for toolkit 1.17, which NVIDIA's plugin v0.17 uses) and
 finds each GPU as a character device under the dev root; without them it writes no spec.
+Labs bind-mount <root>/sys/bus/pci/devices over /sys/bus/pci/devices in the containers
+that read PCI sysfs (gpu-feature-discovery); the host's sysfs is never written.
 NVIDIA's plugin reads mig-minors at /proc/driver/nvidia-caps (for every MIG device it
 serves, or it refuses the device), nvidia-container-toolkit under the driver root; a pod
 sees the root's proc/driver at /proc/driver when the lab bind-mounts it there.
@@ -31,6 +35,7 @@ import contextlib
 import os
 import shutil
 import stat
+import struct
 import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -38,7 +43,7 @@ from pathlib import Path
 
 from fakenvml import library
 from fakenvml.errors import FakeNvmlError
-from fakenvml.model import Node
+from fakenvml.model import Gpu, Node
 
 LIB_DIR = Path("usr/lib/x86_64-linux-gnu")
 DEV_DIR = Path("dev")
@@ -50,6 +55,14 @@ MIG_MINORS = Path("proc/driver/nvidia-caps/mig-minors")
 # The driver's fixed table: minors for every capability that could exist, whether or not
 # it does (NVIDIA's MIG user guide: "config 1" ... "gpu31/gi14/ci7/access 4322").
 CAPS_GPUS, CAPS_GIS, CAPS_CIS = 32, 15, 8
+PCI_DEVICES = Path("sys/bus/pci/devices")
+PCI_VENDOR = 0x10DE
+# PCI classes: data-center boards are 3D controllers (GFD: gpu.mode=compute); boards with
+# display outputs (Quadro/RTX workstation and GeForce brands) are VGA controllers.
+PCI_CLASS_3D, PCI_CLASS_VGA = 0x030200, 0x030000
+_DISPLAY_BRANDS = {1, 5, 6, 12, 13, 15, 16}  # NVML_BRAND_QUADRO, GEFORCE, TITAN, *_RTX
+# Boards of the shipped profiles with display outputs (lspci: "VGA compatible controller").
+_DISPLAY_PRODUCTS = {"NVIDIA RTX A6000"}
 
 
 @dataclass
@@ -139,6 +152,59 @@ def write_mig_minors(root: Path) -> Path:
     return path
 
 
+def pci_address(gpu: Gpu) -> str:
+    """The sysfs name: lower case, a 4-digit domain (NVML's busId has 8)."""
+    return f"{gpu.pci_domain:04x}:{gpu.pci_bus:02x}:{gpu.pci_device:02x}.{gpu.pci_function:x}"
+
+
+def _pci_files(gpu: Gpu) -> dict[str, str]:
+    display = gpu.brand in _DISPLAY_BRANDS or gpu.name in _DISPLAY_PRODUCTS
+    pci_class = PCI_CLASS_VGA if display else PCI_CLASS_3D
+    # resource: one "start end flags" line per BAR; BAR0 16 MiB of registers, BAR1 the
+    # frame-buffer aperture (nvmlDeviceGetBAR1MemoryInfo's total), at made-up addresses.
+    base = 0x2000_0000_0000 + gpu.index * 0x40_0000_0000
+    bar1 = max(gpu.bar1_total, 1 << 28)
+    bars = [(0xFA00_0000 - gpu.index * 0x100_0000, 1 << 24, 0x40200), (base, bar1, 0x14220C)]
+    lines = [f"0x{s:016x} 0x{s + n - 1:016x} 0x{f:016x}" for s, n, f in bars]
+    lines += ["0x0000000000000000 0x0000000000000000 0x0000000000000000"] * 11
+    return {
+        "vendor": f"0x{PCI_VENDOR:04x}",
+        "device": f"0x{gpu.pci_device_id >> 16:04x}",
+        "subsystem_vendor": f"0x{gpu.pci_subsystem_id & 0xFFFF:04x}",
+        "subsystem_device": f"0x{gpu.pci_subsystem_id >> 16:04x}",
+        "class": f"0x{pci_class:06x}",
+        "numa_node": str(gpu.numa_node if gpu.numa_node >= 0 else -1),
+        "resource": "\n".join(lines),
+    }
+
+
+def _pci_config(gpu: Gpu, pci_class: int) -> bytes:
+    """The standard 256-byte header: ids, class, subsystem; status without a capability
+    list, so a reader looking for NVIDIA's vGPU capability finds none (a bare-metal GPU)."""
+    cfg = bytearray(256)
+    struct.pack_into("<HH", cfg, 0, PCI_VENDOR, gpu.pci_device_id >> 16)
+    cfg[0x09:0x0C] = pci_class.to_bytes(3, "little")  # prog-if, subclass, class
+    struct.pack_into("<HH", cfg, 0x2C, gpu.pci_subsystem_id & 0xFFFF, gpu.pci_subsystem_id >> 16)
+    return bytes(cfg)
+
+
+def _write_pci_sysfs(root: Path, node: Node) -> None:
+    """One directory per GPU; directories of GPUs the state no longer has are removed."""
+    devices = root / PCI_DEVICES
+    devices.mkdir(parents=True, exist_ok=True)
+    wanted = {pci_address(g): g for g in node.gpus}
+    for old in devices.iterdir():
+        if old.name not in wanted and old.is_dir() and not old.is_symlink():
+            shutil.rmtree(old)
+    for address, gpu in wanted.items():
+        d = devices / address
+        d.mkdir(exist_ok=True)
+        files = _pci_files(gpu)
+        for name, text in files.items():
+            (d / name).write_text(text + "\n")
+        (d / "config").write_bytes(_pci_config(gpu, int(files["class"], 16)))
+
+
 def install(root: Path, node: Node | None = None) -> Installed:
     """The library (and, given the node's state, its versioned name and device nodes)
     under `root`."""
@@ -165,6 +231,7 @@ def install(root: Path, node: Node | None = None) -> Installed:
         out = Installed(lib)
         if node is not None:
             write_mig_minors(root)
+            _write_pci_sysfs(root, node)
             out.device_nodes, out.no_device_nodes = _make_device_nodes(root / DEV_DIR, node)
     except OSError as e:
         raise FakeNvmlError(f"cannot install the library under {root}: {e.strerror}") from None

@@ -147,16 +147,23 @@ image_nvidia() {
   for bin in $bins; do
     version=$(basename "$(dirname "$bin")")
     local tag
-    local ctk=${bin%/*}/nvidia-ctk
-    tag=gpulab/nvidia-device-plugin:$version-$(inputs_hash "$base" "$bin" "$ctk")
+    local ctk=${bin%/*}/nvidia-ctk gfd=${bin%/*}/gpu-feature-discovery
+    [[ -x $gfd ]] || gfd=  # a release whose GFD the proxy cannot build (nvidia-plugin.sh)
+    tag=gpulab/nvidia-device-plugin:$version-$(inputs_hash "$base" "$bin" "$ctk" ${gfd:+"$gfd"})
     if ! have "$tag"; then
       local ctx
       ctx=$(fresh_tmp "$WORK/nvidia.ctx")
       cp "$bin" "$ctx/nvidia-device-plugin"
       cp "$ctk" "$ctx/nvidia-ctk"
-      # nvidia-ctk rides along so the CDI subjects can install it on the node (its hook).
-      printf 'FROM %s\nCOPY nvidia-device-plugin nvidia-ctk /usr/bin/\nENTRYPOINT ["/usr/bin/nvidia-device-plugin"]\n' \
-        "$base" >"$ctx/Dockerfile"
+      local bins="nvidia-device-plugin nvidia-ctk"
+      if [[ -n $gfd ]]; then
+        cp "$gfd" "$ctx/gpu-feature-discovery"
+        bins+=" gpu-feature-discovery"
+      fi
+      # nvidia-ctk rides along so the CDI subjects can install it on the node (its hook);
+      # gpu-feature-discovery is the same release's label writer (one image, two commands).
+      printf 'FROM %s\nCOPY %s /usr/bin/\nENTRYPOINT ["/usr/bin/nvidia-device-plugin"]\n' \
+        "$base" "$bins" >"$ctx/Dockerfile"
       log "images: nvidia: docker build $tag"
       docker_build "$tag" "$ctx" /usr/bin/test -x /usr/bin/nvidia-device-plugin -a -x /usr/bin/nvidia-ctk
       rm -rf "$ctx"

@@ -4,7 +4,9 @@
 #   $GPULAB_CACHE/nvidia-device-plugin/<version>/nvidia-device-plugin
 # and, beside it, nvidia-ctk from the nvidia-container-toolkit version that release's go.mod
 # requires: its CDI specs name nvidia-ctk as the hook that runs in every GPU container, so
-# the CDI subjects install that binary on the node (as the GPU operator's toolkit does).
+# the CDI subjects install that binary on the node (as the GPU operator's toolkit does);
+# and gpu-feature-discovery (cmd/gpu-feature-discovery, the same module and version: GFD
+# ships from this repository since v0.15), which writes the nvidia.com/* node labels.
 # Idempotent: a version whose binary exists is not rebuilt. Progress goes to stderr and
 # the binary paths to stdout, so `BIN=$(clusters/scripts/nvidia-plugin.sh v0.17.4)` works.
 #
@@ -55,7 +57,8 @@ module_source() {
 build() {
   local version=$1 gitdir=$2 dir=$GPULAB_CACHE/nvidia-device-plugin/$1
   local bin=$dir/nvidia-device-plugin
-  if [[ -x $bin && -x $dir/nvidia-ctk ]]; then
+  local gfd=$dir/gpu-feature-discovery
+  if [[ -x $bin && -x $dir/nvidia-ctk && (-x $gfd || -f $gfd.refused) ]]; then
     log "nvidia-plugin $version: cached at $bin"
     echo "$bin"
     return
@@ -86,6 +89,20 @@ build() {
     (cd "$src" && with_ticker "$version" nice -n 10 go build -mod=$mode -trimpath \
       -o "$tmp/nvidia-device-plugin" ./cmd/nvidia-device-plugin) || die "nvidia-plugin $version: go build failed (see above)"
     mv "$tmp/nvidia-device-plugin" "$bin"
+  fi
+  if [[ ! -x $gfd && ! -f $gfd.refused ]]; then
+    log "nvidia-plugin $version: go build ./cmd/gpu-feature-discovery (shares the plugin's build cache)"
+    if (cd "$src" && with_ticker "gfd $version" nice -n 10 go build -mod=$mode -trimpath \
+      -o "$tmp/gpu-feature-discovery" ./cmd/gpu-feature-discovery) 2> >(tee "$tmp/gfd.err" >&2); then
+      mv "$tmp/gpu-feature-discovery" "$gfd"
+    elif grep -q '403 Forbidden' "$tmp/gfd.err"; then
+      # The proxy refuses a dependency (v0.17.4 needs node-feature-discovery v0.15.7: 403):
+      # a fact about this proxy, kept so later runs do not retry; that image has no GFD.
+      grep -m1 '403 Forbidden' "$tmp/gfd.err" | sed 's/^[^ ]* //' >"$gfd.refused"
+      log "nvidia-plugin $version: gpu-feature-discovery not built, the Go module proxy refuses a dependency: $(cat "$gfd.refused")"
+    else
+      die "nvidia-plugin $version: building gpu-feature-discovery failed (see above)"
+    fi
   fi
   if [[ ! -x $dir/nvidia-ctk ]]; then
     local ctk ctk_src

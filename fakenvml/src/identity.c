@@ -118,7 +118,9 @@ nvmlReturn_t nvmlDeviceGetMigMode(nvmlDevice_t device, unsigned int *currentMode
                                   unsigned int *pendingMode) {
     if (!currentMode || !pendingMode) return NVML_ERROR_INVALID_ARGUMENT;
     DEVICE_ENTER(device);
-    (void)d;
+    /* A board without MIG answers NOT_SUPPORTED, which is how readers (GFD's mig.capable,
+       go-nvlib's IsMigCapable) tell it from a MIG board with MIG disabled. */
+    if (!d->mig_count) return fnv_leave(NVML_ERROR_NOT_SUPPORTED);
     *currentMode = *pendingMode = NVML_DEVICE_MIG_DISABLE;
     return fnv_leave(NVML_SUCCESS);
 }

@@ -91,3 +91,39 @@ def command(
     }
     argv = in_private_mount(kubelet_dir, [str(binary(version))], root / "proc" / "driver")
     return argv, env
+
+
+def gfd_binary(version: str) -> Path:
+    """gpu-feature-discovery of that release (`make infra`); RuntimeError saying why not:
+    not built yet, or the Go module proxy refuses one of its dependencies (v0.17.4)."""
+    path = CACHE / version / "gpu-feature-discovery"
+    refused = path.with_name(path.name + ".refused")
+    if refused.exists():
+        raise RuntimeError(f"gpu-feature-discovery {version} cannot be built here: "
+                           f"{refused.read_text().strip()}")  # fmt: skip
+    if not path.exists():
+        raise RuntimeError(f"gpu-feature-discovery {version} is not built ({path}); "
+                           "run `make infra`")  # fmt: skip
+    return path
+
+
+def gfd_command(
+    version: str, state_dir: Path, root: Path, output: Path, extra_env: dict[str, str] | None = None
+) -> tuple[list[str], dict[str, str]]:
+    """argv and environment of a one-shot GFD over the fakenvml node in `state_dir`, with
+    the fake driver `root` (`fakenvml.driver.install`): the library on its search path,
+    the root's PCI sysfs over /sys/bus/pci/devices in a private mount namespace. Labels
+    go to `output` (GFD's own file output, no NodeFeature API)."""
+    env = {
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+        "LD_LIBRARY_PATH": str(root / driver.LIB_DIR),
+        STATE_DIR_ENV: str(state_dir),
+        "DEVICE_DISCOVERY_STRATEGY": "nvml",
+        **(extra_env or {}),
+    }
+    gfd = [str(gfd_binary(version)), "--oneshot", "--no-timestamp",
+           "--use-node-feature-api=false", f"--output-file={output}"]  # fmt: skip
+    script = 'mount --bind "$1" /sys/bus/pci/devices && shift && exec "$@"'
+    sysfs = str(root / driver.PCI_DEVICES)
+    argv = ["unshare", "--mount", "--propagation", "private", "sh", "-c", script, "sh", sysfs]
+    return argv + gfd, env

@@ -1,0 +1,59 @@
+"""NVIDIA's gpu-feature-discovery (the release the suites pin, newest first) over fakenvml,
+held to the labels GFD wrote on the real H100 the fidelity capture comes from."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from fakenvml import driver, inventory
+from fakenvml.node import NodeDir
+from plugin.standin import nvidia
+
+CAPTURE = Path(__file__).resolve().parents[1] / "fakenvml" / "data" / "h100"
+H100_VM = Path(__file__).resolve().parents[2] / "fakenvml" / "inventories" / "h100-vm.yaml"
+
+
+def labels(text: str) -> dict[str, str]:
+    return dict(line.split("=", 1) for line in text.splitlines() if line.strip())
+
+
+def run_gfd(tmp_path: Path, node: NodeDir, env: dict[str, str] | None = None) -> dict[str, str]:
+    root, out = tmp_path / "driver-root", tmp_path / "gfd-labels"
+    driver.install(root, node.node())
+    try:
+        argv, full = nvidia.gfd_command(nvidia.versions()[0], node.path, root, out, env)
+    except RuntimeError as e:
+        pytest.fail(str(e), pytrace=False)
+    done = subprocess.run(argv, env=full, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return labels(out.read_text())
+
+
+def test_labels_equal_those_gfd_wrote_on_the_real_h100(tmp_path: Path) -> None:
+    node = NodeDir(tmp_path / "state")
+    node.init(inventory.load(H100_VM))
+    want = labels((CAPTURE / "h100-gfd.txt").read_text())
+    got = run_gfd(tmp_path, node)
+    assert got == want
+
+
+def test_a_node_of_eight_a100s_is_labelled_as_such(tmp_path: Path) -> None:
+    node = NodeDir(tmp_path / "state")
+    node.init(inventory.from_dict({"gpus": [{"profile": "A100-SXM4-80GB", "count": 8}]}, "n"))
+    got = run_gfd(tmp_path, node)
+    assert got["nvidia.com/gpu.count"] == "8"
+    assert got["nvidia.com/gpu.product"] == "NVIDIA-A100-SXM4-80GB"
+    assert got["nvidia.com/gpu.family"] == "ampere"
+    assert got["nvidia.com/gpu.mode"] == "compute"  # from the fake PCI class in sysfs
+    assert got["nvidia.com/mig.capable"] == "true"
+
+
+def test_a_workstation_board_with_display_outputs_is_in_graphics_mode(tmp_path: Path) -> None:
+    node = NodeDir(tmp_path / "state")
+    node.init(inventory.from_dict({"gpus": [{"profile": "RTX-A6000", "count": 2}]}, "n"))
+    got = run_gfd(tmp_path, node)
+    assert got["nvidia.com/gpu.mode"] == "graphics"
+    assert got["nvidia.com/mig.capable"] == "false"
