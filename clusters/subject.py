@@ -100,6 +100,9 @@ class Expects(Strict):
     # With replicas > 1, what a fault on a GPU takes out: all its replicas (health is per
     # GPU) or only one (NVIDIA's: it matches the event's UUID to one replica id).
     xid_marks: Literal["every-replica", "one-replica"] = "every-replica"
+    # The MIG strategy it serves (NVIDIA's): a subject with one runs the MIG suites only
+    # (e2e/test_mig.py, on the `mig` lab); "none" runs the whole-GPU suites.
+    mig: Literal["none", "single", "mixed"] = "none"
 
     @property
     def time_sliced(self) -> bool:
@@ -144,6 +147,9 @@ class SubjectSpec(Strict):
     device_ids: DeviceIds
     ready_log: str
     expects: Expects
+    # Set in (or replacing the value of) every container of the subject's DaemonSet:
+    # one manifest serves several configurations (MIG_STRATEGY: single | mixed).
+    env: dict[str, str] = Field(default_factory=dict)
 
     @model_validator(mode="after")
     def _deployed_one_way(self) -> SubjectSpec:
@@ -253,7 +259,13 @@ class Subject:
             repo, tag = chart.split_image(image)
             for k, v in ((f"{key}_REPOSITORY", repo), (f"{key}_TAG", tag), (key, image)):
                 text = text.replace("${" + k + "}", v)
-        return [d for d in yaml.safe_load_all(text) if d]
+        docs = [d for d in yaml.safe_load_all(text) if d]
+        for d in docs:
+            if d.get("kind") == "DaemonSet" and self.spec.env:
+                for c in d["spec"]["template"]["spec"]["containers"]:
+                    env = [e for e in c.get("env", []) if e["name"] not in self.spec.env]
+                    c["env"] = env + [{"name": k, "value": v} for k, v in self.spec.env.items()]
+        return docs
 
 
 def _expand(data: dict, version: str) -> dict:

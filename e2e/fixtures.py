@@ -79,14 +79,20 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Tests marked needs(...) are not generated for subjects that lack it (deselected,
-    never skipped: a scenario that a plugin cannot have is not a scenario for it)."""
+    never skipped: a scenario that a plugin cannot have is not a scenario for it). A
+    subject configured for MIG (expects.mig single/mixed) runs only the MIG scenarios,
+    which need `mig=...`: the whole-GPU suites are the same plugin's without MIG."""
     keep, drop = [], []
     for item in items:
         # Every needs marker counts: the module's (e.g. replicas=1) and the test's own.
         needs = tuple(a for m in item.iter_markers("needs") for a in m.args)
         s = getattr(getattr(item, "callspec", None), "params", {}).get("subject")
         # (A test may parametrize `subject` itself, with names: no expectations to read.)
-        (drop if isinstance(s, Subject) and not s.needs_met(needs) else keep).append(item)
+        if isinstance(s, Subject):
+            mig_only = s.expects.mig != "none" and not any(n.startswith("mig") for n in needs)
+            (drop if mig_only or not s.needs_met(needs) else keep).append(item)
+        else:
+            keep.append(item)
     if drop:
         config.hook.pytest_deselected(items=drop)
         items[:] = keep
