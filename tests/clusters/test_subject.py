@@ -56,11 +56,17 @@ def test_shipped_subjects_are_gpulab_and_each_pinned_nvidia_release(
     found = {s.name: s for s in subject.shipped()}
     assert sorted(found) == [
         "gpulab",
+        "gpulab-mig",
+        "gpulab-mig-single",
         "gpulab-timeslicing",
         "nvidia-cdi-v0.17.4",
         "nvidia-cdi-v0.19.3",
         "nvidia-helm-v0.17.4",
         "nvidia-helm-v0.19.3",
+        "nvidia-mig-single-v0.17.4",
+        "nvidia-mig-single-v0.19.3",
+        "nvidia-mig-v0.17.4",
+        "nvidia-mig-v0.19.3",
         "nvidia-timeslicing-v0.17.4",
         "nvidia-timeslicing-v0.19.3",
         "nvidia-v0.17.4",
@@ -84,13 +90,20 @@ def test_shipped_subjects_are_gpulab_and_each_pinned_nvidia_release(
     assert cdi.needs_met(("cdi", "replicas=1")) and not found["gpulab"].needs_met(("cdi",))
     config = next(d for d in ts.manifest if d["kind"] == "ConfigMap")["data"]["config.yaml"]
     assert yaml.safe_load(config)["sharing"]["timeSlicing"]["resources"][0]["replicas"] == 4
+    # MIG: the subject's env sets the strategy in its DaemonSet's containers.
+    mig = found["nvidia-mig-single-v0.19.3"]
+    assert mig.expects.mig == "single" and mig.needs_met(("mig=single",))
+    (ds,) = [d for d in mig.render({}) if d["kind"] == "DaemonSet"]
+    env = ds["spec"]["template"]["spec"]["containers"][0]["env"]
+    assert [e["value"] for e in env if e["name"] == "MIG_STRATEGY"] == ["single"]
 
 
 def test_the_pinned_versions_can_be_overridden(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("GPULAB_NVIDIA_PLUGIN_VERSIONS", "v0.20.0")
     names = [s.name for s in subject.shipped()]
     assert names == [
-        "gpulab-timeslicing", "gpulab", "nvidia-cdi-v0.20.0", "nvidia-helm-v0.20.0",
+        "gpulab-mig-single", "gpulab-mig", "gpulab-timeslicing", "gpulab", "nvidia-cdi-v0.20.0",
+        "nvidia-helm-v0.20.0", "nvidia-mig-single-v0.20.0", "nvidia-mig-v0.20.0",
         "nvidia-timeslicing-v0.20.0", "nvidia-v0.20.0",
     ]  # fmt: skip
 
@@ -178,7 +191,8 @@ def test_malformed_and_missing_subject_files(tmp_path: Path) -> None:
     with pytest.raises(SubjectError, match="no subject file"):
         subject.load(tmp_path / "absent.yaml")
     with pytest.raises(
-        SubjectError, match=r"no subject 'nope' \(shipped: gpulab, gpulab-timeslicing, nvidia"
+        SubjectError,
+        match=r"no subject 'nope' \(shipped: gpulab, gpulab-mig, gpulab-mig-single, gpulab-ti",
     ):
         subject.load("nope")
 
