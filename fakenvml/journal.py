@@ -53,11 +53,19 @@ class Kind(enum.IntEnum):
     FAIL = 11
     DELAY = 12
     CLEAR = 13
+    # MIG layout changes (fakenvml/mig.py; src/mig.c replays them).
+    MIG_MODE = 14
+    GPU_RESET = 15
+    GI_CREATE = 16
+    GI_DESTROY = 17
+    CI_CREATE = 18
+    CI_DESTROY = 19
 
     @property
     def spelling(self) -> str:
         """xid, ecc-single, ecc-double, lost, fallen-off-bus, recover, recovery-action,
-        set, process-add, process-remove, fail, delay, clear."""
+        set, process-add, process-remove, fail, delay, clear, mig-mode, gpu-reset,
+        gi-create, gi-destroy, ci-create, ci-destroy."""
         return self.name.lower().replace("_", "-")
 
     @property

@@ -151,6 +151,10 @@ class NodeDir:
         _, boot_id = statefile.read(self.path)
         return journal.append_many(self.path, boot_id, entries)
 
+    def write_entries(self, entries: list[journal.Entry]) -> list[Record]:
+        """Records of any kind, in one append (fakenvml/mig.py's layout changes)."""
+        return self._write(entries)
+
     def set_sensors(self, gpu: str | int, assignments: list[str]) -> list[Record]:
         """Sensor values (`temperature=88`, `power=70..90W/30s`, `util=idle`; grammar in
         fakenvml/telemetry.py) for one GPU or `all`, validated for every GPU before one

@@ -117,7 +117,7 @@ nvmlReturn_t nvmlDeviceGetCurrentClockFreqs(nvmlDevice_t device,
     return fnv_leave(NVML_SUCCESS);
 }
 
-/* ---- MIG GPU-instance profiles (MIG itself stays disabled: no instances exist) ---- */
+/* ---- MIG GPU-instance profiles (instances: mig.c) ---- */
 
 static const fnv_mig_profile *mig_where(const fnv_device *d, int by_id, unsigned key) {
     for (unsigned i = 0; i < d->mig_count; i++)
@@ -143,16 +143,6 @@ nvmlReturn_t nvmlDeviceGetGpuInstanceProfileInfoV(nvmlDevice_t device, unsigned 
     return fnv_leave(NVML_SUCCESS);
 }
 
-nvmlReturn_t nvmlDeviceGetGpuInstanceRemainingCapacity(nvmlDevice_t device, unsigned int profileId,
-                                                       unsigned int *count) {
-    if (!count) return NVML_ERROR_INVALID_ARGUMENT;
-    DEVICE_ENTER(device);
-    const fnv_mig_profile *m = mig_where(d, 1, profileId);
-    if (!m) return fnv_leave(d->mig_count ? NVML_ERROR_INVALID_ARGUMENT : NVML_ERROR_NOT_SUPPORTED);
-    *count = m->instance_count; /* nothing created yet */
-    return fnv_leave(NVML_SUCCESS);
-}
-
 nvmlReturn_t nvmlDeviceGetGpuInstancePossiblePlacements_v2(nvmlDevice_t device,
                                                            unsigned int profileId,
                                                            nvmlGpuInstancePlacement_t *placements,
@@ -175,25 +165,6 @@ nvmlReturn_t nvmlDeviceGetGpuInstancePossiblePlacements_v2(nvmlDevice_t device,
     return fnv_leave(NVML_SUCCESS);
 }
 
-/* A MIG-capable GPU with MIG disabled has no MIG devices; a full GPU's handle is no MIG
- * device's, so instance ids and the parent lookup refuse it. */
-nvmlReturn_t nvmlDeviceGetMigDeviceHandleByIndex(nvmlDevice_t device, unsigned int index,
-                                                 nvmlDevice_t *migDevice) {
-    if (!migDevice) return NVML_ERROR_INVALID_ARGUMENT;
-    DEVICE_ENTER(device);
-    return fnv_leave(d->mig_count ? NVML_ERROR_NOT_FOUND : NVML_ERROR_NOT_SUPPORTED);
-}
-
-#define NOT_A_MIG_DEVICE(fn, type)                                                                 \
-    nvmlReturn_t fn(nvmlDevice_t device, type *out) {                                              \
-        if (!out) return NVML_ERROR_INVALID_ARGUMENT;                                              \
-        DEVICE_ENTER(device);                                                                      \
-        (void)d;                                                                                   \
-        return fnv_leave(NVML_ERROR_INVALID_ARGUMENT);                                             \
-    }
-NOT_A_MIG_DEVICE(nvmlDeviceGetGpuInstanceId, unsigned int)
-NOT_A_MIG_DEVICE(nvmlDeviceGetComputeInstanceId, unsigned int)
-NOT_A_MIG_DEVICE(nvmlDeviceGetDeviceHandleFromMigDeviceHandle, nvmlDevice_t)
 
 /* ---- accounting, sessions, offsets: an idle GPU with accounting off ---- */
 

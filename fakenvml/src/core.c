@@ -316,6 +316,8 @@ static nvmlReturn_t handle_by_field(const char *fn, size_t offset, const char *k
 }
 
 nvmlReturn_t nvmlDeviceGetHandleByUUID(const char *uuid, nvmlDevice_t *device) {
+    if (uuid && device && strncasecmp(uuid, "MIG-", 4) == 0) /* a MIG device's UUID */
+        WITH_STATE({ return fnv_leave(fnv_mig_by_uuid(uuid, device)); });
     return handle_by_field(__func__, offsetof(fnv_device, uuid), uuid, device);
 }
 

@@ -52,11 +52,29 @@ typedef struct {
     uint64_t energy_ns;
 } fnv_live;
 
+/* MIG layout replayed from the journal. A GPU instance's id follows from its placement
+ * (the driver numbers the nodes of the 8-slice tree: 0 whole, 1-2 halves, 3-6 quarters,
+ * 7-14 eighths), so the same layout has the same ids in every process. */
+#define FNV_MIG_GIS 15 /* GPU instance ids 0-14, the driver's capability range */
+#define FNV_MIG_CIS 8  /* compute instance ids 0-7 */
+typedef struct {
+    uint8_t used, profile, start, slices; /* profile: NVML_COMPUTE_INSTANCE_PROFILE_* */
+} fnv_ci;
+typedef struct {
+    uint8_t used, prof, start, pad; /* prof: index into the device's mig[] profiles */
+    fnv_ci ci[FNV_MIG_CIS];
+} fnv_gi;
+typedef struct {
+    uint32_t current, pending; /* NVML_DEVICE_MIG_ENABLE / _DISABLE */
+    fnv_gi gi[FNV_MIG_GIS];
+} fnv_mig;
+
 typedef struct {
     fnv_header header;
     fnv_device *devices; /* header.device_count entries */
     fnv_fault *faults;
     fnv_live *live;
+    fnv_mig *mig;
     uint32_t count;
     int journal_fd;
     uint64_t journal_applied; /* records folded into faults */
@@ -117,6 +135,17 @@ nvmlReturn_t fnv_device_enter_as(const char *fn, nvmlDevice_t device, const fnv_
 nvmlReturn_t fnv_leave(nvmlReturn_t ret);
 int fnv_handle_index(nvmlDevice_t device, uint32_t *index); /* lock held */
 void fnv_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* mig.c: MIG state, MIG device handles. */
+void fnv_mig_apply(fnv_state *st, const fnv_record *rec); /* a MIG record; lock held */
+/* The GPU, GPU instance and compute instance a MIG device handle names, if it names one
+ * that exists now (lock held). */
+int fnv_mig_handle(nvmlDevice_t device, uint32_t *gpu, uint32_t *gi, uint32_t *ci);
+int fnv_is_mig_handle(nvmlDevice_t device); /* by address alone: no lock needed */
+void fnv_mig_uuid(const char *parent_uuid, uint32_t gi, uint32_t ci, char out[96]);
+nvmlReturn_t fnv_mig_by_uuid(const char *uuid, nvmlDevice_t *device); /* lock held */
+/* A MIG device's memory (its GPU instance's), entering and leaving itself. */
+nvmlReturn_t fnv_mig_memory(nvmlDevice_t device, unsigned long long *total);
 
 /* util */
 nvmlReturn_t fnv_copy_str(char *dst, unsigned int length, const char *src);

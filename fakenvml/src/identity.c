@@ -5,8 +5,6 @@
 
 #include "getters.h"
 
-DEVICE_STRING_GETTER(nvmlDeviceGetName, name)
-DEVICE_STRING_GETTER(nvmlDeviceGetUUID, uuid)
 DEVICE_STRING_GETTER(nvmlDeviceGetSerial, serial)
 DEVICE_STRING_GETTER(nvmlDeviceGetBoardPartNumber, part_number)
 DEVICE_STRING_GETTER(nvmlDeviceGetVbiosVersion, vbios)
@@ -25,8 +23,6 @@ DEVICE_GETTER(nvmlDeviceGetDisplayMode, nvmlEnableState_t, d->display_mode)
 DEVICE_GETTER(nvmlDeviceGetDisplayActive, nvmlEnableState_t, NVML_FEATURE_DISABLED)
 DEVICE_GETTER(nvmlDeviceGetVirtualizationMode, nvmlGpuVirtualizationMode_t,
               NVML_GPU_VIRTUALIZATION_MODE_NONE)
-DEVICE_GETTER(nvmlDeviceIsMigDeviceHandle, unsigned int, 0)
-DEVICE_GETTER(nvmlDeviceGetMaxMigDeviceCount, unsigned int, 0)
 DEVICE_GETTER(nvmlDeviceGetBusType, nvmlBusType_t, NVML_BUS_TYPE_PCIE)
 DEVICE_GETTER(nvmlDeviceGetNumGpuCores, unsigned int, d->num_cores)
 DEVICE_GETTER(nvmlDeviceGetMemoryBusWidth, unsigned int, d->memory_bus_width)
@@ -114,16 +110,6 @@ nvmlReturn_t nvmlDeviceGetPciInfoExt(nvmlDevice_t device, nvmlPciInfoExt_t *pci)
 
 /* ---- MIG: a fake GPU is always a full GPU (MIG disabled) ---- */
 
-nvmlReturn_t nvmlDeviceGetMigMode(nvmlDevice_t device, unsigned int *currentMode,
-                                  unsigned int *pendingMode) {
-    if (!currentMode || !pendingMode) return NVML_ERROR_INVALID_ARGUMENT;
-    DEVICE_ENTER(device);
-    /* A board without MIG answers NOT_SUPPORTED, which is how readers (GFD's mig.capable,
-       go-nvlib's IsMigCapable) tell it from a MIG board with MIG disabled. */
-    if (!d->mig_count) return fnv_leave(NVML_ERROR_NOT_SUPPORTED);
-    *currentMode = *pendingMode = NVML_DEVICE_MIG_DISABLE;
-    return fnv_leave(NVML_SUCCESS);
-}
 
 /* ---- running processes: those `fakenvml process add` put on the GPU; none under MPS ---- */
 

@@ -16,7 +16,7 @@ static int node_wide(uint32_t kind) {
 int fnv_record_valid(const fnv_record *rec, uint64_t position, uint32_t device_count) {
     if (fnv_crc32(rec, offsetof(fnv_record, crc)) != rec->crc || rec->seq != position + 1)
         return 0;
-    if (rec->kind < FNV_XID || rec->kind > FNV_CLEAR) return 0;
+    if (rec->kind < FNV_XID || rec->kind > FNV_CI_DESTROY) return 0;
     if (rec->kind == FNV_SET && (rec->arg0 == 0 || rec->arg0 >= FNV_S_COUNT)) return 0;
     return rec->gpu < device_count || (node_wide(rec->kind) && rec->gpu == FNV_ALL_GPUS);
 }
@@ -92,6 +92,12 @@ static void apply(fnv_state *st, const fnv_record *rec) {
     case FNV_FAIL:
     case FNV_DELAY:
     case FNV_CLEAR: break; /* fnv_knobs_apply's */
+    case FNV_MIG_MODE:
+    case FNV_GPU_RESET:
+    case FNV_GI_CREATE:
+    case FNV_GI_DESTROY:
+    case FNV_CI_CREATE:
+    case FNV_CI_DESTROY: fnv_mig_apply(st, rec); break;
     default: apply_fault(&st->faults[rec->gpu], rec);
     }
 }

@@ -100,6 +100,11 @@ unsigned long long fnv_energy_mj(const fnv_device *d) {
 
 nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t *memory) {
     if (!memory) return NVML_ERROR_INVALID_ARGUMENT;
+    if (fnv_is_mig_handle(device)) {
+        nvmlReturn_t ret = fnv_mig_memory(device, &memory->total);
+        if (ret == NVML_SUCCESS) memory->used = 0, memory->free = memory->total;
+        return ret;
+    }
     DEVICE_ENTER(device);
     /* v1 folds the driver's reservation into "used", as real NVML does. */
     memory->total = d->memory_total;
@@ -111,6 +116,11 @@ nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t *memory) 
 nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvmlMemory_v2_t *memory) {
     if (!memory) return NVML_ERROR_INVALID_ARGUMENT;
     if (memory->version != nvmlMemory_v2) return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
+    if (fnv_is_mig_handle(device)) {
+        nvmlReturn_t ret = fnv_mig_memory(device, &memory->total);
+        if (ret == NVML_SUCCESS) memory->reserved = memory->used = 0, memory->free = memory->total;
+        return ret;
+    }
     DEVICE_ENTER(device);
     memory->total = d->memory_total;
     memory->reserved = d->memory_reserved;

@@ -219,7 +219,8 @@ nvmlReturn_t fnv_load(fnv_state **out) {
     st->count = st->header.device_count;
     st->faults = calloc(st->count, sizeof *st->faults);
     st->live = calloc(st->count, sizeof *st->live);
-    if (!st->faults || !st->live) {
+    st->mig = calloc(st->count, sizeof *st->mig);
+    if (!st->faults || !st->live || !st->mig) {
         fnv_free(st);
         return NVML_ERROR_MEMORY;
     }
@@ -237,5 +238,6 @@ void fnv_free(fnv_state *st) {
     if (st->live)
         for (uint32_t i = 0; i < st->count; i++) free(st->live[i].procs);
     free(st->live);
+    free(st->mig);
     free(st);
 }

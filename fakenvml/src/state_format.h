@@ -132,6 +132,16 @@ enum fnv_record_kind {
     FNV_FAIL = 11,  /* data: the nvmlReturn_t to answer; data2: how many calls (0: all) */
     FNV_DELAY = 12, /* data: milliseconds to sleep before answering (0: none) */
     FNV_CLEAR = 13, /* data: FNV_CLEAR_* bits; arg0: one function's id, or 0 for all */
+    /* MIG (fakenvml/mig.py; replayed by src/mig.c, which checks each one as the driver
+       would and ignores what it would refuse). */
+    FNV_MIG_MODE = 14,   /* data: the pending MIG mode (0 off, 1 on) */
+    FNV_GPU_RESET = 15,  /* the pending MIG mode becomes current; no instances survive */
+    FNV_GI_CREATE = 16,  /* arg0: GPU instance id; arg1: GPU-instance profile id (19 for
+                            1g.10gb); data: placement start (memory slice) */
+    FNV_GI_DESTROY = 17, /* arg0: GPU instance id */
+    FNV_CI_CREATE = 18,  /* arg0: GPU instance id; arg1: compute instance id; data:
+                            NVML_COMPUTE_INSTANCE_PROFILE_*; data2: placement start */
+    FNV_CI_DESTROY = 19, /* arg0: GPU instance id; arg1: compute instance id */
 };
 
 enum fnv_sensor { /* FNV_SET's arg0; fakenvml/telemetry.py's Sensor */

@@ -14,7 +14,7 @@ from pathlib import Path
 import pynvml as nv
 import pytest
 
-from fakenvml import walk
+from fakenvml import mig, walk
 from fakenvml.model import Node
 from fakenvml.node import NodeDir
 from tests.fakenvml.conftest import CALLED
@@ -483,6 +483,51 @@ def capabilities_through_the_walk(st: NodeDir, node: Node) -> None:
     assert rec["nvmlDeviceGetGpuInstanceId"]["rc"] == "NVML_ERROR_INVALID_ARGUMENT"
     assert rec["nvmlDeviceGetMemoryErrorCounter(0,0,0)"]["rc"] == "NVML_ERROR_NOT_SUPPORTED"
     assert ok["nvmlDeviceGetViolationStatus(0)"]["violationTime"] == 0
+
+
+# ---------------------------------------------------------------- MIG (tests/fakenvml/test_mig.py)
+
+
+@check
+def mig_lifecycle(st: NodeDir, node: Node) -> None:
+    """Every MIG call once, on the last GPU, which is left with MIG disabled again."""
+    g = h(len(node.gpus) - 1)
+    assert nv.nvmlDeviceSetMigMode(g, 1) == nv.NVML_ERROR_RESET_REQUIRED
+    mig.configure(st, len(node.gpus) - 1, "all-enabled")
+    gi_id = nv.nvmlDeviceGetGpuInstanceProfileInfo(g, nv.NVML_GPU_INSTANCE_PROFILE_7_SLICE).id
+    place = nv.c_nvmlGpuInstancePlacement_t(0, 8)
+    gi = nv.nvmlDeviceCreateGpuInstanceWithPlacement(g, gi_id, ctypes.byref(place))
+    nv.nvmlGpuInstanceDestroy(gi)
+    gi = nv.nvmlDeviceCreateGpuInstance(g, gi_id)
+    assert nv.nvmlGpuInstanceGetInfo(nv.nvmlDeviceGetGpuInstanceById(g, 0)).id == 0
+    array, count = (nv.c_nvmlGpuInstance_t * 1)(), ctypes.c_uint(1)
+    nv.nvmlDeviceGetGpuInstances(g, gi_id, array, ctypes.byref(count))
+    assert count.value == 1
+    ci7 = nv.NVML_COMPUTE_INSTANCE_PROFILE_7_SLICE
+    shared = nv.NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED
+    assert nv.nvmlGpuInstanceGetComputeInstanceProfileInfo(gi, ci7, shared).sliceCount == 7
+    assert nv.nvmlGpuInstanceGetComputeInstanceProfileInfo(gi, ci7, shared, 1).sliceCount == 7
+    assert nv.nvmlGpuInstanceGetComputeInstanceRemainingCapacity(gi, ci7) == 1
+    places = (nv.c_nvmlComputeInstancePlacement_t * 1)()
+    n = ctypes.c_uint(1)
+    fn = raw("nvmlGpuInstanceGetComputeInstancePossiblePlacements")
+    assert fn(gi, ci7, places, ctypes.byref(n)) == nv.NVML_SUCCESS and places[0].size == 7
+    ci = nv.nvmlGpuInstanceCreateComputeInstanceWithPlacement(gi, ci7, ctypes.byref(places[0]))
+    nv.nvmlComputeInstanceDestroy(ci)
+    ci = nv.nvmlGpuInstanceCreateComputeInstance(gi, ci7)
+    assert nv.nvmlComputeInstanceGetInfo(ci).id == 0
+    assert (
+        raw("nvmlComputeInstanceGetInfo")(ci, ctypes.byref(nv.c_nvmlComputeInstanceInfo_t())) == 0
+    )
+    cis, n = (nv.c_nvmlComputeInstance_t * 1)(), ctypes.c_uint(1)
+    nv.nvmlGpuInstanceGetComputeInstances(gi, ci7, cis, ctypes.byref(n))
+    assert n.value == 1 and nv.nvmlComputeInstanceGetInfo(
+        nv.nvmlGpuInstanceGetComputeInstanceById(gi, 0)).id == 0  # fmt: skip
+    d = nv.nvmlDeviceGetMigDeviceHandleByIndex(g, 0)
+    assert nv.nvmlDeviceGetAttributes(d).computeInstanceSliceCount == 7
+    attrs = nv.c_nvmlDeviceAttributes()  # v1, which nvidia-ml-py no longer calls
+    assert raw("nvmlDeviceGetAttributes")(d, ctypes.byref(attrs)) == 0 and attrs.memorySizeMB
+    mig.configure(st, len(node.gpus) - 1, "all-disabled")
 
 
 # ---------------------------------------------------------------- the tests
