@@ -103,6 +103,11 @@ class Expects(Strict):
     # The MIG strategy it serves (NVIDIA's): a subject with one runs the MIG suites only
     # (e2e/test_mig.py, on the `mig` lab); "none" runs the whole-GPU suites.
     mig: Literal["none", "single", "mixed"] = "none"
+    # An Xid on one MIG slice (its GPU and compute instance in the event) marks: that slice
+    # (ours), or only if it is the one slice per GPU and resource the plugin keeps in its
+    # parent-UUID map (NVIDIA's: the last of its GPU's slices in Go map order, so per
+    # start a random one; Xids on the other slices of that GPU are dropped).
+    mig_slice_xid: Literal["that-slice", "one-per-gpu"] = "that-slice"
 
     @property
     def time_sliced(self) -> bool:
@@ -247,7 +252,7 @@ class Subject:
         for need in needs:
             key, _, want = need.partition("=")
             have = getattr(self.expects, key) if hasattr(self.expects, key) else getattr(self, key)
-            if (str(have) != want) if want else not have:
+            if (str(have) != want) if want else (not have or have == "none"):
                 return False
         return True
 

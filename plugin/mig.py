@@ -70,6 +70,18 @@ def profile_name(g: int, c: int, gb: int, suffix: str = "") -> str:
     return f"{g}g.{gb}gb{suffix}" if c == g else f"{c}c.{g}g.{gb}gb{suffix}"
 
 
+def _profile_index(parent: object, profile_id: int) -> int:
+    """The NVML_GPU_INSTANCE_PROFILE_* whose profile has this id (an instance's info names
+    the id, 19; the suffix follows from the profile constant, 0 for 1_SLICE)."""
+    for i in range(nv.NVML_GPU_INSTANCE_PROFILE_COUNT):
+        try:
+            if nv.nvmlDeviceGetGpuInstanceProfileInfo(parent, i).id == profile_id:
+                return i
+        except (nv.NVMLError_NotSupported, nv.NVMLError_InvalidArgument):
+            continue
+    return -1
+
+
 def mig_enabled(handle: object) -> bool:
     try:
         current, _pending = nv.nvmlDeviceGetMigMode(handle)
@@ -95,7 +107,7 @@ def discover(gpu: Gpu) -> list[MigDevice]:
             attrs.gpuInstanceSliceCount,
             attrs.computeInstanceSliceCount,
             memory_gb(board, attrs.memorySizeMB),
-            _attribute_suffix(info.profileId),
+            _attribute_suffix(_profile_index(parent, info.profileId)),
         )
         out.append(MigDevice(gpu, i, nv.nvmlDeviceGetUUID(h), gi, ci, name))
     return out

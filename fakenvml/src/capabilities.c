@@ -143,6 +143,23 @@ nvmlReturn_t nvmlDeviceGetGpuInstanceProfileInfoV(nvmlDevice_t device, unsigned 
     return fnv_leave(NVML_SUCCESS);
 }
 
+/* v1: the same without name and version; go-nvml (NVIDIA's plugin, GFD) calls this one. */
+nvmlReturn_t nvmlDeviceGetGpuInstanceProfileInfo(nvmlDevice_t device, unsigned int profile,
+                                                 nvmlGpuInstanceProfileInfo_t *info) {
+    if (!info) return NVML_ERROR_INVALID_ARGUMENT;
+    nvmlGpuInstanceProfileInfo_v2_t v2 = {.version = nvmlGpuInstanceProfileInfo_v2};
+    nvmlReturn_t ret = nvmlDeviceGetGpuInstanceProfileInfoV(device, profile, &v2);
+    if (ret == NVML_SUCCESS)
+        *info = (nvmlGpuInstanceProfileInfo_t){
+            .id = v2.id, .isP2pSupported = v2.isP2pSupported, .sliceCount = v2.sliceCount,
+            .instanceCount = v2.instanceCount, .multiprocessorCount = v2.multiprocessorCount,
+            .copyEngineCount = v2.copyEngineCount, .decoderCount = v2.decoderCount,
+            .encoderCount = v2.encoderCount, .jpegCount = v2.jpegCount, .ofaCount = v2.ofaCount,
+            .memorySizeMB = v2.memorySizeMB,
+        };
+    return ret;
+}
+
 nvmlReturn_t nvmlDeviceGetGpuInstancePossiblePlacements_v2(nvmlDevice_t device,
                                                            unsigned int profileId,
                                                            nvmlGpuInstancePlacement_t *placements,

@@ -1,0 +1,129 @@
+"""MIG in the node tier: NVIDIA's plugin (each pinned release) and ours, with NVIDIA's MIG
+strategies, over fakenvml GPUs in MIG mode, driven by the kubelet stand-in.
+
+mixed: GPU 0 all-1g.10gb (7), GPU 1 3g.40gb + 2g.20gb + 1g.10gb: nvidia.com/mig-1g.10gb 8,
+mig-2g.20gb 1, mig-3g.40gb 1. single: both GPUs all-1g.10gb: nvidia.com/gpu 14.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from clusters import subject as subject_mod
+from clusters.subject import Subject
+from fakenvml import library, mig
+from fakenvml.node import NodeDir
+from plugin.standin import Kubelet, gpulab
+from plugin.standin.process import PluginProcess
+
+MIG_SUBJECTS = [s for s in subject_mod.shipped() if s.expects.mig != "none"]
+pytestmark = [
+    pytest.mark.parametrize("subject", MIG_SUBJECTS, ids=lambda s: s.name),
+    pytest.mark.needs("mig"),  # a MIG subject runs only scenarios that need MIG
+]
+LAYOUT = {"mixed": ["all-1g.10gb", "3g.40gb,2g.20gb,1g.10gb"], "single": ["all-1g.10gb"] * 2}
+
+
+@dataclass
+class Running:
+    node: NodeDir
+    plugin: PluginProcess
+    by_resource: dict[str, list[mig.MigDevice]]
+
+
+def resources(strategy: str, devices: list[mig.MigDevice]) -> dict[str, list[mig.MigDevice]]:
+    """What NVIDIA documents each strategy to advertise, from the fake's own layout."""
+    if strategy == "single":
+        return {"nvidia.com/gpu": devices}
+    out: dict[str, list[mig.MigDevice]] = {}
+    for d in devices:
+        out.setdefault(f"nvidia.com/mig-{d.profile}", []).append(d)
+    return out
+
+
+@pytest.fixture
+def running(
+    subject: Subject,
+    kubelet: Kubelet,
+    fake_node: Callable[..., NodeDir],
+    run_plugin: Callable[..., PluginProcess],
+    nvidia_plugin: Callable[..., PluginProcess],
+    tmp_path: Path,
+) -> Running:
+    strategy = subject.expects.mig
+    node = fake_node({"gpus": [{"profile": "H100-SXM5-80GB", "count": 2}]})
+    for gpu, config in enumerate(LAYOUT[strategy]):
+        mig.configure(node, gpu, config)
+    env = {"MIG_STRATEGY": strategy}
+    if subject.name.startswith("gpulab"):
+        plugin = run_plugin(*gpulab.command(kubelet.dir, node.path, tmp_path, env))
+    else:
+        # As the subject's DaemonSet: v0.17 looks for NVML by name before it uses MIG.
+        env["LD_LIBRARY_PATH"] = str(library.path().parent)
+        plugin = nvidia_plugin(subject.version, node, env)
+    want = resources(strategy, mig.devices(node))
+    for name, devices in want.items():
+        kubelet.wait_devices(name, len(devices), timeout=30)
+    if subject.name.startswith("gpulab"):
+        gpulab.ready(plugin)
+    else:
+        plugin.wait_event_wait()
+    return Running(node, plugin, want)
+
+
+def test_each_resource_lists_its_mig_devices_by_uuid(running: Running, kubelet: Kubelet) -> None:
+    for name, devices in running.by_resource.items():
+        res = kubelet.resource(name)
+        assert sorted(res.devices) == sorted(d.uuid for d in devices), name
+        assert res.unhealthy == frozenset()
+    # Nothing else: no whole-GPU resource beside the MIG ones (every GPU is in MIG mode).
+    assert set(kubelet.resources) == set(running.by_resource)
+
+
+def test_allocate_puts_the_mig_uuids_in_the_env(subject: Subject, running: Running,
+                                                kubelet: Kubelet) -> None:  # fmt: skip
+    name = next(n for n, d in running.by_resource.items() if len(d) >= 2)
+    got = kubelet.admit(name, 2)
+    env = got.response.envs[subject.spec.device_ids.env]
+    assert sorted(env.split(",")) == sorted(got.devices)
+    assert all(u.startswith("MIG-") for u in got.devices)
+
+
+@pytest.mark.needs("mig_slice_xid=that-slice")
+def test_an_xid_on_one_slice_marks_only_that_mig_device(running: Running,
+                                                       kubelet: Kubelet) -> None:  # fmt: skip
+    name, devices = max(running.by_resource.items(), key=lambda kv: len(kv[1]))
+    target = devices[2]
+    before = kubelet.resource(name).updates
+    running.node.inject_xid(target.gpu, 79, target.gi, target.ci)
+    kubelet.wait_health(name, {target.uuid}, after=before, timeout=15)
+
+
+def test_an_xid_on_every_slice_of_a_gpu(subject: Subject, running: Running,
+                                        kubelet: Kubelet) -> None:  # fmt: skip
+    """Ours marks each slice its Xid names; NVIDIA's keeps one slice per GPU (and resource)
+    in its event map and drops the Xids of the others: exactly one goes Unhealthy."""
+    name, devices = max(running.by_resource.items(), key=lambda kv: len(kv[1]))
+    gpu0 = [d for d in devices if d.gpu == 0]
+    for d in gpu0:
+        running.node.inject_xid(d.gpu, 79, d.gi, d.ci)
+    if subject.expects.mig_slice_xid == "that-slice":
+        kubelet.wait_health(name, {d.uuid for d in gpu0}, timeout=15)
+        return
+    # Plugins read events in order: a sentinel on GPU 1 (whole GPU: its one kept slice)
+    # shows the Xids before it were all read.
+    running.node.inject_xid(1, 79)
+    others = {d.uuid for d in gpu0}
+
+    def sentinel_seen() -> object:
+        res = kubelet.resources.get(name)
+        return res if res and res.unhealthy - others else None
+
+    res = kubelet.wait_for(sentinel_seen, f"{name}: the GPU 1 sentinel marked",
+                           lambda: kubelet.resource(name).summary(), 15)  # fmt: skip
+    marked = res.unhealthy & others  # type: ignore[attr-defined]
+    assert len(marked) == 1, sorted(marked)
