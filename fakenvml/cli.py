@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import NoReturn
 
-from fakenvml import inventory, knobs, telemetry, yamlmodel
+from fakenvml import inventory, knobs, mig_cli, telemetry, yamlmodel
 from fakenvml.errors import FakeNvmlError
 from fakenvml.journal import ALL_GPUS, ECC, JOURNAL_FILE, NO_INSTANCE, Kind, Record
 from fakenvml.node import DEFAULT_STATE_DIR, STATE_DIR_ENV, NodeDir, default_state_dir
@@ -422,6 +422,8 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--gpu", metavar="GPU", help="only calls on this GPU")
     c.add_argument("--clear", action="store_true", help="remove delays (FUNCTION's, or all)")
     c.set_defaults(run=_delay)
+
+    mig_cli.register(sub, state, _state_dir)
 
     c = sub.add_parser("events", parents=[state], help="print the fault journal")
     c.add_argument("--follow", "-f", action="store_true", help="keep printing new events")

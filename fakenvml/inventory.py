@@ -6,6 +6,8 @@
     gpus:
       - {profile: H100-SXM5-80GB, count: 8}
       - {profile: T4, uuid: GPU-..., serial: "...", bus_id: "0000:3b:00.0", memory: 16GiB}
+      - {profile: A100-SXM4-80GB, count: 2, mig: all-1g.10gb}   # MIG enabled, 7 instances
+      - {profile: H100-SXM5-80GB, mig: "3g.40gb,2g.20gb,1g.10gb"}  # (fakenvml/mig.py)
     topology:
       nvlink: {nvswitch: true}        # or {groups: [[0,1,2,3],[4,5,6,7]]},
                                       # {links: [{gpus: [0, 1], count: 4}]}, false (links
@@ -68,6 +70,7 @@ class GpuEntry(Strict):
     serial: str | None = None
     bus_id: str | None = None
     memory: int | None = Field(None, gt=0)  # bytes; YAML may say 81559MiB or 80GiB
+    mig: str | None = Field(None, min_length=1)  # a MIG layout made at init (fakenvml/mig.py)
 
     @field_validator("profile")
     @classmethod
@@ -318,6 +321,11 @@ def _build_gpus(
         )
         if entry.memory is not None:
             _override_memory(gpu, entry.memory, profile)
+        if entry.mig is not None:
+            from fakenvml import mig  # mig reads state through node, which this must not need
+
+            gpu.mig_layout = entry.mig
+            mig.check(gpu, entry.mig)  # a layout that cannot be made: refused before init
         gpus.append(gpu)
     _refuse_duplicates("uuid", {g.index: g.uuid for g in gpus})
     _refuse_duplicates("serial", {g.index: g.serial for g in gpus})

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from fakenvml import journal
 from fakenvml.errors import FakeNvmlError
 from fakenvml.journal import Kind, Record
-from fakenvml.model import Gpu, MigProfile
+from fakenvml.model import Gpu, MigProfile, Node
 from fakenvml.node import NodeDir
 
 CI_SLICES = (1, 2, 3, 4, 7, 8, 6, 1)  # by NVML_COMPUTE_INSTANCE_PROFILE_* (0x0 .. 0x7)
@@ -225,13 +225,16 @@ class Plan:
     """Changes checked against a replayed layout as they are planned, then written as one
     append: either all of them or (on the first refusal) none."""
 
-    def __init__(self, node_dir: NodeDir) -> None:
+    def __init__(self, node_dir: NodeDir | None, gpus: list[GpuMig] | None = None) -> None:
         self.node_dir = node_dir
-        self.gpus = layout(node_dir)
+        self.gpus = layout(node_dir) if node_dir is not None else gpus or []
         self.entries: list[Entry] = []
 
     def gpu(self, key: str | int) -> GpuMig:
-        m = self.gpus[self.node_dir.resolve(key).index]
+        if self.node_dir is None:
+            m = self.gpus[int(key)]
+        else:
+            m = self.gpus[self.node_dir.resolve(key).index]
         if not m.capable:
             raise FakeNvmlError(f"GPU {m.gpu.index} ({m.gpu.name}) does not support MIG")
         return m
@@ -307,14 +310,20 @@ class Plan:
         self._add(m, Kind.GI_DESTROY, gid)
 
     def configure(self, m: GpuMig, config: str) -> None:
-        """A mig-parted-style named config: MIG mode, a reset, then the instances."""
-        wanted = named_config(m, config)
+        """A mig-parted-style named config (all-1g.10gb), or GPU-instance profiles
+        separated by commas (3g.40gb,2g.20gb), each with one compute instance spanning it:
+        MIG mode, a reset, then the instances."""
+        if "," in config or not config.startswith("all-"):
+            wanted: list[str] | None = [p.strip() for p in config.split(",") if p.strip()]
+        else:
+            wanted = named_config(m, config)
         self.mode(m, wanted is not None)
         self.reset(m)
         for profile in wanted or []:
             self.create_ci(m, self.create_gi(m, profile))
 
     def write(self) -> list[Record]:
+        assert self.node_dir is not None
         return self.node_dir.write_entries(self.entries) if self.entries else []
 
 
@@ -354,14 +363,26 @@ def named_config(m: GpuMig, config: str) -> list[str] | None:
 
 
 def configure(node_dir: NodeDir, gpus: str | int, config: str) -> list[Record]:
-    """Apply a named config (or a list of profiles, comma-separated) to one GPU or `all`."""
+    """Apply a named config or a profile list to one GPU or `all`, in one append."""
     plan = Plan(node_dir)
     for m in plan.targets(gpus):
-        if "," in config or not config.startswith("all-"):
-            plan.mode(m, True)
-            plan.reset(m)
-            for profile in [p.strip() for p in config.split(",") if p.strip()]:
-                plan.create_ci(m, plan.create_gi(m, profile))
-        else:
-            plan.configure(m, config)
+        plan.configure(m, config)
+    return plan.write()
+
+
+def check(gpu: Gpu, config: str) -> None:
+    """FakeNvmlError (one line) unless `config` can be laid out on this GPU."""
+    m = GpuMig(gpu)
+    if not m.capable:
+        raise FakeNvmlError(f"GPU {gpu.index} ({gpu.name}) does not support MIG")
+    Plan(None, [m]).configure(m, config)
+
+
+def apply_inventory(node_dir: NodeDir, node: Node) -> list[Record]:
+    """The inventory's `mig:` layouts (model.Gpu.mig_layout, which the state file does not
+    keep), just after `init` wrote `node`."""
+    plan = Plan(node_dir)
+    for m, gpu in zip(plan.gpus, node.gpus, strict=True):
+        if gpu.mig_layout:
+            plan.configure(m, gpu.mig_layout)
     return plan.write()

@@ -127,6 +127,9 @@ class Gpu:
     row_remap_max: int = 0
     conf_compute: bool = False
     mig_profiles: list[MigProfile] = field(default_factory=list)
+    # The inventory's `mig:` (fakenvml/mig.py: all-1g.10gb, or 3g.40gb,2g.20gb): made at
+    # `init` as journal records, like any later change; not part of the state file.
+    mig_layout: str = ""
     fields: dict[int, FieldValue] = field(default_factory=dict)  # id -> (type, value)
 
     def __post_init__(self) -> None:

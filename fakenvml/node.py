@@ -51,6 +51,10 @@ class NodeDir:
                 s.commit()
         except OSError as e:
             raise FakeNvmlError(f"cannot write state to {self.path}: {e.strerror}") from None
+        if any(g.mig_layout for g in node.gpus):
+            from fakenvml import mig  # which imports this module
+
+            mig.apply_inventory(self, node)  # checked by inventory already: cannot be refused
         return boot_id
 
     def exists(self) -> bool:

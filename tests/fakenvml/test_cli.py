@@ -533,3 +533,22 @@ def test_install_driver_lists_the_mig_capability_minors_as_the_driver_does(
     minors = dict(reversed(line.rsplit(" ", 1)) for line in lines)
     assert minors["439"] == "gpu3/gi3/ci3/access" and minors["918"] == "gpu6/gi11/ci5/access"
     assert len(set(minors)) == len(lines)
+
+
+def test_mig_from_the_command_line_as_nvidia_smi_mig(node: Path, run: Run) -> None:
+    s = ("--state-dir", node)
+    assert run("mig", "enable", "1", *s)[0] == 0
+    code, _, err = run("mig", "create-gi", "1", "3g.40gb", *s)
+    assert code == 2 and err.startswith("fakenvml: error: MIG is not enabled on GPU 1")
+    assert run("reset", "1", *s)[0] == 0
+    code, out, _ = run("mig", "create-gi", "1", "3g.40gb", "--placement", "4", "-C", *s)
+    assert code == 0 and "GPU instance 2 on GPU 1, compute instance 0" in out
+    before = snapshot(node)
+    code, _, err = run("mig", "create-gi", "1", "7g.80gb", *s)  # overlaps slices 4-7
+    assert code == 2 and err.count("\n") == 1 and snapshot(node) == before
+    assert run("mig", "apply", "0", "all-1g.10gb", *s)[0] == 0
+    code, out, _ = run("mig", "list", "--json", *s)
+    devices = [json.loads(line) for line in out.splitlines()]
+    assert [(d["gpu"], d["profile"]) for d in devices] == [(0, "1g.10gb")] * 7 + [(1, "3g.40gb")]
+    assert run("mig", "destroy-gi", "1", "2", *s)[0] == 0
+    assert len(run("mig", "list", "--json", *s)[1].splitlines()) == 7

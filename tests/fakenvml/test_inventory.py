@@ -327,7 +327,7 @@ def test_unknown_key_lists_the_expected_keys() -> None:
     refused(
         {"gpus": [{"profile": "T4", "cuont": 2}]},
         r"gpus\[0\]\.cuont: unknown key \(expected one of: profile, count, uuid, serial, bus_id, "
-        r"memory\)",
+        r"memory, mig\)",
     )
 
 
@@ -427,3 +427,20 @@ def test_a_document_that_is_not_a_mapping_is_refused() -> None:
 def test_missing_inventory_file_is_named(tmp_path: Path) -> None:
     with pytest.raises(FakeNvmlError, match=r"no inventory file .*nope\.yaml"):
         inventory.load(tmp_path / "nope.yaml")
+
+
+def test_a_mig_layout_is_made_at_init_and_one_that_cannot_be_is_refused(tmp_path: Path) -> None:
+    from fakenvml import mig
+    from fakenvml.node import NodeDir
+
+    d = NodeDir(tmp_path / "n")
+    d.init(inventory.from_dict({"gpus": [
+        {"profile": "H100-SXM5-80GB", "count": 2, "mig": "all-1g.10gb"},
+        {"profile": "H100-SXM5-80GB", "mig": "3g.40gb,2g.20gb"},
+        {"profile": "T4"},
+    ]}, "n"))  # fmt: skip
+    got = [(x.gpu, x.profile) for x in mig.devices(d)]
+    assert got == [(0, "1g.10gb")] * 7 + [(1, "1g.10gb")] * 7 + [(2, "3g.40gb"), (2, "2g.20gb")]
+    refused({"gpus": [{"profile": "T4", "mig": "all-1g.10gb"}]}, "does not support MIG")
+    refused({"gpus": [{"profile": "H100-SXM5-80GB", "mig": "3g.40gb,3g.40gb,3g.40gb"}]},
+            "no room for 3g.40gb")  # fmt: skip
