@@ -197,6 +197,64 @@ H100_CAPS: dict[str, object] = {
     },
 }
 
+# MIG tables of the other MIG boards. Sources:
+# [mug] NVIDIA's MIG user guide, "Supported MIG Profiles"
+#   (https://docs.nvidia.com/datacenter/tesla/mig-user-guide/supported-mig-profiles.html):
+#   the A100-SXM4-40GB table (names, fraction of memory and SMs, NVDEC/JPEG/OFA, copy
+#   engines, instances) and "for A100-SXM4-80GB ... 1g.10gb, 1g.10gb+me, 1g.20gb, 2g.20gb,
+#   3g.40gb, 4g.40gb, 7g.80gb"; the same placement figure for A100 and H100 (the
+#   8-memory-slice tree the H100 capture's placements show).
+# [hp] github.com/aws/sagemaker-hyperpod-cli PR 403 (constants.py, MIG configs): B200's
+#   mig-1g.23gb, 1g.45gb, 2g.45gb, 3g.90gb, 4g.90gb, 7g.180gb; H200's 1g.18gb, 2g.35gb.
+# Derived, not read: each profile's MiB is the H100 capture's fraction of board memory for
+# the same memory slices, applied to this board (so NVIDIA's naming rule gives the names
+# above: tests/plugin/test_mig_names.py); H200/B200 SM and engine counts are the H100's
+# (unsourced: no capture of those boards in MIG mode).
+_H100_MIG_MIB = {1: 9984, 2: 20096, 4: 40448, 8: 81152}  # memory slices -> MiB, [capture]
+_H100_BOARD_MIB = 81559
+
+
+_Engines = tuple[tuple[int, int, int, int, int], ...]
+
+
+def _mig_board(board_mib: int, names: tuple[str, ...], sms: tuple[int, ...],
+               engines: _Engines) -> list[MigProfile]:  # fmt: skip
+    """The 7 profiles in the H100's order (1g, 2g, 3g, 4g, 7g, 1g+me, 1g with 2 memory
+    slices), with this board's names, SMs, (CE, NVDEC, NVENC, NVJPG, OFA) and memory."""
+    shape = [  # (profile, id, slices, instances, memory slices, placement starts)
+        (0, 19, 1, 7, 1, (0, 1, 2, 3, 4, 5, 6)), (1, 14, 2, 3, 2, (0, 2, 4)),
+        (2, 9, 3, 2, 4, (0, 4)), (3, 5, 4, 1, 4, (0,)), (4, 0, 7, 1, 8, (0,)),
+        (7, 20, 1, 1, 1, (0, 1, 2, 3, 4, 5, 6)), (9, 15, 1, 4, 2, (0, 2, 4, 6)),
+    ]  # fmt: skip
+    out = []
+    for (prof, pid, slices, count, mem, starts), name, sm, eng in zip(
+        shape, names, sms, engines, strict=True
+    ):
+        mib = _H100_MIG_MIB[mem] * board_mib // _H100_BOARD_MIB // 64 * 64
+        ce, dec, enc, jpg, ofa = eng
+        out.append(_mig(prof, pid, f"MIG {name}", slices, count, sm, mib, (ce, dec, enc, jpg),
+                        ofa, mem, starts))  # fmt: skip
+    return out
+
+
+# [mug] A100: 1g 0 NVDEC/0 JPEG/0 OFA, +me 1/1/1, 1g.2-slice-memory 1 NVDEC, 2g 1 NVDEC,
+# 3g and 4g 2 NVDECs, 7g 5 NVDECs/1 JPEG/1 OFA; copy engines = compute slices; SMs 1/7 of
+# 98 per compute slice (unsourced: the SM count of the MIG 7g instance).
+_A100_ENGINES = ((1, 0, 0, 0, 0), (2, 1, 0, 0, 0), (3, 2, 0, 0, 0), (4, 2, 0, 0, 0),
+                 (7, 5, 0, 1, 1), (1, 1, 0, 1, 1), (1, 1, 0, 0, 0))  # fmt: skip
+_A100_SMS = (14, 28, 42, 56, 98, 14, 14)
+_H100_ENGINES = ((1, 1, 0, 1, 0), (2, 2, 0, 2, 0), (3, 3, 0, 3, 0), (4, 4, 0, 4, 0),
+                 (8, 7, 0, 7, 1), (1, 1, 0, 1, 1), (1, 1, 0, 1, 0))  # fmt: skip
+_H100_SMS = (16, 32, 60, 64, 132, 16, 26)
+A100_40_MIG = _mig_board(40960, ("1g.5gb", "2g.10gb", "3g.20gb", "4g.20gb", "7g.40gb",
+                                 "1g.5gb+me", "1g.10gb"), _A100_SMS, _A100_ENGINES)  # fmt: skip
+A100_80_MIG = _mig_board(81920, ("1g.10gb", "2g.20gb", "3g.40gb", "4g.40gb", "7g.80gb",
+                                 "1g.10gb+me", "1g.20gb"), _A100_SMS, _A100_ENGINES)  # fmt: skip
+H200_MIG = _mig_board(143771, ("1g.18gb", "2g.35gb", "3g.71gb", "4g.71gb", "7g.141gb",
+                               "1g.18gb+me", "1g.35gb"), _H100_SMS, _H100_ENGINES)  # fmt: skip
+B200_MIG = _mig_board(183359, ("1g.23gb", "2g.45gb", "3g.90gb", "4g.90gb", "7g.180gb",
+                               "1g.23gb+me", "1g.45gb"), _H100_SMS, _H100_ENGINES)  # fmt: skip
+
 # Boards held to public captures. Each profile lists its sources once, as [tag] = where and
 # what it is; a value's comment names the tag it was read from. "derived" values are
 # arithmetic on a cited capture (the rule is on the line); "unsourced" values were found
@@ -263,6 +321,7 @@ _ALL = [
             "app_clocks": _apps(1095, 1215),  # [x][d] Default Applications Clocks
             "boost_clocks": _boost(1410),  # [x] Max Customer Boost Clocks
             "row_remap_max": 640,  # [x] Bank Remap Availability Histogram Max 640
+            "mig_profiles": A100_40_MIG,  # [mug], derived MiB (above)
         },
     ),
     # The 400 W A100-SXM4-80GB (subsystem 0x1463); the 500 W board is 0x147F.
@@ -303,6 +362,7 @@ _ALL = [
             "app_clocks": _apps(1155, 1593),  # [m4] Default Applications Clocks
             "boost_clocks": _boost(1410),  # [m4][t] Max Customer Boost Clocks
             "row_remap_max": 640,  # [m4][t] Bank Remap Availability Histogram Max 640
+            "mig_profiles": A100_80_MIG,  # [mug], derived MiB (above)
         },
     ),
     Profile(
@@ -371,6 +431,7 @@ _ALL = [
             "app_clocks": _apps(1980, 3201),  # [g] Default Applications Clocks
             "boost_clocks": _boost(1980),  # [g] Max Customer Boost Clocks
             "row_remap_max": 3072,  # [g] Bank Remap Availability Histogram Max 3072
+            "mig_profiles": H200_MIG,  # [mug][hp], derived MiB (above)
         },
     ),
     # No public nvidia-smi -q of a B200 was found; what is public:
@@ -406,6 +467,7 @@ _ALL = [
         nvlink_gen=5,  # unsourced: NVIDIA's marketing generation
         nvswitch_device_id=NVSWITCH_UNKNOWN,
         nvswitches_per_board=2,  # unsourced: DGX B200 datasheet, two NVLink 5 switch chips
+        caps={"mig_profiles": B200_MIG},  # [hp] names, derived MiB (above)
     ),
     # [l] github.com/thamada/nvidia-smi nvsim/L40S_smi.py: nvidia-smi -q of an L40S at idle,
     #     driver 550.127.05

@@ -63,7 +63,7 @@ def memory_gb(board_total_bytes: int, slice_mib: int) -> int:
     fraction = slice_mib * _ONE_MIB / board_total_bytes
     fraction = math.ceil(fraction * 8) / 8
     board_gb = (board_total_bytes + _ONE_GIB - 1) // _ONE_GIB
-    return round(fraction * board_gb)
+    return math.floor(fraction * board_gb + 0.5)  # halves up, as Go's math.Round (3g.71gb)
 
 
 def profile_name(g: int, c: int, gb: int, suffix: str = "") -> str:

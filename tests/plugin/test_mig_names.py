@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from fakenvml import inventory
+from fakenvml.profiles import PROFILES
 from plugin import mig
 from plugin.config import Config
 from plugin.devices import Gpu
@@ -41,6 +43,20 @@ def test_names_from_the_rule_equal_the_h100_drivers_names() -> None:
     assert {"1g.10gb", "1g.10gb+me", "1g.20gb", "2g.20gb", "3g.40gb", "4g.40gb", "7g.80gb"} == set(
         seen
     )
+
+
+@pytest.mark.parametrize(
+    "key", [k for k, p in PROFILES.items() if p.caps and "mig_profiles" in p.caps]
+)
+def test_every_mig_board_profile_is_named_as_the_rule_names_it(key: str) -> None:
+    """The fake's MIG tables (names from NVIDIA's guide, MiB derived) agree with the rule
+    both plugins name resources by: mig-3g.71gb on an H200, not 3g.70gb."""
+    gpu = inventory.from_dict({"gpus": [{"profile": key}]}, "n").gpus[0]
+    for p in gpu.mig_profiles:
+        suffix = mig._attribute_suffix(p.profile)
+        got = mig.profile_name(p.slice_count, p.slice_count,
+                               mig.memory_gb(gpu.memory_total, p.memory_mib), suffix)  # fmt: skip
+        assert f"MIG {got}" == p.name
 
 
 def test_a_compute_instance_smaller_than_its_gpu_instance_names_both() -> None:
