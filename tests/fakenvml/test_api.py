@@ -495,6 +495,9 @@ def mig_lifecycle(st: NodeDir, node: Node) -> None:
     assert nv.nvmlDeviceSetMigMode(g, 1) == nv.NVML_ERROR_RESET_REQUIRED
     mig.configure(st, len(node.gpus) - 1, "all-enabled")
     gi_id = nv.nvmlDeviceGetGpuInstanceProfileInfo(g, nv.NVML_GPU_INSTANCE_PROFILE_7_SLICE).id
+    v1 = nv.c_nvmlGpuInstanceProfileInfo_t()  # go-nvml's (NVIDIA's plugin, GFD) version
+    fn = raw("nvmlDeviceGetGpuInstanceProfileInfo")
+    assert fn(g, nv.NVML_GPU_INSTANCE_PROFILE_7_SLICE, ctypes.byref(v1)) == 0 and v1.id == gi_id
     place = nv.c_nvmlGpuInstancePlacement_t(0, 8)
     gi = nv.nvmlDeviceCreateGpuInstanceWithPlacement(g, gi_id, ctypes.byref(place))
     nv.nvmlGpuInstanceDestroy(gi)
