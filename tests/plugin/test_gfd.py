@@ -57,3 +57,35 @@ def test_a_workstation_board_with_display_outputs_is_in_graphics_mode(tmp_path: 
     got = run_gfd(tmp_path, node)
     assert got["nvidia.com/gpu.mode"] == "graphics"
     assert got["nvidia.com/mig.capable"] == "false"
+
+
+@pytest.mark.parametrize("strategy", ["mixed", "single"])
+def test_mig_labels_name_each_profile_with_its_count_and_size(tmp_path: Path,
+                                                              strategy: str) -> None:  # fmt: skip
+    """GFD's MIG labels as it writes them on real boards: the strategy, and per MIG profile
+    (mixed: nvidia.com/mig-<profile>.*; single: nvidia.com/gpu.* describe the MIG device)
+    the count, memory, multiprocessors and slices of the fake's layout."""
+    from fakenvml import mig
+
+    node = NodeDir(tmp_path / "state")
+    node.init(inventory.from_dict({"gpus": [{"profile": "H100-SXM5-80GB", "count": 2}]}, "n"))
+    mig.configure(node, "all", "all-1g.10gb" if strategy == "single" else "3g.40gb,2g.20gb")
+    got = run_gfd(tmp_path, node, {"MIG_STRATEGY": strategy})
+    assert got["nvidia.com/mig.strategy"] == strategy
+    devices = mig.devices(node)
+    profiles = {d.profile for d in devices}
+    if strategy == "single":
+        assert profiles == {"1g.10gb"}
+        assert got["nvidia.com/gpu.count"] == str(len(devices)) == "14"
+        assert got["nvidia.com/gpu.product"] == "NVIDIA-H100-80GB-HBM3-MIG-1g.10gb"
+        assert got["nvidia.com/gpu.memory"] == str(devices[0].memory_mib)
+        assert got["nvidia.com/gpu.multiprocessors"] == str(devices[0].multiprocessors)
+        return
+    for profile in profiles:
+        mine = [d for d in devices if d.profile == profile]
+        prefix = f"nvidia.com/mig-{profile}"
+        assert got[f"{prefix}.count"] == str(len(mine)) == "2"
+        assert got[f"{prefix}.memory"] == str(mine[0].memory_mib)
+        assert got[f"{prefix}.multiprocessors"] == str(mine[0].multiprocessors)
+        assert got[f"{prefix}.slices.gi"] == profile[0]
+        assert got[f"{prefix}.slices.ci"] == profile[0]
