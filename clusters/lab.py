@@ -31,7 +31,7 @@ from clusters.host import Host
 from clusters.kube import Kube, ready
 from clusters.subject import Subject
 from clusters.subject import load as load_subject
-from fakenvml import paths
+from fakenvml import mig, paths
 from fakenvml.node import NodeDir
 
 # Lab state (kind configs, node state dirs): machine-wide where this process may write.
@@ -214,11 +214,12 @@ class Lab:
 
     def wait_nodes(self, what: str, names: set[str],
                    check: Callable[[dict[str, tuple[int, int]]], bool],
-                   deadline_s: float) -> int:  # fmt: skip
-        """Watch Node objects until check({name: (capacity, allocatable)}) holds for
-        `names`; returns time.time_ns() of the update that satisfied it. A watch sees every
-        status write as it lands, so fault latencies are not rounded up to a poll period."""
-        resource = self.subject.spec.resource
+                   deadline_s: float, resource: str | None = None) -> int:  # fmt: skip
+        """Watch Node objects until check({name: (capacity, allocatable)}) of `resource`
+        (the subject's) holds for `names`; returns time.time_ns() of the update that
+        satisfied it. A watch sees every status write as it lands, so fault latencies are
+        not rounded up to a poll period."""
+        resource = resource or self.subject.spec.resource
 
         def gpus(nodes: dict[str, client.V1Node]) -> tuple[bool, str]:
             seen = {n: _gpus(nodes[n], resource) for n in names if n in nodes}
@@ -228,22 +229,22 @@ class Lab:
         return self.kube.watch_until(what, self.core.list_node, gpus, deadline_s)
 
     def wait_allocatable(self, node: str, allocatable: int, capacity: int | None = None,
-                         deadline_s: float = 60) -> int:  # fmt: skip
-        """Until `node` reports that allocatable (and capacity, if given); the time.time_ns()
-        at which the API server's update arrived."""
+                         deadline_s: float = 60, resource: str | None = None) -> int:  # fmt: skip
+        """Until `node` reports that allocatable (and capacity, if given) of `resource`
+        (the subject's); the time.time_ns() at which the API server's update arrived."""
 
         def check(seen: dict[str, tuple[int, int]]) -> bool:
             cap, alloc = seen.get(node, (-1, -1))
             return alloc == allocatable and (capacity is None or cap == capacity)
 
         want = f"{allocatable}" + (f" of {capacity}" if capacity is not None else "")
-        return self.wait_nodes(f"{node} allocatable {want}", {node}, check, deadline_s)
+        what = f"{node} {resource or self.subject.spec.resource} allocatable {want}"
+        return self.wait_nodes(what, {node}, check, deadline_s, resource)
 
     def wait_capacity(self, deadline_s: float = 300) -> None:
         """Until every GPU node whose plugin starts shows capacity = allocatable = its
         inventory (times the subject's time-slicing replicas)."""
-        replicas = self.subject.expects.replicas
-        want = {n.name: n.gpu_count * replicas for n in self.lab.gpu_nodes
+        want = {n.name: self.expected_devices(n.name) for n in self.lab.gpu_nodes
                 if n.spec.plugin.start}  # fmt: skip
 
         def check(seen: dict[str, tuple[int, int]]) -> bool:
@@ -251,6 +252,25 @@ class Lab:
 
         what = f"{self.subject.spec.resource} capacity = allocatable = inventory on {sorted(want)}"
         self.wait_nodes(what, set(want), check, deadline_s)
+
+    def mig_resources(self, node: str) -> dict[str, list[mig.MigDevice]]:
+        """The node's MIG devices by the resource the subject's MIG strategy names them
+        (NVIDIA's: single -> nvidia.com/gpu, mixed -> nvidia.com/mig-<profile>)."""
+        out: dict[str, list[mig.MigDevice]] = {}
+        for d in mig.devices(self.fake_gpus(node)):
+            single = self.subject.expects.mig == "single"
+            name = "nvidia.com/gpu" if single else f"nvidia.com/mig-{d.profile}"
+            out.setdefault(name, []).append(d)
+        return out
+
+    def expected_devices(self, node: str) -> int:
+        """How many devices of its resource the subject should advertise on `node`: the
+        inventory's GPUs (times time-slicing replicas), or for a MIG subject the node's MIG
+        devices its strategy names so, from the node's fake state."""
+        if self.subject.expects.mig != "none":
+            return len(self.mig_resources(node).get(self.subject.spec.resource, []))
+        spec = next(n for n in self.lab.gpu_nodes if n.name == node)
+        return spec.gpu_count * self.subject.expects.replicas
 
 
 def _gpus(node: client.V1Node, resource: str) -> tuple[int, int]:

@@ -157,7 +157,7 @@ def bring_up(lab: Lab) -> Lab:
 
 
 # Fixtures that stand for a lab, and which lab: `lab` is the --lab one.
-LAB_FIXTURES = {"hetero": "hetero"}
+LAB_FIXTURES = {"hetero": "hetero", "mig_lab": "mig"}
 
 
 def labs_wanted(items: list[pytest.Item], config: pytest.Config) -> list[str]:

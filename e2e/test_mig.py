@@ -1,0 +1,116 @@
+"""MIG on the `mig` lab (one worker, two H100s in MIG mode, all-1g.10gb: 14 slices), for the
+subjects configured with a MIG strategy (expects.mig): capacity per MIG resource, pods that
+get MIG UUIDs, a pod that does not fit, a layout changed at run time, a slice's Xid.
+
+The expected resources come from the node's fake state (fakenvml.mig.devices) named the
+way NVIDIA documents each strategy: single -> nvidia.com/gpu, mixed -> nvidia.com/mig-*.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+import pytest
+
+from clusters.lab import Lab
+from clusters.subject import Subject
+from e2e.fixtures import namespaced_pods
+from e2e.pods import Pods
+from e2e.timing import fault_seen
+from e2e.verdict import Verdict
+from fakenvml import mig
+
+NODE = "mig-worker"
+pytestmark = pytest.mark.needs("mig")
+NEW_LAYOUT = "3g.40gb,2g.20gb,1g.10gb"  # GPU 1's layout in the reconfiguration scenario
+
+
+@pytest.fixture(scope="module")
+def mig_lab(labs: Callable[..., Lab], subject: Subject) -> Lab:
+    return labs("mig", subject)
+
+
+@pytest.fixture
+def mpods(mig_lab: Lab) -> Iterator[Pods]:
+    yield from namespaced_pods(mig_lab)
+
+
+def capacities(lab: Lab) -> dict[str, tuple[int, int]]:
+    """(capacity, allocatable) of every nvidia.com resource on the node, as the API has it."""
+    status = lab.core.read_node(NODE).status
+    names = {k for k in (status.capacity or {}) if k.startswith("nvidia.com/")}
+    return {n: (int(status.capacity[n]), int(status.allocatable.get(n, 0))) for n in names}
+
+
+def test_capacity_per_mig_resource_is_the_layout(mig_lab: Lab, verdict: Verdict) -> None:
+    want = {n: (len(d), len(d)) for n, d in mig_lab.mig_resources(NODE).items()}
+    verdict.expect(", ".join(f"{n} {c}" for n, (c, _) in sorted(want.items())))
+    seen = capacities(mig_lab)
+    verdict.saw(", ".join(f"{n} {c}/{a}" for n, (c, a) in sorted(seen.items())))
+    assert {n: v for n, v in seen.items() if v != (0, 0)} == want
+
+
+def test_a_pod_gets_mig_uuids_in_its_env(subject: Subject, mig_lab: Lab, mpods: Pods,
+                                         verdict: Verdict) -> None:  # fmt: skip
+    slices = {d.uuid for d in mig.devices(mig_lab.fake_gpus(NODE))}
+    verdict.expect(f"2 of the node's {len(slices)} MIG UUIDs in {subject.spec.device_ids.env}")
+    mpods.create(mpods.gpu_pod("mig-2", 2, NODE))
+    mpods.wait_running("mig-2")
+    got = mpods.env("mig-2").get(subject.spec.device_ids.env or "", "").split(",")
+    verdict.saw(", ".join(got))
+    assert len(got) == 2 and set(got) <= slices
+
+
+def test_a_pod_asking_for_more_slices_than_exist_stays_pending(
+    subject: Subject, mig_lab: Lab, mpods: Pods, verdict: Verdict
+) -> None:
+    have = mig_lab.expected_devices(NODE)
+    verdict.expect(f"Pending: Insufficient {subject.spec.resource} ({have + 1} > {have})")
+    mpods.create(mpods.gpu_pod("too-many", have + 1, NODE))
+    message = mpods.wait_failed_scheduling("too-many", f"Insufficient {subject.spec.resource}")
+    verdict.saw(message.split(".")[0])
+
+
+def test_an_xid_on_one_slice(subject: Subject, mig_lab: Lab, verdict: Verdict) -> None:
+    """Ours takes that slice out; NVIDIA's keeps one slice per GPU in its event map, so
+    it drops the Xid unless it hit that one: an Xid on every slice of GPU 0 takes out
+    exactly one (expects.mig_slice_xid)."""
+    node = mig_lab.fake_gpus(NODE)
+    n = mig_lab.expected_devices(NODE)
+    gpu0 = [d for d in mig_lab.mig_resources(NODE)[subject.spec.resource] if d.gpu == 0]
+    try:
+        if subject.expects.mig_slice_xid == "that-slice":
+            verdict.expect(f"{n - 1}/{n}: the slice's own device only")
+            rec = node.inject_xid(0, 79, gpu0[0].gi, gpu0[0].ci)
+            fault_seen(verdict, mig_lab, NODE, rec, n - 1, n)
+        else:
+            verdict.expect(f"Xid on each of GPU 0's {len(gpu0)} slices: {n - 1}/{n}")
+            rec = None
+            for d in gpu0:
+                rec = node.inject_xid(0, 79, d.gi, d.ci)
+            assert rec is not None
+            fault_seen(verdict, mig_lab, NODE, rec, n - 1, n)
+    finally:
+        node.recover(0)
+        if not subject.expects.recovers:
+            mig_lab.restart_plugin()
+        mig_lab.wait_capacity()
+
+
+@pytest.mark.needs("mig=mixed")
+def test_a_layout_changed_at_run_time_changes_capacity_after_a_plugin_restart(
+    mig_lab: Lab, verdict: Verdict
+) -> None:
+    node = mig_lab.fake_gpus(NODE)
+    verdict.expect(f"GPU 1 -> {NEW_LAYOUT}: mig-1g.10gb 8, mig-2g.20gb 1, mig-3g.40gb 1")
+    try:
+        mig.configure(node, 1, NEW_LAYOUT)
+        mig_lab.restart_plugin()
+        for name, count in (("nvidia.com/mig-3g.40gb", 1), ("nvidia.com/mig-2g.20gb", 1),
+                            ("nvidia.com/mig-1g.10gb", 8)):  # fmt: skip
+            mig_lab.wait_allocatable(NODE, count, count, deadline_s=120, resource=name)
+        seen = capacities(mig_lab)
+        verdict.saw(", ".join(f"{n} {c}" for n, (c, _) in sorted(seen.items()) if c))
+    finally:
+        mig.configure(node, 1, "all-1g.10gb")
+        mig_lab.restart_plugin()
