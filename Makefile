@@ -59,11 +59,12 @@ bench: install
 LAB ?= seed
 # The plugins under test: shipped subject names (gpulab, nvidia, nvidia-v0.17.4, the
 # time-slicing configs gpulab-timeslicing, nvidia-timeslicing, the CDI config nvidia-cdi,
+# the MIG configs gpulab-mig, nvidia-mig (mixed) and gpulab-mig-single, nvidia-mig-single,
 # NVIDIA's Helm chart nvidia-helm) or subject files (clusters/subject.py), comma-separated.
 # `make infra` builds their images where a subject says `image: {build: DIR}` and fetches
 # the Go modules their charts come from; `make cluster` deploys the first. nvidia-helm is
 # not in the default list until its one unexplained cluster-tier failure is (README).
-SUBJECT ?= gpulab,nvidia,gpulab-timeslicing,nvidia-timeslicing,nvidia-cdi
+SUBJECT ?= gpulab,nvidia,gpulab-timeslicing,nvidia-timeslicing,nvidia-cdi,gpulab-mig,nvidia-mig,gpulab-mig-single,nvidia-mig-single
 export GPULAB_SUBJECTS := $(SUBJECT)
 comma := ,
 
@@ -81,7 +82,7 @@ e2e: infra
 	@$(MAKE) --no-print-directory e2e-suites
 
 e2e-suites:
-	@echo "==> e2e: cluster-tier suites for $(SUBJECT) (seed and hetero labs)"
+	@echo "==> e2e: cluster-tier suites for $(SUBJECT) (seed, hetero and mig labs)"
 	@KEEP=$(KEEP) $(PY) -m pytest -q -p no:cacheprovider e2e --junitxml=$(E2E_JUNIT)
 
 include ci/cluster.mk

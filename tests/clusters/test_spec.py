@@ -90,7 +90,7 @@ def test_bad_specs_are_refused_with_one_line(data: dict, message: str) -> None:
 
 def test_unknown_lab_names_the_known_ones() -> None:
     with pytest.raises(
-        spec.SpecError, match=r"no lab 'nope' \(shipped: hetero, seed, single, wide\)"
+        spec.SpecError, match=r"no lab 'nope' \(shipped: hetero, mig, seed, single, wide\)"
     ):
         spec.load("nope")
 
