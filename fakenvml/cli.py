@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import NoReturn
 
-from fakenvml import inventory, knobs, mig_cli, telemetry, yamlmodel
+from fakenvml import durations, knobs, mig_cli, telemetry
 from fakenvml.errors import FakeNvmlError
 from fakenvml.journal import ALL_GPUS, ECC, JOURNAL_FILE, NO_INSTANCE, Kind, Record
 from fakenvml.node import DEFAULT_STATE_DIR, STATE_DIR_ENV, NodeDir, default_state_dir
@@ -56,6 +56,8 @@ def _init(args: argparse.Namespace) -> None:
         # which every plugin process has open.
         print(f"node state already in {d.path}; kept")
         return
+    from fakenvml import inventory  # pydantic and YAML: only the commands that read YAML
+
     node = inventory.load(_inventory(args.inventory), args.node, driver_version=args.driver_version)
     d.init(node)
     names = sorted({g.name for g in node.gpus})
@@ -296,6 +298,8 @@ def _non_negative(text: str) -> int:
 
 
 def _driver_version(text: str) -> str:
+    from fakenvml import inventory
+
     if not inventory.valid_driver_version(text):
         raise argparse.ArgumentTypeError(f"expected like 535.261.03, found {text!r}")
     return text
@@ -303,7 +307,7 @@ def _driver_version(text: str) -> str:
 
 def _duration_ms(text: str) -> int:
     try:
-        return round(yamlmodel.seconds(text) * 1000)
+        return round(durations.seconds(text) * 1000)
     except ValueError as e:
         raise argparse.ArgumentTypeError(str(e)) from None
 

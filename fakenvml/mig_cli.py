@@ -17,9 +17,12 @@ from __future__ import annotations
 import argparse
 import json
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
-from fakenvml import mig
 from fakenvml.node import NodeDir
+
+if TYPE_CHECKING:  # imported by the commands themselves: `fakenvml inject` never needs it
+    from fakenvml import mig
 
 GPU_HELP = "index, UUID or PCI bus id"
 
@@ -45,7 +48,7 @@ def register(sub: argparse._SubParsersAction, state: argparse.ArgumentParser,
     a.add_argument("gpu", metavar="GPU", help=f"{GPU_HELP}, or all")
     a.add_argument("config", metavar="CONFIG", help="all-1g.10gb, all-balanced, all-disabled, "
                    "or profiles: 3g.40gb,2g.20gb")  # fmt: skip
-    a.set_defaults(run=lambda a: _done(mig.configure(node(a), a.gpu, a.config)))
+    a.set_defaults(run=lambda a: _done(_mig().configure(node(a), a.gpu, a.config)))
     a = acts.add_parser("create-gi", parents=[state], help="a GPU instance")
     a.add_argument("gpu", metavar="GPU", help=GPU_HELP)
     a.add_argument("profile", metavar="PROFILE", help="1g.10gb, or its profile id (19)")
@@ -72,19 +75,25 @@ def register(sub: argparse._SubParsersAction, state: argparse.ArgumentParser,
     a.set_defaults(run=lambda a: _list(node(a), a.json))
 
 
+def _mig():  # type: ignore[no-untyped-def]
+    from fakenvml import mig
+
+    return mig
+
+
 def _done(records: list) -> None:
     print(f"{len(records)} MIG records written")
 
 
 def _each(d: NodeDir, gpu: str, change: Callable[[mig.Plan, mig.GpuMig], object]) -> None:
-    plan = mig.Plan(d)
+    plan = _mig().Plan(d)
     for m in plan.targets(gpu):
         change(plan, m)
     _done(plan.write())
 
 
 def _one(d: NodeDir, gpu: str, change: Callable[[mig.Plan, mig.GpuMig], object]) -> None:
-    plan = mig.Plan(d)
+    plan = _mig().Plan(d)
     out = change(plan, plan.gpu(gpu))
     plan.write()
     if out is not None:
@@ -92,7 +101,7 @@ def _one(d: NodeDir, gpu: str, change: Callable[[mig.Plan, mig.GpuMig], object])
 
 
 def _create_gi(d: NodeDir, a: argparse.Namespace) -> None:
-    plan = mig.Plan(d)
+    plan = _mig().Plan(d)
     m = plan.gpu(a.gpu)
     gid = plan.create_gi(m, a.profile, a.placement)
     text = f"GPU instance {gid} on GPU {m.gpu.index}"
@@ -103,6 +112,7 @@ def _create_gi(d: NodeDir, a: argparse.Namespace) -> None:
 
 
 def _list(d: NodeDir, as_json: bool) -> None:
+    mig = _mig()
     devices = mig.devices(d)
     if as_json:
         for x in devices:

@@ -17,7 +17,7 @@ import enum
 import re
 from dataclasses import dataclass
 
-from fakenvml import yamlmodel
+from fakenvml import durations
 from fakenvml.errors import FakeNvmlError
 from fakenvml.journal import Entry, Kind
 from fakenvml.model import Gpu
@@ -112,7 +112,7 @@ class Setting:
             unit, start, end = "W", start // 1000, end // 1000
         if not self.period_ms:
             return f"{self.sensor.spelling}={start}{unit}"
-        period = yamlmodel.duration_text(self.period_ms / 1000)
+        period = durations.duration_text(self.period_ms / 1000)
         return f"{self.sensor.spelling}={start}..{end}{unit}/{period}"
 
 
@@ -184,7 +184,7 @@ def _setting(sensor: Sensor, value: str, gpu: Gpu) -> Setting:
     if len(numbers) == 1:
         return Setting(sensor, numbers[0])
     try:
-        ms = round(yamlmodel.seconds(period) * 1000)
+        ms = round(durations.seconds(period) * 1000)
     except ValueError as e:
         raise FakeNvmlError(f"{where}: period {e}") from None
     if not 0 < ms <= MAX_PERIOD_MS:

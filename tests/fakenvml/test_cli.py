@@ -552,3 +552,18 @@ def test_mig_from_the_command_line_as_nvidia_smi_mig(node: Path, run: Run) -> No
     assert [(d["gpu"], d["profile"]) for d in devices] == [(0, "1g.10gb")] * 7 + [(1, "3g.40gb")]
     assert run("mig", "destroy-gi", "1", "2", *s)[0] == 0
     assert len(run("mig", "list", "--json", *s)[1].splitlines()) == 7
+
+
+def test_the_injection_path_loads_no_yaml_or_pydantic(node: Path) -> None:
+    """`fakenvml inject|set|fail|delay|mig` start fast: the YAML and pydantic stack
+    (hundreds of ms) is imported only by commands that read YAML (init). Timing lives in
+    `make bench`; this guards the imports that made it slow."""
+    code = (
+        "import sys; from fakenvml.cli import main; "
+        f"rc = main(['inject', 'xid', '0', '79', '--state-dir', {str(node)!r}]); "
+        "rc |= main(['set', '0', 'temperature=80', '--state-dir', " + repr(str(node)) + "]); "
+        "print(rc, sorted({m.split('.')[0] for m in sys.modules} & {'yaml', 'pydantic'}))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=60, cwd=Path(__file__).resolve().parents[2])  # fmt: skip
+    assert done.stdout.split("\n")[-2] == "0 []", done.stdout + done.stderr
