@@ -32,16 +32,22 @@ def _pct(values: list[float], p: float) -> float:
     return values[min(len(values) - 1, round(p / 100 * (len(values) - 1)))]
 
 
-def delivery_latency(root: Path, events: int = 1000) -> list[Row]:
-    """Injection (journal timestamp) -> nvmlEventSetWait return in another process."""
-    d = _state(8, root)
+def _waiter(d: NodeDir, expect: int, idle_ms: int) -> subprocess.Popen[str]:
+    """A fakenvml.waiter on GPU 0 of `d`, registered (READY read) and waiting."""
     env = {**os.environ, STATE_DIR_ENV: str(d.path), library.LIBRARY_ENV: str(library.path())}
     waiter = subprocess.Popen(
-        [sys.executable, "-m", "fakenvml.waiter", "--gpus", "0", "--expect", str(events),
-         "--idle-ms", "5000"],
+        [sys.executable, "-m", "fakenvml.waiter", "--gpus", "0", "--expect", str(expect),
+         "--idle-ms", str(idle_ms)],
         stdout=subprocess.PIPE, text=True, cwd=REPO, env=env,
     )  # fmt: skip
     assert json.loads(waiter.stdout.readline()) == {"ready": True}  # type: ignore[union-attr]
+    return waiter
+
+
+def delivery_latency(root: Path, events: int = 1000) -> list[Row]:
+    """Injection (journal timestamp) -> nvmlEventSetWait return in another process."""
+    d = _state(8, root)
+    waiter = _waiter(d, events, 5000)
     injected = []
     for i in range(events):
         injected.append(d.inject_xid(0, 1000 + i).monotonic_ns)
@@ -88,14 +94,8 @@ def cli_latency(root: Path, samples: int = 50) -> list[Row]:
     """`fakenvml inject` spawned -> nvmlEventSetWait return in another process: what a
     test that injects through the CLI waits for."""
     d = _state(8, root)
-    env = {**os.environ, STATE_DIR_ENV: str(d.path), library.LIBRARY_ENV: str(library.path())}
-    waiter = subprocess.Popen(
-        [sys.executable, "-m", "fakenvml.waiter", "--gpus", "0", "--expect", str(samples),
-         "--idle-ms", "10000"],
-        stdout=subprocess.PIPE, text=True, cwd=REPO, env=env,
-    )  # fmt: skip
+    waiter = _waiter(d, samples, 10000)
     assert waiter.stdout is not None
-    assert json.loads(waiter.stdout.readline()) == {"ready": True}
     lat = []
     for i in range(samples):
         t0 = time.monotonic_ns()
