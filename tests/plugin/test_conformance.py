@@ -13,6 +13,8 @@ journal order, the update it causes shows whether the earlier one changed anythi
 
 from __future__ import annotations
 
+import time
+
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -133,9 +135,15 @@ def test_preferred_allocation_of_2_on_64_gpus(
         got = kubelet.get_preferred_allocation(R, run.uuids, [], 2, timeout=10)
         assert len(set(got)) == 2
         return
+    t0 = time.monotonic()
     with pytest.raises(grpc.RpcError) as e:
         kubelet.get_preferred_allocation(R, run.uuids, [], 2, timeout=2)
-    assert e.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED  # type: ignore[attr-defined]
+    took = time.monotonic() - t0
+    # The Go server also holds the deadline and resets the stream when it passes; whichever
+    # side's timer the client notices first decides between the two codes (seen in CI).
+    code = e.value.code()  # type: ignore[attr-defined]
+    assert code in (grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.CANCELLED), code
+    assert took >= 1.8, f"the call ended after {took:.2f} s, before its 2 s deadline"
 
 
 def test_xid_79_marks_that_gpu_unhealthy(gpus8: Running, kubelet: Kubelet) -> None:
