@@ -1,9 +1,9 @@
-"""fakenvml benchmarks: fault delivery latency across processes, nvidia-ml-py call rates,
-nvmlInit time. Each returns rows of (metric, value, unit, aim)."""
+"""fakenvml benchmarks: fault delivery latency across processes, CLI start, the C call
+path, nvidia-ml-py call rates (beside a peer fake's when NVML_PEER names one), nvmlInit
+time. Each returns rows of (metric, value, unit, aim)."""
 
 from __future__ import annotations
 
-import itertools
 import json
 import os
 import statistics
@@ -11,7 +11,6 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 from fakenvml import inventory, library
@@ -111,30 +110,71 @@ def cli_latency(root: Path, samples: int = 50) -> list[Row]:
     ]  # fmt: skip
 
 
-def _rate(fn: Callable[[], object], seconds: float = 1.0) -> float:
-    n, t0 = 0, time.perf_counter()
-    while (elapsed := time.perf_counter() - t0) < seconds:
-        for _ in range(100):
-            fn()
-        n += 100
-    return n / elapsed
+PEER_ENV = "NVML_PEER"  # a peer fake's libnvidia-ml.so.1 (NVIDIA's nvml-mock), by path
+
+
+def _peer() -> Path | None:
+    """The peer to compare with, when given; its own configuration (GPU count, its env
+    variables) is whatever the caller's environment gives it."""
+    p = os.environ.get(PEER_ENV)
+    return Path(p) if p else None
+
+
+def _pynvml_rates(lib: Path, env: dict[str, str]) -> dict[str, object]:
+    out = subprocess.run([sys.executable, "-m", "bench.pynvml_rate", str(lib)], cwd=REPO,
+                         env=env, capture_output=True, text=True, check=True).stdout  # fmt: skip
+    return json.loads(out)
 
 
 def call_rates(root: Path) -> list[Row]:
-    import pynvml as nv
-
+    """nvidia-ml-py call rates, each library in a process of its own; with a peer, both in
+    the same run and the ratio against the aim (>= 1.5x the peer's GetMemoryInfo rate)."""
     rows: list[Row] = []
+    ours = {}
     for count in (8, 1024):
-        os.environ[STATE_DIR_ENV] = str(_state(count, root).path)
-        nv.nvmlInit()
-        handles = [nv.nvmlDeviceGetHandleByIndex(i) for i in range(count)]
-        for name, call in (("GetUUID", nv.nvmlDeviceGetUUID),
-                           ("GetMemoryInfo", nv.nvmlDeviceGetMemoryInfo)):  # fmt: skip
-            cycle = itertools.cycle(handles)  # every GPU, not one hot handle
-            rate = _rate(lambda call=call, cycle=cycle: call(next(cycle)))
+        env = {**os.environ, STATE_DIR_ENV: str(_state(count, root).path)}
+        got = _pynvml_rates(library.path(), env)
+        ours[count] = got["rates"]
+        for name, rate in got["rates"].items():
             rows.append({"metric": f"nvidia-ml-py {name}, {count} GPUs", "value": rate,
                          "unit": "calls/s", "aim": ""})  # fmt: skip
-        nv.nvmlShutdown()
+    if peer := _peer():
+        got = _pynvml_rates(peer, dict(os.environ))
+        for name, rate in got["rates"].items():
+            rows.append({"metric": f"nvidia-ml-py {name}, peer ({got['gpus']} GPUs)",
+                         "value": rate, "unit": "calls/s", "aim": ""})  # fmt: skip
+        ratio = ours[8]["GetMemoryInfo"] / got["rates"]["GetMemoryInfo"]
+        rows.append({"metric": "nvidia-ml-py GetMemoryInfo rate, ours / peer", "value": ratio,
+                     "unit": "x", "aim": ">= 1.5"})  # fmt: skip
+    return rows
+
+
+def _callloop(root: Path) -> Path:
+    exe = root / "callloop"
+    if not exe.exists():
+        subprocess.run(["gcc", "-O2", "-o", str(exe), str(REPO / "bench" / "callloop.c"), "-ldl"],
+                       check=True)  # fmt: skip
+    return exe
+
+
+def _c_loop_ns(root: Path, lib: Path, gpus: int, env: dict[str, str]) -> dict[str, float]:
+    out = subprocess.run([str(_callloop(root)), str(lib), str(gpus), "2000000"], env=env,
+                         capture_output=True, text=True, check=True).stdout  # fmt: skip
+    return {name: float(ns) for name, ns in (line.split() for line in out.splitlines())}
+
+
+def c_loop(root: Path) -> list[Row]:
+    """ns per getter call from C (bench/callloop.c), the library's own cost: the call path
+    that has no system call (journal.gen). With a peer, the same loop against it."""
+    env = {**os.environ, STATE_DIR_ENV: str(_state(8, root).path)}
+    rows: list[Row] = [
+        {"metric": f"C loop {name}, 8 GPUs", "value": ns, "unit": "ns/call", "aim": "<= 60"}
+        for name, ns in _c_loop_ns(root, library.path(), 8, env).items()
+    ]
+    if peer := _peer():
+        for name, ns in _c_loop_ns(root, peer, 0, dict(os.environ)).items():
+            rows.append({"metric": f"C loop {name}, peer", "value": ns, "unit": "ns/call",
+                         "aim": ""})  # fmt: skip
     return rows
 
 
@@ -157,4 +197,4 @@ def run() -> list[Row]:
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         return [*delivery_latency(root), *cli_start(root), *cli_latency(root),
-                *call_rates(root), *init_time(root)]  # fmt: skip
+                *c_loop(root), *call_rates(root), *init_time(root)]  # fmt: skip

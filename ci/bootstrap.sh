@@ -7,6 +7,7 @@ cd "$(dirname "$0")/.."
 
 need=()
 command -v gcc >/dev/null || need+=(gcc)
+command -v strace >/dev/null || need+=(strace) # tests/fakenvml/test_call_path.py
 command -v clang-14 >/dev/null || need+=(clang-14)
 # libFuzzer's runtime ships in libclang-rt-14-dev on Debian 12.
 dpkg -s libclang-rt-14-dev >/dev/null 2>&1 || need+=(libclang-rt-14-dev)

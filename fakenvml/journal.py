@@ -8,7 +8,10 @@ too: every process that loaded the library folds them in at its next call, as it
 faults, so they need no second channel (fakenvml/telemetry.py, fakenvml/knobs.py).
 
 Writers serialise on flock(2) and append a whole record with one write(2); a record's
-CRC lets readers tell a complete record from garbage.
+CRC lets readers tell a complete record from garbage. Then they store the journal's record
+count in journal.gen, a 64-byte file every library maps read-only: a call compares that
+one word with what it last read, so a process sees a fault at its very next NVML call
+without a system call per call (src/state_format.h, fnv_gen).
 """
 
 from __future__ import annotations
@@ -26,9 +29,13 @@ from pathlib import Path
 from fakenvml.errors import FakeNvmlError
 
 JOURNAL_FILE = "journal.bin"
+GEN_FILE = "journal.gen"
 MAGIC = b"FNVMLJR1"
+GEN_MAGIC = b"FNVMLGN1"
 VERSION = 1
 HEADER = struct.Struct("<8sIIQ40x")
+GEN = struct.Struct("<8sQQ40x")  # magic, boot id, committed records
+GEN_COMMITTED = 16
 RECORD = struct.Struct("<QQQIIQIIQ4xI")  # data2 took 8 of 12 reserved bytes: old records read 0
 ALL_GPUS = 0xFFFFFFFF  # fail / delay / clear: every GPU, and calls that name none
 NO_INSTANCE = 0xFFFFFFFF  # nvmlEventData_t gpuInstanceId/computeInstanceId outside MIG
@@ -132,6 +139,24 @@ def create(boot_id: int) -> bytes:
     return HEADER.pack(MAGIC, VERSION, RECORD.size, boot_id)
 
 
+def create_gen(boot_id: int) -> bytes:
+    """journal.gen of an empty journal for the state with `boot_id`."""
+    return GEN.pack(GEN_MAGIC, boot_id, 0)
+
+
+def _store_committed(state_dir: Path, committed: int) -> None:
+    """Tell mapped readers the journal now holds `committed` records (journal lock held).
+    No journal.gen (a state from before it): readers check the journal's size instead."""
+    try:
+        fd = os.open(Path(state_dir) / GEN_FILE, os.O_WRONLY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return
+    try:
+        os.pwrite(fd, struct.pack("<Q", committed), GEN_COMMITTED)
+    finally:
+        os.close(fd)
+
+
 def _check_header(raw: bytes, path: Path) -> int:
     if len(raw) < HEADER.size:
         raise FakeNvmlError(f"{path} is truncated; re-run `fakenvml init`")
@@ -179,6 +204,7 @@ def append_many(state_dir: Path, boot_id: int, entries: list[Entry]) -> list[Rec
         rt, mono = time.time_ns(), time.monotonic_ns()
         recs = [Record(seq + i, rt, mono, *e) for i, e in enumerate(entries)]
         os.write(fd, b"".join(r.pack() for r in recs))
+        _store_committed(state_dir, recs[-1].seq)
         return recs
     finally:
         os.close(fd)

@@ -42,11 +42,13 @@ class NodeDir:
         state = statefile.pack(node, boot_id)  # validates before anything is written
         try:
             self.path.mkdir(parents=True, exist_ok=True)
-            # Both files are written out before either replaces anything, so a failure
-            # (permissions, a full disk) leaves the directory as it was. Journal first: a
-            # library that reads the new state must find its journal.
-            with statefile.staged(self.path / journal.JOURNAL_FILE, journal.create(boot_id)) as j, \
+            # The files are all written out before any replaces anything, so a failure
+            # (permissions, a full disk) leaves the directory as it was. gen and journal
+            # first: a library that reads the new state must find its journal.
+            with statefile.staged(self.path / journal.GEN_FILE, journal.create_gen(boot_id)) as g, \
+                 statefile.staged(self.path / journal.JOURNAL_FILE, journal.create(boot_id)) as j, \
                  statefile.staged(self.path / statefile.STATE_FILE, state) as s:  # fmt: skip
+                g.commit()
                 j.commit()
                 s.commit()
         except OSError as e:

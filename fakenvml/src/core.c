@@ -89,7 +89,8 @@ static nvmlReturn_t lock_fresh(void) {
         pthread_mutex_unlock(&fnv_lock);
         return NVML_ERROR_UNINITIALIZED;
     }
-    fnv_journal_refresh(fnv_g); /* an fstat: faults injected a moment ago are visible */
+    fnv_journal_refresh(fnv_g); /* one load from journal.gen: faults injected a moment ago
+                                   are visible without a system call */
     return NVML_SUCCESS;
 }
 

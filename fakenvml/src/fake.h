@@ -78,6 +78,8 @@ typedef struct {
     uint32_t count;
     int journal_fd;
     uint64_t journal_applied; /* records folded into faults */
+    const fnv_gen *gen;       /* journal.gen mapped, or NULL: fstat per call */
+    uint64_t gen_seen;        /* gen->committed when the journal was last read */
     char dir[PATH_MAX];
     char journal_path[PATH_MAX];
 } fnv_state;
@@ -102,6 +104,9 @@ void fnv_free(fnv_state *st);
 int fnv_record_valid(const fnv_record *rec, uint64_t position, uint32_t device_count);
 ssize_t fnv_read_record(int fd, uint64_t position, fnv_record *rec);
 void fnv_journal_refresh(fnv_state *st);
+void fnv_journal_catch_up(fnv_state *st);
+void fnv_gen_map(fnv_state *st);
+void fnv_gen_store(const fnv_state *st, uint64_t committed);
 
 /* knobs.c: failure and latency knobs (FNV_FAIL, FNV_DELAY, FNV_CLEAR). Their state lives
  * outside fnv_state so that a `--count` survives nvmlShutdown/nvmlInit in a process. */

@@ -2,8 +2,11 @@
  * knobs. Records are validated one by one (CRC, position, kind, device range); a bad
  * record, or one of a kind this library does not know (a newer writer's), is skipped,
  * never trusted. */
+#include <fcntl.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -102,7 +105,8 @@ static void apply(fnv_state *st, const fnv_record *rec) {
     }
 }
 
-void fnv_journal_refresh(fnv_state *st) {
+/* Reads every record the journal gained since the last read: an fstat, then preads. */
+void fnv_journal_catch_up(fnv_state *st) {
     struct stat sb;
     if (fstat(st->journal_fd, &sb) != 0 || sb.st_size < (off_t)sizeof(fnv_journal_header)) return;
     uint64_t available = ((uint64_t)sb.st_size - sizeof(fnv_journal_header)) / sizeof(fnv_record);
@@ -115,4 +119,50 @@ void fnv_journal_refresh(fnv_state *st) {
         }
         st->journal_applied++;
     }
+}
+
+/* Every call's check: one load from the mapped journal.gen while nothing was written. A
+ * changed word (a writer's store, or garbage) only means the journal is read again. */
+void fnv_journal_refresh(fnv_state *st) {
+    if (st->gen) {
+        uint64_t committed = __atomic_load_n(&st->gen->committed, __ATOMIC_ACQUIRE);
+        if (committed == st->gen_seen) return;
+        st->gen_seen = committed;
+    }
+    fnv_journal_catch_up(st);
+}
+
+static char *gen_path(const fnv_state *st, char *buf, size_t len) {
+    snprintf(buf, len, "%s/" FNV_GEN_FILE, st->dir);
+    return buf;
+}
+
+/* Maps journal.gen if it is whole and belongs to this state; else st->gen stays NULL. */
+void fnv_gen_map(fnv_state *st) {
+    char path[PATH_MAX + 16];
+    int fd = open(gen_path(st, path, sizeof path), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return;
+    struct stat sb;
+    void *map = MAP_FAILED;
+    if (fstat(fd, &sb) == 0 && sb.st_size >= (off_t)sizeof(fnv_gen))
+        map = mmap(NULL, sizeof(fnv_gen), PROT_READ, MAP_SHARED, fd, 0);
+    close(fd);
+    if (map == MAP_FAILED) return;
+    const fnv_gen *g = map;
+    if (memcmp(g->magic, FNV_GEN_MAGIC, 8) != 0 || g->boot_id != st->header.boot_id) {
+        munmap(map, sizeof(fnv_gen));
+        return;
+    }
+    st->gen = g;
+    st->gen_seen = __atomic_load_n(&g->committed, __ATOMIC_ACQUIRE);
+}
+
+/* A writer's part after appending (journal flock held): readers' next call reads them. */
+void fnv_gen_store(const fnv_state *st, uint64_t committed) {
+    char path[PATH_MAX + 16];
+    int fd = open(gen_path(st, path, sizeof path), O_WRONLY | O_CLOEXEC);
+    if (fd < 0) return; /* no journal.gen: readers check the journal's size themselves */
+    ssize_t n = pwrite(fd, &committed, sizeof committed, offsetof(fnv_gen, committed));
+    (void)n; /* a failed store leaves readers on the old word until the next writer's */
+    close(fd);
 }

@@ -199,7 +199,10 @@ static nvmlReturn_t journal_append(uint32_t kind, uint32_t gpu, uint32_t arg0, u
             .kind = kind, .gpu = gpu, .data = data, .arg0 = arg0, .arg1 = arg1, .data2 = data2,
         };
         rec.crc = fnv_crc32(&rec, offsetof(fnv_record, crc));
-        if (write(fd, &rec, sizeof rec) == (ssize_t)sizeof rec) ret = NVML_SUCCESS;
+        if (write(fd, &rec, sizeof rec) == (ssize_t)sizeof rec) {
+            fnv_gen_store(fnv_g, rec.seq);
+            ret = NVML_SUCCESS;
+        }
     }
     close(fd); /* releases the flock */
     if (ret == NVML_SUCCESS) fnv_journal_refresh(fnv_g);

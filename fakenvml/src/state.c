@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -225,7 +226,8 @@ nvmlReturn_t fnv_load(fnv_state **out) {
         return NVML_ERROR_MEMORY;
     }
     fnv_knobs_begin(st);
-    fnv_journal_refresh(st);
+    fnv_gen_map(st); /* before reading: a record stored meanwhile is read on the next call */
+    fnv_journal_catch_up(st);
     *out = st;
     return NVML_SUCCESS;
 }
@@ -233,6 +235,7 @@ nvmlReturn_t fnv_load(fnv_state **out) {
 void fnv_free(fnv_state *st) {
     if (!st) return;
     if (st->journal_fd >= 0) close(st->journal_fd);
+    if (st->gen) munmap((void *)st->gen, sizeof *st->gen);
     free(st->devices);
     free(st->faults);
     if (st->live)

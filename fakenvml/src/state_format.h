@@ -4,12 +4,15 @@
 #ifndef FAKENVML_STATE_FORMAT_H
 #define FAKENVML_STATE_FORMAT_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #define FNV_STATE_FILE "state.bin"
 #define FNV_JOURNAL_FILE "journal.bin"
+#define FNV_GEN_FILE "journal.gen"
 #define FNV_STATE_MAGIC "FNVMLST1"
 #define FNV_JOURNAL_MAGIC "FNVMLJR1"
+#define FNV_GEN_MAGIC "FNVMLGN1"
 #define FNV_FORMAT_VERSION 2 /* state.bin; 2 added the driver branch and the profile tail */
 #define FNV_JOURNAL_VERSION 1
 #define FNV_MAX_DEVICES 4096
@@ -111,6 +114,19 @@ typedef struct {
     uint8_t reserved[40];
 } fnv_journal_header;
 
+/* journal.gen: how many whole records the journal holds, stored by every writer after its
+ * records (under the journal's flock). Libraries map it read-only and compare one word per
+ * call, so a fault written a moment ago is seen by the very next call without a system call.
+ * Written once by `fakenvml init` (renamed into place) and never truncated: a mapped file
+ * that shrank would fault its readers. Missing or foreign: the library checks the journal's
+ * size per call instead (fstat). */
+typedef struct {
+    char magic[8];
+    uint64_t boot_id;
+    uint64_t committed; /* 8-aligned: one store for writers, one load for readers */
+    uint8_t reserved[40];
+} fnv_gen;
+
 /* Names as in fakenvml/journal.py's Kind, whose spellings (xid, ecc-single, ...) every
    command, file and report uses; the numbers are the format. */
 enum fnv_record_kind {
@@ -196,6 +212,7 @@ _Static_assert(sizeof(fnv_device) == 636 + FNV_MAX_LINKS * 48 + 120 + FNV_MAX_MI
                                          FNV_MAX_FIELDS * 16,
                "device layout changed");
 _Static_assert(sizeof(fnv_journal_header) == 64, "journal header layout changed");
+_Static_assert(sizeof(fnv_gen) == 64 && offsetof(fnv_gen, committed) == 16, "gen layout changed");
 _Static_assert(sizeof(fnv_record) == 64, "record layout changed: update journal.py");
 
 #endif
