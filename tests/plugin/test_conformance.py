@@ -14,7 +14,6 @@ journal order, the update it causes shows whether the earlier one changed anythi
 from __future__ import annotations
 
 import time
-
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
