@@ -79,6 +79,7 @@ typedef struct {
     int journal_fd;
     uint64_t journal_applied; /* records folded into faults */
     const fnv_gen *gen;       /* journal.gen mapped, or NULL: fstat per call */
+    const uint64_t *committed; /* gen->committed: 8-aligned in the page-aligned mapping */
     uint64_t gen_seen;        /* gen->committed when the journal was last read */
     char dir[PATH_MAX];
     char journal_path[PATH_MAX];

@@ -125,7 +125,7 @@ void fnv_journal_catch_up(fnv_state *st) {
  * changed word (a writer's store, or garbage) only means the journal is read again. */
 void fnv_journal_refresh(fnv_state *st) {
     if (st->gen) {
-        uint64_t committed = __atomic_load_n(&st->gen->committed, __ATOMIC_ACQUIRE);
+        uint64_t committed = __atomic_load_n(st->committed, __ATOMIC_ACQUIRE);
         if (committed == st->gen_seen) return;
         st->gen_seen = committed;
     }
@@ -154,7 +154,8 @@ void fnv_gen_map(fnv_state *st) {
         return;
     }
     st->gen = g;
-    st->gen_seen = __atomic_load_n(&g->committed, __ATOMIC_ACQUIRE);
+    st->committed = (const uint64_t *)((const char *)map + offsetof(fnv_gen, committed));
+    st->gen_seen = __atomic_load_n(st->committed, __ATOMIC_ACQUIRE);
 }
 
 /* A writer's part after appending (journal flock held): readers' next call reads them. */
