@@ -7,6 +7,8 @@
     nvidia-uvm and nvidia-uvm-tools
     <root>/proc/driver/nvidia-caps/mig-minors: the MIG capability minors, as the driver
     lists them (every GPU minor 0-31, GPU instance 0-14, compute instance 0-7)
+    <root>/dev/nvidia-caps/nvidia-cap<minor>: config (1), monitor (2), and each GPU
+    instance's and compute instance's access node of every MIG-capable GPU
     <root>/sys/bus/pci/devices/<address>/: vendor, device, class, subsystem ids, numa_node,
     resource per GPU: what go-nvlib's nvpci reads (GFD's nvidia.com/gpu.mode label)
 
@@ -49,8 +51,11 @@ LIB_DIR = Path("usr/lib/x86_64-linux-gnu")
 DEV_DIR = Path("dev")
 GPU_MAJOR = 195  # NVIDIA's registered character major: nvidia<minor>, nvidiactl is 255
 CTL_MINOR = 255
-# nvidia-uvm's major is dynamic on hardware (from /proc/devices); any unused one will do.
+# nvidia-uvm's and nvidia-caps' majors are dynamic on hardware (from /proc/devices); any
+# unused ones will do.
 UVM_MAJOR = 509
+CAPS_MAJOR = 508
+CAPS_DIR = "nvidia-caps"
 MIG_MINORS = Path("proc/driver/nvidia-caps/mig-minors")
 # The driver's fixed table: minors for every capability that could exist, whether or not
 # it does (NVIDIA's MIG user guide: "config 1" ... "gpu31/gi14/ci7/access 4322").
@@ -100,14 +105,40 @@ def _device_nodes(node: Node) -> Iterator[tuple[str, int, int]]:
     yield "nvidia-uvm-tools", UVM_MAJOR, 1
 
 
+def cap_minor(gpu_minor: int, gi: int, ci: int | None = None) -> int:
+    """A GPU instance's access minor (ci None), or a compute instance's: mig-minors' rule."""
+    base = 3 + (gpu_minor * CAPS_GIS + gi) * (1 + CAPS_CIS)
+    return base if ci is None else base + 1 + ci
+
+
+def _cap_nodes(node: Node) -> Iterator[tuple[str, int, int]]:
+    """What nvidia-modprobe makes on a MIG host, for every instance that could exist: real
+    drivers make them on demand, and a layout changed at run time must find its nodes."""
+    minors = [g.minor if g.minor >= 0 else g.index for g in node.gpus if g.mig_profiles]
+    if not minors:
+        return
+    for minor in (1, 2):  # config, monitor
+        yield f"{CAPS_DIR}/nvidia-cap{minor}", CAPS_MAJOR, minor
+    for m in (m for m in minors if m < CAPS_GPUS):
+        for gi in range(CAPS_GIS):
+            for ci in (None, *range(CAPS_CIS)):
+                yield (
+                    f"{CAPS_DIR}/nvidia-cap{cap_minor(m, gi, ci)}",
+                    CAPS_MAJOR,
+                    cap_minor(m, gi, ci),
+                )
+
+
 def _make_device_nodes(dev: Path, node: Node) -> tuple[list[Path], str]:
     """(nodes made, why not): existing nodes with the right numbers are kept; the rest of
-    /dev/nvidia* (GPUs the state no longer has) is removed."""
-    wanted = {name: (major, minor) for name, major, minor in _device_nodes(node)}
+    /dev/nvidia* and /dev/nvidia-caps/* (GPUs the state no longer has) is removed."""
+    wanted = {
+        name: (major, minor) for name, major, minor in (*_device_nodes(node), *_cap_nodes(node))
+    }
     made: list[Path] = []
-    dev.mkdir(parents=True, exist_ok=True)
-    for old in dev.glob("nvidia*"):
-        if old.name not in wanted:
+    (dev / CAPS_DIR).mkdir(parents=True, exist_ok=True)
+    for old in [*dev.glob("nvidia*"), *(dev / CAPS_DIR).glob("*")]:
+        if str(old.relative_to(dev)) not in wanted and not old.is_dir():
             old.unlink(missing_ok=True)
     for name, (major, minor) in wanted.items():
         path = dev / name
@@ -128,14 +159,12 @@ def _make_device_nodes(dev: Path, node: Node) -> tuple[list[Path], str]:
 
 def mig_minors() -> str:
     lines = ["config 1", "monitor 2"]
-    minor = 3
     for gpu in range(CAPS_GPUS):
         for gi in range(CAPS_GIS):
-            lines.append(f"gpu{gpu}/gi{gi}/access {minor}")
+            lines.append(f"gpu{gpu}/gi{gi}/access {cap_minor(gpu, gi)}")
             lines.extend(
-                f"gpu{gpu}/gi{gi}/ci{ci}/access {minor + 1 + ci}" for ci in range(CAPS_CIS)
+                f"gpu{gpu}/gi{gi}/ci{ci}/access {cap_minor(gpu, gi, ci)}" for ci in range(CAPS_CIS)
             )
-            minor += 1 + CAPS_CIS
     return "\n".join(lines) + "\n"
 
 

@@ -15,7 +15,6 @@ Every method validates first and writes last, so bad input changes nothing.
 from __future__ import annotations
 
 import os
-import secrets
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -38,6 +37,8 @@ class NodeDir:
 
     def init(self, node: Node) -> int:
         """Write a fresh state and journal; returns the new boot id."""
+        import secrets  # here: the commands that only append (inject, set) start faster
+
         boot_id = secrets.randbits(63) or 1
         state = statefile.pack(node, boot_id)  # validates before anything is written
         try:

@@ -17,7 +17,6 @@ from __future__ import annotations
 import contextlib
 import os
 import struct
-import tempfile
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
@@ -303,6 +302,8 @@ class _Staged:
 def staged(path: Path, data: bytes) -> Iterator[_Staged]:
     """Write `data` to a synced temp file beside `path`; commit() renames it into place.
     Left uncommitted (an error, or the caller's choice), the temp file is removed."""
+    import tempfile  # here: the commands that only append (inject, set) start faster
+
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as f:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from pathlib import Path
 
 import pynvml as nv
 
@@ -34,6 +35,32 @@ class MigDevice:
     gi: int
     ci: int
     profile: str  # `1g.10gb`
+
+
+MIG_MINORS = Path("proc/driver/nvidia-caps/mig-minors")  # under the driver's root
+
+
+def read_mig_minors(root: Path) -> dict[str, int]:
+    """The driver's capability minors (`gpu0/gi3/ci0/access 31`), from <root>/proc/driver/
+    nvidia-caps/mig-minors; empty where there is none (no MIG-capable driver)."""
+    try:
+        text = (root / MIG_MINORS).read_text()
+    except OSError:
+        return {}
+    minors = {}
+    for line in text.splitlines():
+        name, _, minor = line.rpartition(" ")
+        if name and minor.isdigit():
+            minors[name] = int(minor)
+    return minors
+
+
+def cap_nodes(m: MigDevice, minors: dict[str, int]) -> list[str]:
+    """The /dev nodes (relative to /dev) that give a container a MIG device's GPU and
+    compute instance, as NVIDIA's plugin passes them: nvidia-caps/nvidia-cap<minor>."""
+    prefix = f"gpu{m.parent.minor}/gi{m.gi}"
+    keys = (f"{prefix}/access", f"{prefix}/ci{m.ci}/access")
+    return [f"nvidia-caps/nvidia-cap{minors[k]}" for k in keys if k in minors]
 
 
 class MigConfigError(Exception):

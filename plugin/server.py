@@ -17,7 +17,7 @@ from pathlib import Path
 
 import grpc
 
-from plugin import allocator
+from plugin import allocator, mig
 from plugin.api.v1beta1 import api_pb2 as pb
 from plugin.api.v1beta1 import api_pb2_grpc as rpc
 from plugin.config import Config
@@ -119,6 +119,10 @@ class DevicePluginService(rpc.DevicePluginServicer):
             return resp
         resp.envs["NVIDIA_VISIBLE_DEVICES"] = self._visible(devices)
         nodes = [f"nvidia{d.gpu.minor}" for d in gpus if d.gpu]  # device specs where they exist
+        if any(d.mig for d in gpus):
+            # The driver's root is /dev's parent (a host's /, or a lab's driver root).
+            minors = mig.read_mig_minors(self.dev_root.parent)
+            nodes += [n for d in gpus if d.mig for n in mig.cap_nodes(d.mig, minors)]
         for name in [*dict.fromkeys(nodes), "nvidiactl", "nvidia-uvm", "nvidia-uvm-tools"]:
             path = self.dev_root / name
             if path.exists():

@@ -1,6 +1,12 @@
 /* Event sets: every injected fault reaches every set that registered its device and type,
  * exactly once and in journal order, in every process.
  *
+ * MIG devices register too. An Xid that names a GPU instance (and maybe a compute
+ * instance) reaches the sets that registered that MIG device, or the parent GPU, as on
+ * real drivers; a fault that names no instance concerns the whole GPU and reaches the
+ * GPU's MIG devices as well. A set receives each record once: for its MIG device when it
+ * registered one that matches, else for the GPU.
+ *
  * Each set keeps its own read position in the journal and its own inotify watch on the
  * journal file, so a writer's append wakes every waiter at once: no polling interval.
  * Should inotify be unavailable (instance limits), waits fall back to 1 ms polling. */
@@ -36,8 +42,18 @@ struct nvmlEventSet_st {
     uint32_t count;
     unsigned long long *mask; /* registered types per device; guarded by fnv_lock */
     uint64_t *from;           /* position from which a device's events count */
+    struct mig_reg *migs;     /* registered MIG devices; guarded by fnv_lock */
+    uint32_t nmigs, capmigs;
     struct nvmlEventSet_st *link;
 };
+
+struct mig_reg {
+    uint32_t gpu, gi, ci;
+    unsigned long long mask;
+    uint64_t from;
+};
+
+#define NO_INSTANCE 0xFFFFFFFFu /* a record's gpu_instance / compute_instance: none named */
 
 static struct nvmlEventSet_st *live_sets; /* guarded by fnv_lock; validates handles */
 
@@ -103,8 +119,40 @@ fail:
     return fnv_leave(ret);
 }
 
+/* A MIG device's registration: the parent's allowed types, its own read position. */
+static nvmlReturn_t register_mig(nvmlDevice_t device, unsigned long long eventTypes,
+                                 nvmlEventSet_t set) {
+    nvmlReturn_t ret = fnv_enter_as("nvmlDeviceRegisterEvents");
+    if (ret != NVML_SUCCESS) return ret;
+    uint32_t gpu, gi, ci;
+    if (!fnv_mig_handle(device, &gpu, &gi, &ci) || !set_is_live(set) ||
+        set->boot_id != fnv_g->header.boot_id)
+        return fnv_leave(NVML_ERROR_INVALID_ARGUMENT);
+    if (fnv_g->faults[gpu].lost) return fnv_leave(NVML_ERROR_GPU_IS_LOST);
+    const fnv_device *d = &fnv_g->devices[gpu];
+    unsigned long long allowed = KNOWN_EVENTS & (d->ecc_enabled ? ~0ull : ~(unsigned long long)ECC_EVENTS);
+    if (eventTypes & ~allowed) return fnv_leave(NVML_ERROR_NOT_SUPPORTED);
+    for (uint32_t i = 0; i < set->nmigs; i++) {
+        struct mig_reg *r = &set->migs[i];
+        if (r->gpu == gpu && r->gi == gi && r->ci == ci) {
+            r->mask |= eventTypes;
+            return fnv_leave(NVML_SUCCESS);
+        }
+    }
+    if (set->nmigs == set->capmigs) {
+        uint32_t cap = set->capmigs ? set->capmigs * 2 : 8;
+        struct mig_reg *m = realloc(set->migs, cap * sizeof *m);
+        if (!m) return fnv_leave(NVML_ERROR_MEMORY);
+        set->migs = m;
+        set->capmigs = cap;
+    }
+    set->migs[set->nmigs++] = (struct mig_reg){gpu, gi, ci, eventTypes, journal_end(set->journal_fd)};
+    return fnv_leave(NVML_SUCCESS);
+}
+
 nvmlReturn_t nvmlDeviceRegisterEvents(nvmlDevice_t device, unsigned long long eventTypes,
                                       nvmlEventSet_t set) {
+    if (fnv_is_mig_handle(device)) return register_mig(device, eventTypes, set);
     DEVICE_ENTER(device);
     if (!set_is_live(set) || set->boot_id != fnv_g->header.boot_id)
         return fnv_leave(NVML_ERROR_INVALID_ARGUMENT);
@@ -122,6 +170,7 @@ static void destroy(struct nvmlEventSet_st *set) {
     set->magic = 0;
     free(set->mask);
     free(set->from);
+    free(set->migs);
     free(set);
 }
 
@@ -142,12 +191,31 @@ static uint64_t now_ms(void) {
     return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
 }
 
+/* The registered MIG device a record concerns, or NULL: the instance it names (a compute
+ * instance, or any in the GPU instance), or any MIG device of the GPU for a record that
+ * names none. */
+static const struct mig_reg *mig_target(const struct nvmlEventSet_st *s, const fnv_record *rec,
+                                        uint64_t position) {
+    for (uint32_t i = 0; i < s->nmigs; i++) {
+        const struct mig_reg *r = &s->migs[i];
+        if (r->gpu != rec->gpu || position < r->from) continue;
+        if (rec->gpu_instance == NO_INSTANCE ||
+            (rec->gpu_instance == r->gi &&
+             (rec->compute_instance == NO_INSTANCE || rec->compute_instance == r->ci)))
+            return r;
+    }
+    return NULL;
+}
+
 /* What a record means to this set: 1 an event (data filled), 2 GPU lost, 0 nothing. */
 static int deliver(struct nvmlEventSet_st *s, const fnv_record *rec, uint64_t position,
                    nvmlEventData_t *data) {
     if (rec->kind > FNV_RECOVERY_ACTION) return 0; /* telemetry and knobs: no events */
-    unsigned long long mask = s->mask[rec->gpu], type;
-    if (!mask || position < s->from[rec->gpu]) return 0;
+    const struct mig_reg *mig = s->nmigs ? mig_target(s, rec, position) : NULL;
+    unsigned long long mask = 0, type;
+    if (mig) mask = mig->mask;
+    else if (position >= s->from[rec->gpu]) mask = s->mask[rec->gpu];
+    if (!mask) return 0;
     switch (rec->kind) {
     case FNV_XID:
     case FNV_FALLEN_OFF_BUS: type = nvmlEventTypeXidCriticalError; break;
@@ -159,7 +227,7 @@ static int deliver(struct nvmlEventSet_st *s, const fnv_record *rec, uint64_t po
     default: return 0;
     }
     if (!(mask & type)) return rec->kind == FNV_FALLEN_OFF_BUS ? 2 : 0;
-    data->device = &fnv_handles[rec->gpu];
+    data->device = mig ? fnv_mig_device(mig->gpu, mig->gi, mig->ci) : &fnv_handles[rec->gpu];
     data->eventType = type;
     /* Xid code, or the recovery action now asked for (RECOVER: none). */
     data->eventData = rec->kind == FNV_RECOVER || rec->kind == FNV_ECC_SINGLE || rec->kind == FNV_ECC_DOUBLE
@@ -193,6 +261,7 @@ static int registered_device_lost(struct nvmlEventSet_st *s) {
     if (fnv_g && fnv_g->header.boot_id == s->boot_id) {
         fnv_journal_refresh(fnv_g);
         for (uint32_t i = 0; i < s->count && !lost; i++) lost = s->mask[i] && fnv_g->faults[i].lost;
+        for (uint32_t i = 0; i < s->nmigs && !lost; i++) lost = fnv_g->faults[s->migs[i].gpu].lost;
     }
     pthread_mutex_unlock(&fnv_lock);
     return lost;

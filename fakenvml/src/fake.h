@@ -148,6 +148,7 @@ void fnv_mig_apply(fnv_state *st, const fnv_record *rec); /* a MIG record; lock 
  * that exists now (lock held). */
 int fnv_mig_handle(nvmlDevice_t device, uint32_t *gpu, uint32_t *gi, uint32_t *ci);
 int fnv_is_mig_handle(nvmlDevice_t device); /* by address alone: no lock needed */
+nvmlDevice_t fnv_mig_device(uint32_t gpu, uint32_t gi, uint32_t ci);
 void fnv_mig_uuid(const char *parent_uuid, uint32_t gi, uint32_t ci, char out[96]);
 nvmlReturn_t fnv_mig_by_uuid(const char *uuid, nvmlDevice_t *device); /* lock held */
 /* A MIG device's memory (its GPU instance's), entering and leaving itself. */

@@ -230,6 +230,8 @@ static long slot_of(const void *p, const void *table, size_t size, size_t n) {
     return (long)((a - base) / size);
 }
 
+nvmlDevice_t fnv_mig_device(uint32_t gpu, uint32_t gi, uint32_t ci) { return mig_handle(gpu, gi, ci); }
+
 int fnv_is_mig_handle(nvmlDevice_t device) {
     return slot_of(device, mig_handles, sizeof mig_handles[0], SLOTS) >= 0;
 }

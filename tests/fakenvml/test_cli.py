@@ -11,6 +11,7 @@ import json
 import os
 import re
 import select
+import stat
 import subprocess
 import sys
 import time
@@ -533,6 +534,25 @@ def test_install_driver_lists_the_mig_capability_minors_as_the_driver_does(
     minors = dict(reversed(line.rsplit(" ", 1)) for line in lines)
     assert minors["439"] == "gpu3/gi3/ci3/access" and minors["918"] == "gpu6/gi11/ci5/access"
     assert len(set(minors)) == len(lines)
+
+
+def test_install_driver_makes_the_mig_capability_nodes(
+    tmp_path: Path, node: Path, run: Run
+) -> None:
+    """/dev/nvidia-caps as nvidia-modprobe leaves it on a MIG host: config, monitor and an
+    access node per possible instance, numbered as mig-minors lists them."""
+    code, _, err = run("install-driver", tmp_path / "driver", "--state-dir", node)
+    assert code == 0, err
+    caps = tmp_path / "driver/dev/nvidia-caps"
+    st = (caps / "nvidia-cap439").stat()  # gpu3/gi3/ci3/access
+    assert stat.S_ISCHR(st.st_mode) and os.minor(st.st_rdev) == 439
+    assert os.major(st.st_rdev) == os.major((caps / "nvidia-cap1").stat().st_rdev)
+    assert len(list(caps.iterdir())) == 2 + 8 * 15 * 9  # 8 GPUs, 15 GIs, GI + 8 CIs each
+    t4 = tmp_path / "t4.yaml"
+    t4.write_text("node: t4\ngpus: [{profile: T4, count: 1}]\n")
+    assert run("init", t4, "--state-dir", tmp_path / "t4")[0] == 0
+    assert run("install-driver", tmp_path / "driver", "--state-dir", tmp_path / "t4")[0] == 0
+    assert list(caps.iterdir()) == []  # no MIG-capable GPU: the old nodes are gone
 
 
 def test_mig_from_the_command_line_as_nvidia_smi_mig(node: Path, run: Run) -> None:

@@ -226,3 +226,47 @@ def test_malformed_mig_records_are_ignored(nvml: object, state: NodeDir) -> None
         nv.nvmlDeviceGetMigDeviceHandleByIndex(h, 0)
     assert gpu_instances(h, 9) == []
     assert mig.devices(state) == []
+
+
+def test_event_sets_on_mig_devices_get_their_slice_only(nvml: object, state: NodeDir) -> None:
+    """A set that registered MIG device A gets A's Xid, named as A; a set on MIG device B
+    does not (its first event is a later whole-GPU Xid, which reaches every slice); the
+    parent GPU's set gets both, as real drivers deliver them."""
+    mig.configure(state, 0, "all-1g.10gb")
+    a, b = mig.devices(state)[1], mig.devices(state)[4]
+    sets = {}
+    for name, handle in (("a", nv.nvmlDeviceGetHandleByUUID(a.uuid)),
+                         ("b", nv.nvmlDeviceGetHandleByUUID(b.uuid)),
+                         ("gpu", nv.nvmlDeviceGetHandleByIndex(0))):  # fmt: skip
+        sets[name] = nv.nvmlEventSetCreate()
+        nv.nvmlDeviceRegisterEvents(handle, nv.nvmlEventTypeXidCriticalError, sets[name])
+    try:
+        state.inject_xid(0, 43, a.gi, a.ci)
+        state.inject_xid(0, 13)  # no instance named: the whole GPU
+        got = {n: [nv.nvmlEventSetWait_v2(es, 5000) for _ in range(2 if n != "b" else 1)]
+               for n, es in sets.items()}  # fmt: skip
+        assert [(e.eventData, nv.nvmlDeviceGetUUID(e.device)) for e in got["a"]] == [
+            (43, a.uuid), (13, a.uuid)]  # fmt: skip
+        assert [(e.eventData, nv.nvmlDeviceGetUUID(e.device)) for e in got["b"]] == [(13, b.uuid)]
+        assert [e.eventData for e in got["gpu"]] == [43, 13]
+        with pytest.raises(nv.NVMLError_Timeout):
+            nv.nvmlEventSetWait_v2(sets["b"], 50)
+    finally:
+        for es in sets.values():
+            nv.nvmlEventSetFree(es)
+
+
+def test_a_mig_device_set_reports_its_gpu_lost(nvml: object, state: NodeDir) -> None:
+    mig.configure(state, 0, "all-1g.10gb")
+    es = nv.nvmlEventSetCreate()
+    nv.nvmlDeviceRegisterEvents(
+        nv.nvmlDeviceGetHandleByUUID(mig.devices(state)[0].uuid),
+        nv.nvmlEventTypeXidCriticalError,
+        es,
+    )
+    try:
+        state.lose(0)
+        with pytest.raises(nv.NVMLError_GpuIsLost):
+            nv.nvmlEventSetWait_v2(es, 5000)
+    finally:
+        nv.nvmlEventSetFree(es)

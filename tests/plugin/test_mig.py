@@ -15,7 +15,7 @@ import pytest
 
 from clusters import subject as subject_mod
 from clusters.subject import Subject
-from fakenvml import library, mig
+from fakenvml import driver, library, mig
 from fakenvml.node import NodeDir
 from plugin.standin import Kubelet, gpulab
 from plugin.standin.process import PluginProcess
@@ -127,3 +127,43 @@ def test_an_xid_on_every_slice_of_a_gpu(subject: Subject, running: Running,
                            lambda: kubelet.resource(name).summary(), 15)  # fmt: skip
     marked = res.unhealthy & others  # type: ignore[attr-defined]
     assert len(marked) == 1, sorted(marked)
+
+
+def test_device_specs_give_the_container_the_slice_s_capability_nodes(
+    subject: Subject,
+    kubelet: Kubelet,
+    fake_node: Callable[..., NodeDir],
+    run_plugin: Callable[..., PluginProcess],
+    nvidia_plugin: Callable[..., PluginProcess],
+    tmp_path: Path,
+) -> None:
+    """With device specs on, a MIG device comes with its parent's /dev/nvidia<minor> and
+    the /dev/nvidia-caps nodes of its GPU and compute instance (minors from mig-minors),
+    the same paths from both plugins; the nodes exist in the lab's driver root."""
+    strategy = subject.expects.mig
+    node = fake_node({"gpus": [{"profile": "H100-SXM5-80GB", "count": 2}]})
+    for gpu, config in enumerate(LAYOUT[strategy]):
+        mig.configure(node, gpu, config)
+    root = tmp_path / "driver-root"  # where nvidia.command puts it too
+    assert driver.install(root, node.node()).no_device_nodes == ""
+    env = {"MIG_STRATEGY": strategy}
+    if subject.name.startswith("gpulab"):
+        argv, full = gpulab.command(kubelet.dir, node.path, tmp_path, env)
+        plugin = run_plugin([*argv, "--dev-root", str(root / "dev")], full)
+    else:
+        env |= {"LD_LIBRARY_PATH": str(library.path().parent), "PASS_DEVICE_SPECS": "true",
+                "NVIDIA_DEV_ROOT": str(root)}  # fmt: skip
+        plugin = nvidia_plugin(subject.version, node, env)
+    want = resources(strategy, mig.devices(node))
+    name, devices = max(want.items(), key=lambda kv: len(kv[1]))
+    kubelet.wait_devices(name, len(devices), timeout=30)
+    target = devices[-1]
+    minor = node.node().gpus[target.gpu].minor
+    got = kubelet.allocate(name, [target.uuid])
+    paths = {d.container_path for d in got.devices}
+    caps = {f"/dev/nvidia-caps/nvidia-cap{driver.cap_minor(minor, target.gi, c)}"
+            for c in (None, target.ci)}  # fmt: skip
+    assert {f"/dev/nvidia{minor}", *caps} <= paths, (sorted(paths), plugin.log_tail())
+    for d in got.devices:
+        if d.container_path in caps:
+            assert Path(d.host_path).is_char_device(), d.host_path
