@@ -16,6 +16,7 @@ without a system call per call (src/state_format.h, fnv_gen).
 
 from __future__ import annotations
 
+import collections
 import enum
 import fcntl
 import os
@@ -23,7 +24,6 @@ import struct
 import time
 import zlib
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 from fakenvml.errors import FakeNvmlError
@@ -106,17 +106,30 @@ def ecc_kind(double: bool) -> Kind:
     return Kind.ECC_DOUBLE if double else Kind.ECC_SINGLE
 
 
-@dataclass(frozen=True)
-class Record:
+# A named tuple from collections, not a dataclass or typing.NamedTuple: those imports
+# (inspect, typing) were a fifth of every `fakenvml inject`'s start-up.
+_RecordFields = collections.namedtuple(
+    "_RecordFields",
+    "seq realtime_ns monotonic_ns kind gpu data gpu_instance compute_instance data2",
+    defaults=(0, NO_INSTANCE, NO_INSTANCE, 0),
+)
+
+
+class Record(_RecordFields):
+    """One journal record: seq, realtime_ns, monotonic_ns, kind (Kind), gpu, data (Xid code,
+    or ECC error count), gpu_instance (arg0 of the kinds after RECOVERY_ACTION),
+    compute_instance (arg1), data2; all ints."""
+
+    __slots__ = ()
     seq: int
     realtime_ns: int
     monotonic_ns: int
     kind: Kind
     gpu: int
-    data: int = 0  # Xid code, or ECC error count
-    gpu_instance: int = NO_INSTANCE  # arg0 of the kinds after RECOVERY_ACTION
-    compute_instance: int = NO_INSTANCE  # arg1
-    data2: int = 0
+    data: int
+    gpu_instance: int
+    compute_instance: int
+    data2: int
 
     def pack(self) -> bytes:
         head = RECORD.pack(

@@ -15,12 +15,11 @@
 from __future__ import annotations
 
 import argparse
-import json
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
 from fakenvml.node import NodeDir
 
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up time)
 if TYPE_CHECKING:  # imported by the commands themselves: `fakenvml inject` never needs it
     from fakenvml import mig
 
@@ -115,6 +114,8 @@ def _list(d: NodeDir, as_json: bool) -> None:
     mig = _mig()
     devices = mig.devices(d)
     if as_json:
+        import json
+
         for x in devices:
             print(json.dumps(x.__dict__))
         return

@@ -8,12 +8,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-MAX_LINKS = 36  # NVML_NVLINK_MAX_LINKS in nvml.h 13.x; NVIDIA's plugin probes 0..35
-MAX_DEVICES = 4096
-
-# nvmlIntNvLinkDeviceType_t
-LINK_REMOTE_GPU = 0
-LINK_REMOTE_SWITCH = 2
+from fakenvml.nvmlconst import (  # noqa: F401  (re-exported: the model's vocabulary)
+    FIELD_UNKNOWN,
+    LINK_REMOTE_GPU,
+    LINK_REMOTE_SWITCH,
+    MAX_DEVICES,
+    MAX_LINKS,
+    VALUE_DOUBLE,
+    VALUE_SINT,
+    VALUE_UINT,
+    VALUE_ULL,
+)
 
 
 @dataclass
@@ -48,9 +53,6 @@ class MigProfile:
     is_p2p: bool = False
 
 
-# nvmlValueType_t, and a marker for field ids the driver rejects (INVALID_ARGUMENT).
-VALUE_DOUBLE, VALUE_UINT, VALUE_ULL, VALUE_SINT = 0, 1, 3, 5
-FIELD_UNKNOWN = 0xFFFFFFFF
 FieldValue = tuple[int, int | float]  # (value type, value)
 
 

@@ -21,7 +21,10 @@ from pathlib import Path
 from fakenvml import journal, knobs, statefile, telemetry, xids
 from fakenvml.errors import FakeNvmlError
 from fakenvml.journal import Kind, Record
-from fakenvml.model import Gpu, Node
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up time)
+if TYPE_CHECKING:  # the model's dataclasses load with the first state read, not at import
+    from fakenvml.model import Gpu, Node
 
 DEFAULT_STATE_DIR = "/var/lib/fakenvml"
 STATE_DIR_ENV = "FAKENVML_STATE_DIR"  # the C library reads the same variable
@@ -34,6 +37,28 @@ def default_state_dir() -> Path:
 class NodeDir:
     def __init__(self, path: str | os.PathLike[str] | None = None) -> None:
         self.path = Path(path) if path is not None else default_state_dir()
+        self._cache: dict[str, tuple[tuple[int, int, int], object]] = {}
+
+    def _cached(self, what: str, parse):  # type: ignore[no-untyped-def]
+        """parse(path), again only when state.bin changed (init renames a new file into
+        place): an inject resolves, stamps and describes from one read, and a 1024-GPU
+        state (4.8 MB) is not parsed three times per fault."""
+        try:
+            st = (self.path / statefile.STATE_FILE).stat()
+        except OSError:
+            return parse(self.path)  # its one-line error
+        key = (st.st_ino, st.st_mtime_ns, st.st_size)
+        hit = self._cache.get(what)
+        if hit is None or hit[0] != key:
+            hit = self._cache[what] = (key, parse(self.path))
+        return hit[1]
+
+    def _read(self) -> tuple[Node, int]:
+        return self._cached("node", statefile.read)  # type: ignore[no-any-return]
+
+    def identities(self) -> statefile.Identities:
+        """The node's name, boot id and GPU names, without building the model (fast)."""
+        return self._cached("ids", statefile.identities)  # type: ignore[no-any-return]
 
     def init(self, node: Node) -> int:
         """Write a fresh state and journal; returns the new boot id."""
@@ -69,17 +94,20 @@ class NodeDir:
 
     def resolve(self, gpu: str | int) -> Gpu:
         """A GPU by index, UUID or PCI bus id, or a FakeNvmlError naming what exists."""
-        node = self.node()
-        gpus = node.gpus
+        return self._read()[0].gpus[self.index_of(gpu)]
+
+    def index_of(self, gpu: str | int) -> int:
+        """resolve(gpu).index, from the identities alone (what `inject` does)."""
+        ids = self.identities()
         key = str(gpu).strip()
-        if key.isdigit() and int(key) < len(gpus):
-            return gpus[int(key)]
-        for g in gpus:
+        if key.isdigit() and int(key) < len(ids.gpus):
+            return int(key)
+        for g in ids.gpus:
             if key in (g.uuid, g.serial) or key.upper() in (g.bus_id, g.bus_id[4:]):
-                return g
+                return g.index
         raise FakeNvmlError(
-            f"GPU {key!r} not in inventory of node {node.name} "
-            f"(indexes 0-{len(gpus) - 1}, or a UUID / PCI bus id)"
+            f"GPU {key!r} not in inventory of node {ids.node} "
+            f"(indexes 0-{len(ids.gpus) - 1}, or a UUID / PCI bus id)"
         )
 
     def _append(
@@ -90,13 +118,11 @@ class NodeDir:
         gi: int | None = None,
         ci: int | None = None,
     ) -> Record:
-        target = self.resolve(gpu)
-        _, boot_id = statefile.read(self.path)
         return journal.append(
             self.path,
-            boot_id,
+            self.identities().boot_id,
             kind,
-            target.index,
+            self.index_of(gpu),
             data,
             journal.NO_INSTANCE if gi is None else gi,
             journal.NO_INSTANCE if ci is None else ci,
@@ -152,11 +178,10 @@ class NodeDir:
     # ------------------------------------------------------------------- telemetry
 
     def _targets(self, gpu: str | int) -> list[Gpu]:
-        return self.node().gpus if str(gpu).strip().lower() == "all" else [self.resolve(gpu)]
+        return self._read()[0].gpus if str(gpu).strip().lower() == "all" else [self.resolve(gpu)]
 
     def _write(self, entries: list[journal.Entry]) -> list[Record]:
-        _, boot_id = statefile.read(self.path)
-        return journal.append_many(self.path, boot_id, entries)
+        return journal.append_many(self.path, self.identities().boot_id, entries)
 
     def write_entries(self, entries: list[journal.Entry]) -> list[Record]:
         """Records of any kind, in one append (fakenvml/mig.py's layout changes)."""

@@ -14,6 +14,7 @@ Writes are atomic (staged): a temp file in the same directory, fsync, rename.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import os
 import struct
@@ -22,18 +23,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from fakenvml.errors import FakeNvmlError
-from fakenvml.model import (
-    FIELD_UNKNOWN,
-    MAX_DEVICES,
-    MAX_LINKS,
-    VALUE_DOUBLE,
-    VALUE_SINT,
-    FieldValue,
-    Gpu,
-    Link,
-    MigProfile,
-    Node,
-)
+from fakenvml.nvmlconst import FIELD_UNKNOWN, MAX_DEVICES, MAX_LINKS, VALUE_DOUBLE, VALUE_SINT
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up time)
+if TYPE_CHECKING:  # imported where used: `inject` reads identities without the dataclasses
+    from fakenvml.model import FieldValue, Gpu, Link, MigProfile, Node
 
 STATE_FILE = "state.bin"
 MAGIC = b"FNVMLST1"
@@ -196,26 +190,63 @@ def _dec(raw: bytes) -> str:
     return raw.split(b"\0", 1)[0].decode(errors="replace")
 
 
-def unpack(data: bytes) -> tuple[Node, int]:
-    """Parse state.bin bytes back into (node, boot_id); FakeNvmlError when malformed."""
+# What names a GPU on the command line (index, uuid, serial, bus_id), and a state's node
+# name, boot id and GPU names, read without building the model.
+GpuId = collections.namedtuple("GpuId", "index uuid serial bus_id")
+Identities = collections.namedtuple("Identities", "node boot_id gpus")
+
+
+def _checked(data: bytes) -> tuple[bytes, tuple]:  # type: ignore[type-arg]
+    """(body, header fields) of state.bin bytes; FakeNvmlError when malformed."""
     if len(data) < HEADER.size + CRC.size:
         raise FakeNvmlError(f"state file is {len(data)} bytes: truncated")
     (body, (crc,)) = data[: -CRC.size], CRC.unpack(data[-CRC.size :])
     if zlib.crc32(body) != crc:
         raise FakeNvmlError("state file checksum mismatch: truncated or torn write")
-    magic, version, hsize, dsize, count, boot_id, cuda, _, drv, nvml, name, branch = (
-        HEADER.unpack_from(body)
-    )
+    header = HEADER.unpack_from(body)
+    magic, version, hsize, dsize, count = header[:5]
     if magic != MAGIC or version != VERSION or hsize != HEADER.size or dsize != DEVICE_SIZE:
         raise FakeNvmlError("state file has a different format version; re-run `fakenvml init`")
     if len(body) != HEADER.size + count * DEVICE_SIZE:
         raise FakeNvmlError("state file length does not match its device count")
+    return body, header
+
+
+def unpack(data: bytes) -> tuple[Node, int]:
+    """Parse state.bin bytes back into (node, boot_id); FakeNvmlError when malformed."""
+    from fakenvml.model import Node
+
+    body, header = _checked(data)
+    _, _, _, _, count, boot_id, cuda, _, drv, nvml, name, branch = header
     gpus = [_unpack_device(body, HEADER.size + i * DEVICE_SIZE) for i in range(count)]
     node = Node(_dec(name), gpus, _dec(drv), _dec(nvml), cuda, _dec(branch))
     return node, boot_id
 
 
+_ID_FIELDS = [
+    DEVICE_FIELDS.index((n, f)) for n, f in DEVICE_FIELDS if n in ("uuid", "serial", "bus_id")
+]
+_ID_OFFSETS = [struct.calcsize("<" + "".join(f for _, f in DEVICE_FIELDS[:i])) for i in _ID_FIELDS]
+
+
+def identities(state_dir: Path) -> Identities:
+    """The node's name, boot id and each GPU's names: what `inject` needs, parsed from the
+    same checked bytes as `read` but without the model (about a tenth of the time)."""
+    body, header = _checked(_read_bytes(state_dir))
+    count, boot_id, name = header[4], header[5], header[10]
+    (uuid_at, serial_at, bus_at) = _ID_OFFSETS
+    gpus = []
+    for i in range(count):
+        at = HEADER.size + i * DEVICE_SIZE
+        gpus.append(GpuId(i, _dec(body[at + uuid_at : at + uuid_at + 96]),
+                          _dec(body[at + serial_at : at + serial_at + 32]),
+                          _dec(body[at + bus_at : at + bus_at + 32])))  # fmt: skip
+    return Identities(_dec(name), boot_id, gpus)
+
+
 def _unpack_device(body: bytes, offset: int) -> Gpu:
+    from fakenvml.model import Gpu, Link
+
     values = list(DEVICE_HEAD.unpack_from(body, offset))
     kw: dict[str, object] = {}
     for name, fmt in DEVICE_FIELDS:
@@ -242,6 +273,8 @@ def _unpack_device(body: bytes, offset: int) -> Gpu:
 
 
 def _unpack_caps(body: bytes, offset: int) -> dict[str, object]:
+    from fakenvml.model import MigProfile
+
     v = CAPS.unpack_from(body, offset)
     events, reasons, locations, display = v[:4]
     app, boost, mem = tuple(v[4:8]), tuple(v[8:12]), v[12:16]
@@ -316,12 +349,15 @@ def staged(path: Path, data: bytes) -> Iterator[_Staged]:
         Path(tmp).unlink(missing_ok=True)
 
 
-def read(state_dir: Path) -> tuple[Node, int]:
+def _read_bytes(state_dir: Path) -> bytes:
     path = Path(state_dir) / STATE_FILE
     try:
-        data = path.read_bytes()
+        return path.read_bytes()
     except FileNotFoundError:
         raise FakeNvmlError(f"no state in {state_dir}: run `fakenvml init` first") from None
     except OSError as e:
         raise FakeNvmlError(f"cannot read {path}: {e.strerror}") from None
-    return unpack(data)
+
+
+def read(state_dir: Path) -> tuple[Node, int]:
+    return unpack(_read_bytes(state_dir))

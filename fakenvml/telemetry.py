@@ -13,14 +13,17 @@ in every process, with nothing running in the background.
 
 from __future__ import annotations
 
+import collections
 import enum
 import re
-from dataclasses import dataclass
 
 from fakenvml import durations
 from fakenvml.errors import FakeNvmlError
 from fakenvml.journal import Entry, Kind
-from fakenvml.model import Gpu
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up time)
+if TYPE_CHECKING:  # the model's dataclasses stay off the path of `fakenvml inject`
+    from fakenvml.model import Gpu
 
 IDLE = "idle"  # a value that puts a sensor back to the profile's reading
 SET_IDLE = 0xFFFFFFFF  # FNV_SET_IDLE
@@ -63,11 +66,8 @@ class Sensor(enum.IntEnum):
         return self.name.lower().replace("_", "-")
 
 
-@dataclass(frozen=True)
-class _Unit:
-    units: dict[str, float]  # suffix -> factor to the stored unit ("" : a bare number)
-    hint: str
-    wave: bool = True
+# units: suffix -> factor to the stored unit ("" : a bare number); hint; wave (bool)
+_Unit = collections.namedtuple("_Unit", "units hint wave", defaults=(True,))
 
 
 _UNITS = {
@@ -86,15 +86,16 @@ _UNITS = {
 _NUMBER = re.compile(r"(\d+(?:\.\d+)?)([a-z%]*)")
 
 
-@dataclass(frozen=True)
-class Setting:
+class Setting(collections.namedtuple("Setting", "sensor start end period_ms idle",
+                                      defaults=(0, 0, 0, False))):  # fmt: skip
     """One sensor's new value: constant (period_ms 0), a wave, or back to idle."""
 
+    __slots__ = ()
     sensor: Sensor
-    start: int = 0
-    end: int = 0
-    period_ms: int = 0
-    idle: bool = False
+    start: int
+    end: int
+    period_ms: int
+    idle: bool
 
     def entry(self, gpu: int) -> Entry:
         if self.idle:
