@@ -103,10 +103,12 @@ class Kube:
 
     def restart_pods(self, namespace: str, labels: str, what: str, deadline_s: float = 180) -> None:
         """Delete the pods (their controller recreates them) and wait for as many *new*
-        pods, Ready (a DaemonSet's status still counts the old ones for a moment)."""
+        pods, Ready (a DaemonSet's status still counts the old ones for a moment).
+        Gracefully, as `kubectl delete pod` does: a force delete lets the replacement start
+        while the old container still runs, and a gRPC server shutting down unlinks its
+        socket path even when the successor already serves there (README, e2e)."""
         old = {p.metadata.uid for p in self.pods(namespace, labels)}
-        self.core.delete_collection_namespaced_pod(namespace, label_selector=labels,
-                                                   grace_period_seconds=0)  # fmt: skip
+        self.core.delete_collection_namespaced_pod(namespace, label_selector=labels)
 
         def new_ready(pods: dict[str, client.V1Pod]) -> tuple[bool, str]:
             fresh = [p for p in pods.values() if p.metadata.uid not in old]

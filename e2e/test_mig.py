@@ -116,3 +116,34 @@ def test_a_layout_changed_at_run_time_changes_capacity_after_a_plugin_restart(
     finally:
         mig.configure(node, 1, "all-1g.10gb")
         mig_lab.restart_plugin()
+
+
+def test_the_node_has_each_slice_s_capability_minors_and_nodes(
+    mig_lab: Lab, verdict: Verdict
+) -> None:
+    """What NVIDIA's plugin and the container toolkit read outside NVML, inside the kind
+    node (the fakenvml DaemonSet's driver root, never the host's /dev): the slice's lines in
+    mig-minors, and character devices of those minors in dev/nvidia-caps."""
+    from fakenvml import driver
+
+    gpus = mig_lab.fake_gpus(NODE)
+    d = mig.devices(gpus)[0]
+    m = gpus.node().gpus[d.gpu].minor
+    want = {
+        f"gpu{m}/gi{d.gi}/access": driver.cap_minor(m, d.gi),
+        f"gpu{m}/gi{d.gi}/ci{d.ci}/access": driver.cap_minor(m, d.gi, d.ci),
+    }
+    verdict.expect(", ".join(f"{k} {v}, a node c {driver.CAPS_MAJOR}:{v}" for k, v in want.items()))
+    root = "/run/fakenvml/driver"
+    lines = mig_lab.node_exec(NODE, "cat", f"{root}/proc/driver/nvidia-caps/mig-minors")
+    listed = dict(line.rsplit(" ", 1) for line in lines.splitlines())
+    nodes = {
+        k: mig_lab.node_exec(
+            NODE, "stat", "-c", "%F %t:%T", f"{root}/dev/nvidia-caps/nvidia-cap{v}"
+        ).strip()
+        for k, v in want.items()
+    }
+    verdict.saw(", ".join(f"{k} {listed.get(k)}, {nodes[k]}" for k in want))
+    assert {k: int(listed[k]) for k in want} == want
+    for k, v in want.items():
+        assert nodes[k] == f"character special file {driver.CAPS_MAJOR:x}:{v:x}", nodes
