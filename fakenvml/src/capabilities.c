@@ -428,3 +428,21 @@ nvmlReturn_t nvmlSystemGetNvlinkBwMode(unsigned int *nvlinkBwMode) {
     *nvlinkBwMode = 0; /* full bandwidth: the mode a real H100 reports */
     return fnv_leave(NVML_SUCCESS);
 }
+
+/* The black-box recorder has never flushed on a fresh node: NOT_READY, as the capture. */
+nvmlReturn_t nvmlDeviceGetLastBBXFlushTime(nvmlDevice_t device, unsigned long long *timestamp,
+                                           unsigned long *durationUs) {
+    if (!timestamp || !durationUs) return NVML_ERROR_INVALID_ARGUMENT;
+    DEVICE_ENTER(device);
+    (void)d;
+    return fnv_leave(NVML_ERROR_NOT_READY);
+}
+
+/* A CC-capable board with CC off has no attestation certificate to give: the captured H100
+ * answers UNKNOWN; boards without CC do not support the call. */
+nvmlReturn_t nvmlDeviceGetConfComputeGpuCertificate(nvmlDevice_t device,
+                                                    nvmlConfComputeGpuCertificate_t *gpuCert) {
+    if (!gpuCert) return NVML_ERROR_INVALID_ARGUMENT;
+    DEVICE_ENTER(device);
+    return fnv_leave(d->conf_compute ? NVML_ERROR_UNKNOWN : NVML_ERROR_NOT_SUPPORTED);
+}

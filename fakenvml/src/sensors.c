@@ -326,3 +326,20 @@ nvmlReturn_t nvmlDeviceGetFanSpeed_v2(nvmlDevice_t device, unsigned int fan, uns
     *speed = d->fan_speed;
     return fnv_leave(NVML_SUCCESS);
 }
+
+/* A fanless board (every SXM and passively cooled PCIe board in the profiles) has no fan
+ * 0 to ask about: INVALID_ARGUMENT, as the captured H100 answers. Boards with fans: no
+ * public RPM or range figures, so NOT_SUPPORTED rather than made-up numbers. */
+nvmlReturn_t nvmlDeviceGetFanSpeedRPM(nvmlDevice_t device, nvmlFanSpeedInfo_t *fanSpeed) {
+    if (!fanSpeed) return NVML_ERROR_INVALID_ARGUMENT;
+    DEVICE_ENTER(device);
+    if (fanSpeed->fan >= d->fan_count) return fnv_leave(NVML_ERROR_INVALID_ARGUMENT);
+    return fnv_leave(NVML_ERROR_NOT_SUPPORTED);
+}
+
+nvmlReturn_t nvmlDeviceGetMinMaxFanSpeed(nvmlDevice_t device, unsigned int *minSpeed,
+                                         unsigned int *maxSpeed) {
+    if (!minSpeed || !maxSpeed) return NVML_ERROR_INVALID_ARGUMENT;
+    DEVICE_ENTER(device);
+    return fnv_leave(d->fan_count ? NVML_ERROR_NOT_SUPPORTED : NVML_ERROR_INVALID_ARGUMENT);
+}

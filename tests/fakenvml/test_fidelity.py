@@ -26,7 +26,7 @@ from fakenvml.node import STATE_DIR_ENV, NodeDir
 
 DATA = Path(__file__).resolve().parent / "data" / "h100"
 INVENTORY = Path(inventory.__file__).parent / "inventories" / "h100-vm.yaml"
-RC_FLOOR = 0.977  # measured: 811 of 830 (was 443; goal 0.97)
+RC_FLOOR = 0.981  # measured: 815 of 830 (was 443; goal 0.97)
 ALL = None  # VARIES: the whole value differs
 
 
@@ -75,10 +75,6 @@ VARIES: dict[str, tuple[str, set[str] | None]] = {
 # Keys that still differ (return code or value), each with a one-word reason.
 NOT_YET: dict[str, str] = {
     "nvmlDeviceGetBBXTimeData_v1": "unexported",  # real: FUNCTION_NOT_FOUND (no symbol)
-    "nvmlDeviceGetConfComputeGpuCertificate": "stub",  # real: UNKNOWN
-    "nvmlDeviceGetFanSpeedRPM": "stub",  # real: INVALID_ARGUMENT (fanless)
-    "nvmlDeviceGetMinMaxFanSpeed": "stub",  # real: INVALID_ARGUMENT (fanless)
-    "nvmlDeviceGetLastBBXFlushTime": "stub",  # real: NOT_READY
     "nvmlDeviceGetNumaNodeId": "vm",  # real: NOT_SUPPORTED inside the VM
     "nvmlDeviceGetTopologyCommonAncestor(other)": "vm",  # real: NOT_SUPPORTED (GPU with itself)
     # Past the 18 links an H100 has, capability probes answer INVALID_ARGUMENT even with
