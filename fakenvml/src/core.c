@@ -249,11 +249,30 @@ nvmlReturn_t nvmlSystemGetDriverBranch(nvmlSystemDriverBranchInfo_t *branchInfo,
     });
 }
 
+/* A process's name as the driver reports it: its command (argv[0]) as this host's /proc
+ * has it. 0 when there is no such process here: the fake processes `fakenvml process add`
+ * lists need not exist. */
+int fnv_process_name(uint32_t pid, char *name, size_t length) {
+    char path[32];
+    snprintf(path, sizeof path, "/proc/%u/cmdline", pid);
+    FILE *f = length ? fopen(path, "re") : NULL;
+    if (!f) {
+        if (length) name[0] = 0;
+        return 0;
+    }
+    size_t n = fread(name, 1, length - 1, f);
+    fclose(f);
+    name[n] = 0; /* argv[0] ends at its NUL */
+    return n > 0;
+}
+
 nvmlReturn_t nvmlSystemGetProcessName(unsigned int pid, char *name, unsigned int length) {
-    (void)pid;
-    (void)length;
-    if (!name) return NVML_ERROR_INVALID_ARGUMENT;
-    WITH_STATE(return fnv_leave(NVML_ERROR_NOT_FOUND)); /* no process runs on a fake GPU */
+    if (!name || !length) return NVML_ERROR_INVALID_ARGUMENT;
+    char full[4096];
+    WITH_STATE({
+        if (!fnv_process_name(pid, full, sizeof full)) return fnv_leave(NVML_ERROR_NOT_FOUND);
+        return fnv_leave(fnv_copy_str(name, length, full));
+    });
 }
 
 nvmlReturn_t nvmlGetExcludedDeviceCount(unsigned int *deviceCount) {

@@ -18,8 +18,9 @@
  *        instead. Real drivers print the PCI bus id there ("GPU0000:3B:00.0"), so it does.
  *   165  Relaxed Ordering Mode (-q, IBMNPU section)
  *   209  Voltage / Graphics in mV (-q)
- *   213, 214, 215 (device, unsigned *count, entries): three process lists (entries of
- *        0x1020 bytes, capacity 500 passed in *count) for the "Processes" table and -q.
+ *   213, 214, 215 (device, unsigned *count, entries): the compute, MPS and graphics
+ *        process lists (entries of 0x1020 bytes, capacity 500 passed in *count) for the
+ *        "Processes" table and -q; layout at processes() below.
  *   226  PCIe atomic caps inbound/outbound (-q)
  *   230  (device, unsigned *gen): "Host Max" PCIe generation (-q, pcie.link.gen.hostmax)
  *   231  GPU Part Number, 232 Deferred Clocks / Memory, 237 FRU Part Number,
@@ -31,8 +32,8 @@
  *        nvidia-smi compares with slot 12's answer (function 0) to find the GPU `-i` names;
  *        on error "Mismatch in expected NVML version".
  *
- * What the fake answers: 12 and 75 as described, 26 success, 81 the bus id, 213-215 empty
- * lists, 230 the device's max PCIe generation. Every other slot answers NOT_SUPPORTED and writes nothing, which
+ * What the fake answers: 12 and 75 as described, 26 success, 81 the bus id, 213-215 the
+ * processes `fakenvml process add` put on the GPU, 230 the device's max PCIe generation. Every other slot answers NOT_SUPPORTED and writes nothing, which
  * nvidia-smi prints as "N/A": success without writing makes it print whatever its
  * buffers held ("GPU Shutdown T.Limit Temp: -8 C", "Graphics: 2.619 mV"). */
 #include <stdio.h>
@@ -104,13 +105,54 @@ static nvmlReturn_t pci_location(unsigned int index, unsigned int *domain, unsig
     return fnv_leave(NVML_SUCCESS);
 }
 
-static nvmlReturn_t process_list(nvmlDevice_t device, unsigned int *count, void *entries) {
-    (void)entries;
+/* Slots 213-215: the processes using a GPU, one list each for compute (213), MPS compute
+ * (214, never: no MPS server here) and graphics (215); nvidia-smi shows a pid in several
+ * lists as C+G (M for MPS). Its Processes table leaves out a pid without a name (one this
+ * host does not run, as a container's nvidia-smi does for other namespaces'); -q lists
+ * them all. An entry is 0x1020 bytes: pid (u32) at 0, used GPU memory in bytes (u64)
+ * at 8, GPU and compute instance ids (u32, ~0: not a MIG device) at 16 and 20, and the
+ * process name (NUL-terminated) at 32, which the Processes table prints: found by filling
+ * entries with markers and reading nvidia-smi 535's output. */
+#define PROCESS_ENTRY 0x1020
+#define PROCESS_NAME_AT 32
+
+static nvmlReturn_t processes(nvmlDevice_t device, unsigned int *count, uint8_t *entries,
+                              uint32_t kind) {
     if (!count) return NVML_ERROR_INVALID_ARGUMENT;
     DEVICE_ENTER(device);
-    (void)d;
-    *count = 0; /* no process runs on a fake GPU */
-    return fnv_leave(NVML_SUCCESS);
+    const fnv_live *l = &fnv_g->live[d->index];
+    unsigned n = 0;
+    for (uint32_t i = 0; i < l->nprocs; i++) {
+        if (!(l->procs[i].kinds & kind)) continue;
+        if (n == *count || !entries) {
+            n++; /* counted, not written: the caller's array is full */
+            continue;
+        }
+        uint8_t *e = entries + (size_t)n++ * PROCESS_ENTRY;
+        const uint32_t pid = l->procs[i].pid, none = ~0u;
+        const uint64_t used = l->procs[i].used;
+        memset(e, 0, PROCESS_ENTRY);
+        memcpy(e, &pid, sizeof pid);
+        memcpy(e + 8, &used, sizeof used);
+        memcpy(e + 16, &none, sizeof none);
+        memcpy(e + 20, &none, sizeof none);
+        fnv_process_name(pid, (char *)e + PROCESS_NAME_AT, PROCESS_ENTRY - PROCESS_NAME_AT);
+    }
+    nvmlReturn_t ret = n > *count ? NVML_ERROR_INSUFFICIENT_SIZE : NVML_SUCCESS;
+    *count = n;
+    return fnv_leave(ret);
+}
+
+static nvmlReturn_t compute_processes(nvmlDevice_t device, unsigned int *count, uint8_t *entries) {
+    return processes(device, count, entries, FNV_PROC_COMPUTE);
+}
+
+static nvmlReturn_t graphics_processes(nvmlDevice_t device, unsigned int *count, uint8_t *entries) {
+    return processes(device, count, entries, FNV_PROC_GRAPHICS);
+}
+
+static nvmlReturn_t mps_processes(nvmlDevice_t device, unsigned int *count, uint8_t *entries) {
+    return processes(device, count, entries, 0);
 }
 
 static nvmlReturn_t host_max_pcie_gen(nvmlDevice_t device, unsigned int *gen) {
@@ -127,7 +169,9 @@ static void fill_table(void) {
     table_.slots[26 - 1] = (fnv_slot)debug_log;
     table_.slots[75 - 1] = (fnv_slot)pci_location;
     table_.slots[81 - 1] = (fnv_slot)gpu_name;
-    table_.slots[213 - 1] = table_.slots[214 - 1] = table_.slots[215 - 1] = (fnv_slot)process_list;
+    table_.slots[213 - 1] = (fnv_slot)compute_processes;
+    table_.slots[214 - 1] = (fnv_slot)mps_processes;
+    table_.slots[215 - 1] = (fnv_slot)graphics_processes;
     table_.slots[230 - 1] = (fnv_slot)host_max_pcie_gen;
 }
 

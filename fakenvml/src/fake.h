@@ -94,6 +94,8 @@ extern struct nvmlDevice_st fnv_handles[FNV_MAX_DEVICES];
 extern pthread_mutex_t fnv_lock;
 extern fnv_state *fnv_g; /* NULL while not initialised */
 
+int fnv_process_name(uint32_t pid, char *name, size_t length); /* core.c; 0: no such pid */
+
 /* state.c: pure parsing (the fuzz target) and loading. */
 uint32_t fnv_crc32(const void *buf, size_t len);
 int fnv_parse_state(const uint8_t *buf, size_t len, fnv_header *header, fnv_device **devices,

@@ -8,6 +8,7 @@ run them all and prove, from what pynvml actually resolved, that none was left o
 from __future__ import annotations
 
 import ctypes
+import os
 from collections.abc import Callable
 from pathlib import Path
 
@@ -55,7 +56,11 @@ def system_versions(st: NodeDir, node: Node) -> None:
     assert nv.nvmlSystemGetCudaDriverVersion_v2() == node.cuda_driver_version
     branch = nv.nvmlSystemGetDriverBranch().branch
     assert branch == "r" + node.driver_version.split(".")[0]
-    raises(nv.NVML_ERROR_NOT_FOUND, nv.nvmlSystemGetProcessName, 1)
+    # A process's name is its argv[0] as this host's /proc has it; no such pid: NOT_FOUND.
+    argv0 = Path(f"/proc/{os.getpid()}/cmdline").read_bytes().split(b"\0")[0].decode()
+    assert nv.nvmlSystemGetProcessName(os.getpid()) == argv0
+    pid_max = int(Path("/proc/sys/kernel/pid_max").read_text())
+    raises(nv.NVML_ERROR_NOT_FOUND, nv.nvmlSystemGetProcessName, pid_max + 1)
     assert nv.nvmlGetExcludedDeviceCount() == 0
     raises(nv.NVML_ERROR_INVALID_ARGUMENT, nv.nvmlGetExcludedDeviceInfoByIndex, 0)
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import struct
 import subprocess
 from collections.abc import Callable
 from pathlib import Path
@@ -114,6 +115,27 @@ def test_default_table_shows_gpus_and_no_processes(smi: Smi, node: NodeDir) -> N
         assert g.bus_id in res.stdout
     # The processes table is filled from export-table slots 213-215 (empty lists).
     assert "No running processes found" in res.stdout
+
+
+def test_processes_added_show_in_the_table_and_in_query(smi: Smi, node: NodeDir) -> None:
+    """`fakenvml process add` reaches nvidia-smi through export-table slots 213 (compute)
+    and 215 (graphics): the table shows a pid this host runs, with its name, type and
+    memory; -q lists every pid, one this host does not run too (nameless, as a container's
+    nvidia-smi shows other namespaces' processes)."""
+    me, fake = os.getpid(), int(Path("/proc/sys/kernel/pid_max").read_text()) + 1
+    node.add_process(1, me, 3 << 30, kind="both")
+    node.add_process(1, fake, 512 << 20)
+    res = smi("-i", "1")
+    assert res.returncode == 0, res.stdout + res.stderr
+    rows = [line.split() for line in res.stdout.splitlines() if f" {me} " in line]
+    assert len(rows) == 1 and rows[0][1:6] == ["1", "N/A", "N/A", str(me), "C+G"], rows
+    assert rows[0][-2] == "3072MiB" and f" {fake} " not in res.stdout
+    res = smi("-q", "-i", "1", "-d", "PIDS")
+    entries = res.stdout.split("Process ID")[1:]
+    by_pid = {int(e.split(":")[1].split()[0]): e for e in entries}
+    assert set(by_pid) == {me, fake}
+    assert "Type                          : C+G" in by_pid[me]
+    assert "Used GPU Memory               : 512 MiB" in by_pid[fake]
 
 
 def test_id_option_takes_a_bus_id(smi: Smi, node: NodeDir) -> None:
@@ -243,16 +265,28 @@ def _device(index: int) -> int:
     return ctypes.cast(pynvml.nvmlDeviceGetHandleByIndex(index), ctypes.c_void_p).value or 0
 
 
-def test_process_list_slots_answer_empty_lists(nvml: object, fake_library: ctypes.CDLL) -> None:
+def test_process_list_slots_answer_the_gpu_s_processes(
+    nvml: object, fake_library: ctypes.CDLL, state: NodeDir
+) -> None:
+    """213 compute, 214 MPS (none here), 215 graphics; entries of 0x1020 bytes: pid at 0,
+    used bytes at 8, GPU/compute instance ids at 16/20 (~0: no MIG), the name at 32."""
     _, table = _table(fake_library)
     device = _device(0)
-    for index in (213, 214, 215):
-        listing = _slot(
-            table, index, ctypes.c_void_p, ctypes.POINTER(ctypes.c_uint), ctypes.c_void_p
-        )
+    lists = {
+        i: _slot(table, i, ctypes.c_void_p, ctypes.POINTER(ctypes.c_uint), ctypes.c_void_p)
+        for i in (213, 214, 215)
+    }
+    for listing in lists.values():
         count = ctypes.c_uint(500)
         assert listing(device, ctypes.byref(count), None) == 0 and count.value == 0
         assert listing(None, ctypes.byref(count), None) == 2
+    state.add_process(0, 4321, 5 << 20, kind="graphics")
+    got = {}
+    for i, listing in lists.items():
+        buf, count = ctypes.create_string_buffer(0x1020 * 4), ctypes.c_uint(4)
+        assert listing(device, ctypes.byref(count), buf) == 0
+        got[i] = [struct.unpack_from("<I4xQII", buf.raw, k * 0x1020) for k in range(count.value)]
+    assert got == {213: [], 214: [], 215: [(4321, 5 << 20, 0xFFFFFFFF, 0xFFFFFFFF)]}
 
 
 def test_slot_230_is_the_host_max_pcie_generation(
