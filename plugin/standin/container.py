@@ -142,7 +142,11 @@ class SubjectContainer:
                 c.with_env(e["name"], str(e["value"]))
             elif e.get("valueFrom", {}).get("fieldRef", {}).get("fieldPath") == "spec.nodeName":
                 c.with_env(e["name"], self.node_name)
+        for key, value in self.subject.spec.env.items():  # the subject's `env:`, as labs apply it
+            c.with_env(key, value)
         kwargs: dict = {"labels": {LABEL: self.subject.name}}
+        if (main.get("securityContext") or {}).get("privileged"):
+            kwargs["privileged"] = True  # as the DaemonSet asks (NVIDIA's MIG one mounts)
         if main.get("command"):
             kwargs["entrypoint"] = main["command"]
         c.with_kwargs(**kwargs)

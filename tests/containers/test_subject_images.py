@@ -15,6 +15,7 @@ from clusters import infra
 from clusters import subject as subjects
 from clusters.subject import Subject
 from e2e import cdi
+from fakenvml import mig
 from fakenvml.node import NodeDir
 from plugin.standin import Kubelet
 from plugin.standin.container import ContainerTierError, SubjectContainer
@@ -83,6 +84,47 @@ def test_the_image_serves_the_nodes_gpus_and_marks_a_faulted_one(
                     raise
         assert {d.split("::")[0] for d in unhealthy} == {uuids[3]}
         assert len(unhealthy) == expects.out_per_faulted_gpu
+
+
+@pytest.mark.needs("mig")
+@pytest.mark.parametrize("subject", SUBJECTS, ids=lambda s: s.name)
+def test_a_mig_image_serves_the_slices_and_marks_a_faulted_one(
+    subject: Subject, kubelet: Kubelet, fake_node: Callable[..., NodeDir]
+) -> None:
+    """The MIG subjects' images (NVIDIA's privileged DaemonSet bind-mounts the driver
+    root's proc/driver; ours reads NVML alone) on two H100s all-1g.10gb: 14 slices under
+    the strategy's resource, MIG UUIDs in the env, and a fault: ours marks the slice an Xid
+    names; NVIDIA's keeps one slice per GPU in its event map, so a whole-GPU Xid marks
+    exactly one (README, MIG)."""
+    node = fake_node({"gpus": [{"profile": "H100-SXM5-80GB", "count": 2}]})
+    for gpu in (0, 1):
+        mig.configure(node, gpu, "all-1g.10gb")
+    slices = mig.devices(node)
+    resource = "nvidia.com/gpu" if subject.expects.mig == "single" else "nvidia.com/mig-1g.10gb"
+    with SubjectContainer(subject, image_of(subject), kubelet.dir, node.path):
+        kubelet.wait_devices(resource, len(slices), timeout=30)
+        got = kubelet.admit(resource, 2)
+        env = got.response.envs[subject.spec.device_ids.env].split(",")
+        assert sorted(env) == sorted(got.devices) and all(u.startswith("MIG-") for u in env)
+        target = slices[9]  # on GPU 1
+        deadline = time.monotonic() + 30
+        while True:  # until the health loop waits on events (a fault before that is missed)
+            if subject.expects.mig_slice_xid == "that-slice":
+                node.inject_xid(target.gpu, 79, target.gi, target.ci)
+            else:
+                node.inject_xid(target.gpu, 79)
+            try:
+                unhealthy = kubelet.wait_for(lambda: faulted(kubelet, resource),
+                                             f"{resource} to report a faulted slice",
+                                             lambda: "none unhealthy", timeout=2)  # fmt: skip
+                break
+            except StandinError:
+                if time.monotonic() > deadline:
+                    raise
+        if subject.expects.mig_slice_xid == "that-slice":
+            assert unhealthy == {target.uuid}
+        else:
+            assert len(unhealthy) == 1 and unhealthy <= {d.uuid for d in slices if d.gpu == 1}
 
 
 def test_an_image_that_exits_fails_at_once_with_its_log(
