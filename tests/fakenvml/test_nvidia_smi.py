@@ -18,7 +18,7 @@ import pynvml
 import pytest
 
 from clusters import versions
-from fakenvml import library, paths
+from fakenvml import library, mig, paths
 from fakenvml.model import Gpu
 from fakenvml.node import STATE_DIR_ENV, NodeDir
 
@@ -136,6 +136,29 @@ def test_processes_added_show_in_the_table_and_in_query(smi: Smi, node: NodeDir)
     assert set(by_pid) == {me, fake}
     assert "Type                          : C+G" in by_pid[me]
     assert "Used GPU Memory               : 512 MiB" in by_pid[fake]
+
+
+def test_nvidia_smi_mig_lists_and_changes_the_layout(smi: Smi, node: NodeDir) -> None:
+    """The real `nvidia-smi mig` over the NVML MIG API: -lgi lists the layout, -L the MIG
+    devices by UUID, and -dci/-dgi/-cgi -C change it for every other process (the library
+    journals NVML's creates and destroys)."""
+    mig.configure(node, 1, "3g.40gb,2g.20gb,1g.10gb")
+    res = smi("mig", "-lgi", "-i", "1")
+    assert res.returncode == 0, res.stdout + res.stderr
+    rows = [line.split() for line in res.stdout.splitlines() if "MIG " in line]
+    assert sorted((r[3], r[5], r[6]) for r in rows) == sorted(
+        [("1g.10gb", "13", "6:1"), ("2g.20gb", "5", "4:2"), ("3g.40gb", "1", "0:4")])  # fmt: skip
+    listed = smi("-L").stdout
+    assert all(f"(UUID: {d.uuid})" in listed for d in mig.devices(node))
+    for args in (("-dci", "-gi", "13"), ("-dgi", "-gi", "13")):
+        assert smi("mig", *args, "-i", "1").returncode == 0
+    assert [d.gi for d in mig.devices(node)] == [1, 5]
+    res = smi("mig", "-cgi", "1g.10gb", "-C", "-i", "1")
+    assert "Successfully created GPU instance ID 13" in res.stdout, res.stdout + res.stderr
+    assert [(d.gi, d.profile) for d in mig.devices(node)] == [
+        (1, "3g.40gb"), (5, "2g.20gb"), (13, "1g.10gb")]  # fmt: skip
+    res = smi("mig", "-cgi", "3g.40gb", "-i", "1")  # no room left
+    assert res.returncode != 0 and "Insufficient Resources" in res.stdout + res.stderr
 
 
 def test_id_option_takes_a_bus_id(smi: Smi, node: NodeDir) -> None:
