@@ -27,6 +27,11 @@
  * the board or not, as a real H100 accepts them; only ECC needs ECC on. */
 #define KNOWN_EVENTS 0xFFFFull
 
+/* What a set may register for on the board: every known type, ECC only with ECC on. */
+static unsigned long long registrable_events(const fnv_device *d) {
+    return KNOWN_EVENTS & (d->ecc_enabled ? ~0ull : ~(unsigned long long)ECC_EVENTS);
+}
+
 static unsigned long long supported_events(const fnv_device *d) {
     return d->event_types & (d->ecc_enabled ? ~0ull : ~(unsigned long long)ECC_EVENTS);
 }
@@ -52,8 +57,6 @@ struct mig_reg {
     unsigned long long mask;
     uint64_t from;
 };
-
-#define NO_INSTANCE 0xFFFFFFFFu /* a record's gpu_instance / compute_instance: none named */
 
 static struct nvmlEventSet_st *live_sets; /* guarded by fnv_lock; validates handles */
 
@@ -130,8 +133,7 @@ static nvmlReturn_t register_mig(nvmlDevice_t device, unsigned long long eventTy
         return fnv_leave(NVML_ERROR_INVALID_ARGUMENT);
     if (fnv_g->faults[gpu].lost) return fnv_leave(NVML_ERROR_GPU_IS_LOST);
     const fnv_device *d = &fnv_g->devices[gpu];
-    unsigned long long allowed = KNOWN_EVENTS & (d->ecc_enabled ? ~0ull : ~(unsigned long long)ECC_EVENTS);
-    if (eventTypes & ~allowed) return fnv_leave(NVML_ERROR_NOT_SUPPORTED);
+    if (eventTypes & ~registrable_events(d)) return fnv_leave(NVML_ERROR_NOT_SUPPORTED);
     for (uint32_t i = 0; i < set->nmigs; i++) {
         struct mig_reg *r = &set->migs[i];
         if (r->gpu == gpu && r->gi == gi && r->ci == ci) {
@@ -156,8 +158,7 @@ nvmlReturn_t nvmlDeviceRegisterEvents(nvmlDevice_t device, unsigned long long ev
     DEVICE_ENTER(device);
     if (!set_is_live(set) || set->boot_id != fnv_g->header.boot_id)
         return fnv_leave(NVML_ERROR_INVALID_ARGUMENT);
-    unsigned long long allowed = KNOWN_EVENTS & (d->ecc_enabled ? ~0ull : ~(unsigned long long)ECC_EVENTS);
-    if (eventTypes & ~allowed) return fnv_leave(NVML_ERROR_NOT_SUPPORTED);
+    if (eventTypes & ~registrable_events(d)) return fnv_leave(NVML_ERROR_NOT_SUPPORTED);
     if (set->mask[d->index] == 0) set->from[d->index] = journal_end(set->journal_fd);
     set->mask[d->index] |= eventTypes;
     return fnv_leave(NVML_SUCCESS);
@@ -199,9 +200,9 @@ static const struct mig_reg *mig_target(const struct nvmlEventSet_st *s, const f
     for (uint32_t i = 0; i < s->nmigs; i++) {
         const struct mig_reg *r = &s->migs[i];
         if (r->gpu != rec->gpu || position < r->from) continue;
-        if (rec->gpu_instance == NO_INSTANCE ||
+        if (rec->gpu_instance == FNV_NO_INSTANCE ||
             (rec->gpu_instance == r->gi &&
-             (rec->compute_instance == NO_INSTANCE || rec->compute_instance == r->ci)))
+             (rec->compute_instance == FNV_NO_INSTANCE || rec->compute_instance == r->ci)))
             return r;
     }
     return NULL;

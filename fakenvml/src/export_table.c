@@ -129,7 +129,7 @@ static nvmlReturn_t processes(nvmlDevice_t device, unsigned int *count, uint8_t 
             continue;
         }
         uint8_t *e = entries + (size_t)n++ * PROCESS_ENTRY;
-        const uint32_t pid = l->procs[i].pid, none = ~0u;
+        const uint32_t pid = l->procs[i].pid, none = FNV_NO_INSTANCE;
         const uint64_t used = l->procs[i].used;
         memset(e, 0, PROCESS_ENTRY);
         memcpy(e, &pid, sizeof pid);

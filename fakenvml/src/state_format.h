@@ -178,6 +178,7 @@ enum fnv_sensor { /* FNV_SET's arg0; fakenvml/telemetry.py's Sensor */
 #define FNV_ALL_GPUS 0xFFFFFFFFu /* FNV_FAIL / FNV_DELAY / FNV_CLEAR: every GPU, and calls
                                     that name none */
 #define FNV_SET_IDLE 0xFFFFFFFFu
+#define FNV_NO_INSTANCE 0xFFFFFFFFu /* a fault record's gpu/compute instance: none named */
 #define FNV_PROC_COMPUTE 1u
 #define FNV_PROC_GRAPHICS 2u
 #define FNV_MAX_PROCESSES 64 /* per GPU; adds beyond it are ignored */

@@ -45,6 +45,24 @@ def faulted(kubelet: Kubelet, resource: str) -> frozenset[str]:
     return res.unhealthy if res else frozenset()
 
 
+def inject_until_faulted(
+    kubelet: Kubelet, resource: str, inject: Callable[[], object]
+) -> frozenset[str]:
+    """The devices reported unhealthy after `inject()`, repeated until the plugin reports
+    one: its health loop may not wait on NVML events yet (a fault before that is missed,
+    as on hardware)."""
+    deadline = time.monotonic() + 30
+    while True:
+        inject()
+        try:
+            return kubelet.wait_for(lambda: faulted(kubelet, resource),  # type: ignore[no-any-return]
+                                    f"{resource} to report a faulted device",
+                                    lambda: "none unhealthy", timeout=2)  # fmt: skip
+        except StandinError:
+            if time.monotonic() > deadline:
+                raise
+
+
 @pytest.mark.parametrize("subject", SUBJECTS, ids=lambda s: s.name)
 def test_the_image_serves_the_nodes_gpus_and_marks_a_faulted_one(
     subject: Subject, kubelet: Kubelet, fake_node: Callable[..., NodeDir]
@@ -69,19 +87,7 @@ def test_the_image_serves_the_nodes_gpus_and_marks_a_faulted_one(
             ids = got.response.envs[subject.spec.device_ids.env].split(",")
         # Time-sliced ids are <uuid>::<k>; the env names the GPUs behind them.
         assert sorted(ids) == sorted({d.split("::")[0] for d in got.devices})
-        # The health loop may not wait on NVML events yet (a fault before that is missed,
-        # as on hardware): inject again until the plugin reports it.
-        deadline = time.monotonic() + 30
-        while True:
-            node.inject_xid(3, 79)
-            try:
-                unhealthy = kubelet.wait_for(lambda: faulted(kubelet, resource),
-                                             f"{resource} to report a faulted device",
-                                             lambda: "none unhealthy", timeout=2)  # fmt: skip
-                break
-            except StandinError:
-                if time.monotonic() > deadline:
-                    raise
+        unhealthy = inject_until_faulted(kubelet, resource, lambda: node.inject_xid(3, 79))
         assert {d.split("::")[0] for d in unhealthy} == {uuids[3]}
         assert len(unhealthy) == expects.out_per_faulted_gpu
 
@@ -107,21 +113,12 @@ def test_a_mig_image_serves_the_slices_and_marks_a_faulted_one(
         env = got.response.envs[subject.spec.device_ids.env].split(",")
         assert sorted(env) == sorted(got.devices) and all(u.startswith("MIG-") for u in env)
         target = slices[9]  # on GPU 1
-        deadline = time.monotonic() + 30
-        while True:  # until the health loop waits on events (a fault before that is missed)
-            if subject.expects.mig_slice_xid == "that-slice":
-                node.inject_xid(target.gpu, 79, target.gi, target.ci)
-            else:
-                node.inject_xid(target.gpu, 79)
-            try:
-                unhealthy = kubelet.wait_for(lambda: faulted(kubelet, resource),
-                                             f"{resource} to report a faulted slice",
-                                             lambda: "none unhealthy", timeout=2)  # fmt: skip
-                break
-            except StandinError:
-                if time.monotonic() > deadline:
-                    raise
-        if subject.expects.mig_slice_xid == "that-slice":
+        slice_only = subject.expects.mig_slice_xid == "that-slice"
+        where = (target.gi, target.ci) if slice_only else ()  # else the whole GPU
+        unhealthy = inject_until_faulted(
+            kubelet, resource, lambda: node.inject_xid(target.gpu, 79, *where)
+        )
+        if slice_only:
             assert unhealthy == {target.uuid}
         else:
             assert len(unhealthy) == 1 and unhealthy <= {d.uuid for d in slices if d.gpu == 1}

@@ -46,33 +46,53 @@ def resources(strategy: str, devices: list[mig.MigDevice]) -> dict[str, list[mig
 
 
 @pytest.fixture
-def running(
+def start(
     subject: Subject,
     kubelet: Kubelet,
     fake_node: Callable[..., NodeDir],
     run_plugin: Callable[..., PluginProcess],
     nvidia_plugin: Callable[..., PluginProcess],
     tmp_path: Path,
-) -> Running:
-    strategy = subject.expects.mig
-    node = fake_node({"gpus": [{"profile": "H100-SXM5-80GB", "count": 2}]})
-    for gpu, config in enumerate(LAYOUT[strategy]):
-        mig.configure(node, gpu, config)
-    env = {"MIG_STRATEGY": strategy}
-    if subject.name.startswith("gpulab"):
-        plugin = run_plugin(*gpulab.command(kubelet.dir, node.path, tmp_path, env))
-    else:
-        # As the subject's DaemonSet: v0.17 looks for NVML by name before it uses MIG.
-        env["LD_LIBRARY_PATH"] = str(library.path().parent)
-        plugin = nvidia_plugin(subject.version, node, env)
-    want = resources(strategy, mig.devices(node))
-    for name, devices in want.items():
-        kubelet.wait_devices(name, len(devices), timeout=30)
-    if subject.name.startswith("gpulab"):
-        gpulab.ready(plugin)
-    else:
-        plugin.wait_event_wait()
-    return Running(node, plugin, want)
+) -> Callable[..., Running]:
+    """start(device_specs=False): the subject's plugin over two H100s in LAYOUT, every
+    resource listed. With device specs, the driver root (its /dev nodes too) is where each
+    plugin takes device nodes from: ours by --dev-root, NVIDIA's by PASS_DEVICE_SPECS and
+    NVIDIA_DEV_ROOT."""
+
+    def run(device_specs: bool = False) -> Running:
+        strategy = subject.expects.mig
+        node = fake_node({"gpus": [{"profile": "H100-SXM5-80GB", "count": 2}]})
+        for gpu, config in enumerate(LAYOUT[strategy]):
+            mig.configure(node, gpu, config)
+        root = tmp_path / "driver-root"  # where nvidia.command puts it too
+        if device_specs:
+            assert driver.install(root, node.node()).no_device_nodes == ""
+        env = {"MIG_STRATEGY": strategy}
+        if subject.name.startswith("gpulab"):
+            argv, full = gpulab.command(kubelet.dir, node.path, tmp_path, env)
+            dev_root = ["--dev-root", str(root / "dev")] if device_specs else []
+            plugin = run_plugin([*argv, *dev_root], full)
+        else:
+            # As the subject's DaemonSet: v0.17 looks for NVML by name before it uses MIG.
+            env["LD_LIBRARY_PATH"] = str(library.path().parent)
+            if device_specs:
+                env |= {"PASS_DEVICE_SPECS": "true", "NVIDIA_DEV_ROOT": str(root)}
+            plugin = nvidia_plugin(subject.version, node, env)
+        want = resources(strategy, mig.devices(node))
+        for name, devices in want.items():
+            kubelet.wait_devices(name, len(devices), timeout=30)
+        if subject.name.startswith("gpulab"):
+            gpulab.ready(plugin)
+        else:
+            plugin.wait_event_wait()
+        return Running(node, plugin, want)
+
+    return run
+
+
+@pytest.fixture
+def running(start: Callable[..., Running]) -> Running:
+    return start()
 
 
 def test_each_resource_lists_its_mig_devices_by_uuid(running: Running, kubelet: Kubelet) -> None:
@@ -130,40 +150,20 @@ def test_an_xid_on_every_slice_of_a_gpu(subject: Subject, running: Running,
 
 
 def test_device_specs_give_the_container_the_slice_s_capability_nodes(
-    subject: Subject,
-    kubelet: Kubelet,
-    fake_node: Callable[..., NodeDir],
-    run_plugin: Callable[..., PluginProcess],
-    nvidia_plugin: Callable[..., PluginProcess],
-    tmp_path: Path,
+    start: Callable[..., Running], kubelet: Kubelet
 ) -> None:
     """With device specs on, a MIG device comes with its parent's /dev/nvidia<minor> and
     the /dev/nvidia-caps nodes of its GPU and compute instance (minors from mig-minors),
     the same paths from both plugins; the nodes exist in the lab's driver root."""
-    strategy = subject.expects.mig
-    node = fake_node({"gpus": [{"profile": "H100-SXM5-80GB", "count": 2}]})
-    for gpu, config in enumerate(LAYOUT[strategy]):
-        mig.configure(node, gpu, config)
-    root = tmp_path / "driver-root"  # where nvidia.command puts it too
-    assert driver.install(root, node.node()).no_device_nodes == ""
-    env = {"MIG_STRATEGY": strategy}
-    if subject.name.startswith("gpulab"):
-        argv, full = gpulab.command(kubelet.dir, node.path, tmp_path, env)
-        plugin = run_plugin([*argv, "--dev-root", str(root / "dev")], full)
-    else:
-        env |= {"LD_LIBRARY_PATH": str(library.path().parent), "PASS_DEVICE_SPECS": "true",
-                "NVIDIA_DEV_ROOT": str(root)}  # fmt: skip
-        plugin = nvidia_plugin(subject.version, node, env)
-    want = resources(strategy, mig.devices(node))
-    name, devices = max(want.items(), key=lambda kv: len(kv[1]))
-    kubelet.wait_devices(name, len(devices), timeout=30)
+    running = start(device_specs=True)
+    name, devices = max(running.by_resource.items(), key=lambda kv: len(kv[1]))
     target = devices[-1]
-    minor = node.node().gpus[target.gpu].minor
+    minor = running.node.node().gpus[target.gpu].minor
     got = kubelet.allocate(name, [target.uuid])
     paths = {d.container_path for d in got.devices}
     caps = {f"/dev/nvidia-caps/nvidia-cap{driver.cap_minor(minor, target.gi, c)}"
             for c in (None, target.ci)}  # fmt: skip
-    assert {f"/dev/nvidia{minor}", *caps} <= paths, (sorted(paths), plugin.log_tail())
+    assert {f"/dev/nvidia{minor}", *caps} <= paths, (sorted(paths), running.plugin.log_tail())
     for d in got.devices:
         if d.container_path in caps:
             assert Path(d.host_path).is_char_device(), d.host_path
