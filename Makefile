@@ -33,10 +33,22 @@ lint: install lint-workflows
 lint-workflows:
 	@ci/actionlint.sh
 
+# The Kubernetes version labs run: the newest pinned (clusters/versions.env) unless KUBE=
+# names another (`make infra KUBE=v1.36.1` builds its node image).
+KUBE ?=
+ifneq ($(KUBE),)
+export GPULAB_KUBE_VERSION := $(KUBE)
+endif
+# CI's second Kubernetes: the newest minor that runs on cgroup v1 without failCgroupV1.
+CI_KUBE := v1.34.0
+
 # Every tier: unit and node tier, the fakenvml suite again under ASan+UBSan, a bounded
-# fuzz run, then the cluster tier (real kind labs) through `make e2e`.
+# fuzz run, then the cluster tier (real kind labs) through `make e2e`, on the newest
+# Kubernetes and again on $(CI_KUBE).
 test: infra lib-asan lint
 	@$(MAKE) --no-print-directory test-unit test-asan fuzz e2e-suites FUZZ_SECONDS=30
+	@$(MAKE) --no-print-directory e2e-suites KUBE=$(CI_KUBE) \
+	  E2E_JUNIT=$(BUILD)/e2e-junit-$(CI_KUBE).xml
 
 test-unit:
 	@echo "==> tests (release library)"
@@ -82,7 +94,7 @@ e2e: infra
 	@$(MAKE) --no-print-directory e2e-suites
 
 e2e-suites:
-	@echo "==> e2e: cluster-tier suites for $(SUBJECT) (seed, hetero and mig labs)"
+	@echo "==> e2e: cluster-tier suites for $(SUBJECT) (seed, hetero and mig labs), Kubernetes $${GPULAB_KUBE_VERSION:-$$($(PY) -c 'from clusters import versions; print(versions.kube_version())')}"
 	@KEEP=$(KEEP) $(PY) -m pytest -q -p no:cacheprovider e2e --junitxml=$(E2E_JUNIT)
 
 include ci/cluster.mk

@@ -36,7 +36,7 @@ class Action:
 
 
 def infrastructure(lab: Lab) -> None:
-    lab.host.kind = infra.require(()).kind
+    lab.host.kind = infra.require((), lab.lab.kubernetes).kind
 
 
 def reuse_or_recreate(lab: Lab) -> object:
@@ -60,10 +60,14 @@ def reuse_or_recreate(lab: Lab) -> object:
     return None
 
 
+def node_image(lab: Lab) -> str:
+    return infra.require((), lab.lab.kubernetes).node_images[lab.lab.kubernetes]
+
+
 def changed_config(lab: Lab) -> str:
     """Why the cluster's kind config is not the one this checkout renders (its nodes' mounts
     or image differ: kind cannot change them on a running cluster), or ""."""
-    want = kindconfig.render(lab.lab, infra.require(()).node_image, lab.labs_root)
+    want = kindconfig.render(lab.lab, node_image(lab), lab.labs_root)
     have = lab.host.config()
     if have is None:
         return "its kind config was not recorded"
@@ -98,7 +102,7 @@ def create_cluster(lab: Lab) -> object:
     if lab.host.exists():
         return SKIP
     lab.created = True
-    lab.host.create(kindconfig.render(lab.lab, infra.require(()).node_image, lab.labs_root))
+    lab.host.create(kindconfig.render(lab.lab, node_image(lab), lab.labs_root))
     return None
 
 

@@ -85,7 +85,7 @@ class Products:
 
     kind: str = ""
     helm: str = ""  # renders subjects deployed from a Helm chart
-    node_image: str = ""
+    node_images: dict[str, str] = field(default_factory=dict)  # Kubernetes version -> image
     images: dict[str, str] = field(default_factory=dict)  # base, gpulab, workload, nvidia-<v>
     nvidia: dict[str, str] = field(default_factory=dict)  # version -> binary
     tree_key: str = ""  # the checkout state the gpulab image was built from
@@ -338,27 +338,34 @@ def _engine(r: Runner) -> str:
 
 
 def _node_image(r: Runner, p: Products) -> None:
+    for kube in versions.kube_versions():
+        p.node_images[kube] = _node_image_of(r, kube)
+        p.save()
+
+
+def _node_image_of(r: Runner, kube: str) -> str:
+    """kind's own image of `kube` where it is here or can be pulled, else built here."""
+    env = {"GPULAB_KUBE_VERSION": kube}
+    choose = ("clusters/scripts/node-image.sh", "--choose")
     source = r.step(
-        "Node image: pull or build",
-        lambda: r.script(
-            "node image", "node-image-choose", "clusters/scripts/node-image.sh", "--choose"
-        ),
+        f"Node image {kube}: pull or build",
+        lambda: r.script("node image", f"node-image-choose-{kube}", *choose, env=env),
     )
     if source.startswith("upstream "):
-        p.node_image = source.split(" ", 1)[1]
-        return
-    kube = versions.get("KUBE_VERSION")
+        return source.split(" ", 1)[1]
     build = "clusters/nodeimage/build.sh"
     for name, title in (
         ("kubernetes", f"Kubernetes {kube} binaries (Go)"),
-        ("components", "etcd, CoreDNS, crictl (Go), pause (C)"),
+        ("components", f"etcd, CoreDNS, crictl (Go), pause (C) for {kube}"),
         ("rootfs", "Node root filesystem (debootstrap)"),
-        ("images", "Control-plane images"),
+        ("images", f"Control-plane images {kube}"),
     ):
-        r.step(title, lambda n=name, t=title: r.script(t, f"node-{n}", build, n))
-    p.node_image = r.step(
-        "Node image",
-        lambda: r.script("node image", "node-image", build, "node").splitlines()[-1],
+        r.step(title, lambda n=name, t=title: r.script(t, f"node-{n}-{kube}", build, n, env=env))
+    return r.step(
+        f"Node image {kube}",
+        lambda: r.script("node image", f"node-image-{kube}", build, "node", env=env).splitlines()[
+            -1
+        ],
     )
 
 
@@ -454,21 +461,25 @@ def _image_present(ref: str) -> bool:
     )
 
 
-def require(images: Iterable[str] = ("gpulab", "workload")) -> Products:
-    """What a lab needs — the engine, kind, the node image and `images` — checked in about
-    a second; InfraMissing (one line naming `make infra`) for the first thing that is not
-    there. Never builds."""
+def require(images: Iterable[str] = ("gpulab", "workload"), kube: str | None = None) -> Products:
+    """What a lab needs — the engine, kind, the node image of Kubernetes `kube` (default:
+    the run's, versions.kube_version()) and `images` — checked in about a second;
+    InfraMissing (one line naming `make infra`) for the first thing that is not there.
+    Never builds."""
     p = Products.load()
-    if not p.node_image:
+    kube = kube or versions.kube_version()
+    if not p.node_images:
         raise InfraMissing(f"no infrastructure recorded in {manifest_path()}; {MAKE_INFRA}")
     if not _docker_answers():
         raise InfraMissing(f"no Docker engine answers; {MAKE_INFRA} (it starts one)")
     if not (p.kind and os.access(p.kind, os.X_OK)):
         raise InfraMissing(f"kind is not built ({p.kind or 'none recorded'}); {MAKE_INFRA}")
-    if not _image_present(p.node_image):
-        raise InfraMissing(
-            f"the kind node image {p.node_image} is not in the Docker engine; {MAKE_INFRA}"
-        )
+    node = p.node_images.get(kube, "")
+    if not node:
+        raise InfraMissing(f"no kind node image of Kubernetes {kube} is built; {MAKE_INFRA} "
+                           f"(GPULAB_KUBE_VERSION={kube} builds it)")  # fmt: skip
+    if not _image_present(node):
+        raise InfraMissing(f"the kind node image {node} is not in the Docker engine; {MAKE_INFRA}")
     for name in images:
         ref = p.images.get(name, "")
         if not ref or not _image_present(ref):

@@ -9,6 +9,8 @@
   mounts only the driver root (NVIDIA's Helm chart: no extra env or volumes) finds the state.
 - kubelet's nodeStatusUpdateFrequency is lowered (default 10 s; labs use 2 s) so node
   capacity and allocatable reach the API server within seconds of a plugin update.
+- On a cgroup v1 host, kubelets from 1.35 on get `failCgroupV1: false` (they refuse to
+  start otherwise); cgroup v1 is in maintenance upstream, and GitHub's runners are v2.
 - Labels: gpulab.dev/gpu-product and gpulab.dev/gpu-count (what GPU feature discovery
   would publish, named for us), gpulab.dev/fake-gpus=true on GPU nodes (the fakenvml
   DaemonSet's selector) and gpulab.dev/plugin=true where the plugin starts at once.
@@ -18,6 +20,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from clusters import versions
 from clusters.spec import Lab, Node
 from fakenvml.yamlmodel import duration_text
 
@@ -29,6 +32,12 @@ LABEL_PREFIX = "gpulab.dev"
 def state_dir(labs_root: Path, lab: Lab, node: str) -> Path:
     """Where a node's fakenvml state lives on the host."""
     return labs_root / lab.spec.name / node
+
+
+def cgroup_v1() -> bool:
+    """Whether this host (whose kernel kind's nodes share) mounts cgroup v1: no unified
+    hierarchy's cgroup.controllers at the root."""
+    return not Path("/sys/fs/cgroup/cgroup.controllers").exists()
 
 
 def node_labels(node: Node) -> dict[str, str]:
@@ -58,6 +67,8 @@ def render(lab: Lab, image: str, labs_root: Path) -> dict:
         "kind: KubeletConfiguration\n"
         f"nodeStatusUpdateFrequency: {duration_text(lab.spec.node_status_update_frequency)}\n"
     )
+    if versions.kube_minor(lab.kubernetes) >= 35 and cgroup_v1():
+        kubelet += "failCgroupV1: false\n"
     return {
         "kind": "Cluster",
         "apiVersion": "kind.x-k8s.io/v1alpha4",

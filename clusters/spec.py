@@ -1,7 +1,7 @@
 """Lab specs (clusters/*.yaml): a validated, versioned description of a kind lab.
 
     name: seed
-    kubernetes: v1.34.4
+    kubernetes: v1.36.1             # optional: the lab run's version (make e2e KUBE=...)
     subject: gpulab                 # plugin under test by default: a subject name or path
     node_status_update_frequency: 2s
     nodes:
@@ -25,6 +25,7 @@ from typing import Literal
 
 from pydantic import Field, field_validator
 
+from clusters import versions
 from clusters.subject import SubjectName
 from fakenvml import inventory, yamlmodel
 from fakenvml.errors import FakeNvmlError
@@ -32,7 +33,6 @@ from fakenvml.model import Node as GpuNode
 from fakenvml.yamlmodel import Duration, LoadError, Strict
 
 LABS_DIR = Path(__file__).resolve().parent
-DEFAULT_KUBERNETES = "v1.34.0"
 _NAME = re.compile(r"[a-z0-9]([-a-z0-9]{0,30}[a-z0-9])?")
 
 
@@ -54,7 +54,7 @@ class NodeSpec(Strict):
 
 class LabSpec(Strict):
     name: str
-    kubernetes: str = DEFAULT_KUBERNETES
+    kubernetes: str | None = None  # None: the run's (clusters.versions.kube_version())
     subject: SubjectName = "gpulab"
     node_status_update_frequency: Duration = Field(2.0, gt=0)
     nodes: list[NodeSpec] = Field(min_length=1)
@@ -68,8 +68,8 @@ class LabSpec(Strict):
 
     @field_validator("kubernetes")
     @classmethod
-    def _version(cls, v: str) -> str:
-        if not re.fullmatch(r"v1\.(3[3-9])\.\d+", v):
+    def _version(cls, v: str | None) -> str | None:
+        if v is not None and not re.fullmatch(r"v1\.(3[3-9])\.\d+", v):
             raise ValueError(f"{v!r}: expected a Kubernetes version v1.33.x or newer")
         return v
 
@@ -117,6 +117,11 @@ class Lab:
                 workers += 1
                 name = f"{spec.name}-worker" + (str(workers) if workers > 1 else "")
             self.nodes.append(Node(spec, n, name))
+
+    @property
+    def kubernetes(self) -> str:
+        """The Kubernetes version this lab runs: its spec's, else the run's."""
+        return self.spec.kubernetes or versions.kube_version()
 
     @property
     def gpu_nodes(self) -> list[Node]:

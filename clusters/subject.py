@@ -205,7 +205,7 @@ class Subject:
             raise SubjectError(f"{self.source}: chart.path: no chart (Chart.yaml) in {where}")
         try:
             return chart.template(infra.helm(), where, c.release or self.name, c.namespace,
-                                  c.values, versions.get("KUBE_VERSION"))  # fmt: skip
+                                  c.values, versions.kube_version())  # fmt: skip
         except chart.ChartError as e:
             raise SubjectError(f"{self.source}: chart: {e}") from None
 

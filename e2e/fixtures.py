@@ -13,19 +13,22 @@ the cluster up; `make e2e KEEP=1`).
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 
 import pytest
 
+from clusters import spec
 from clusters.infra import InfraMissing
 from clusters.lab import Lab
+from clusters.spec import SpecError
 from clusters.subject import Subject, SubjectError
 from clusters.subject import load as load_subject
 from clusters.subject import names as subject_names
 from e2e.pods import Pods
-from e2e.verdict import Cell, Verdict, table
+from e2e.verdict import KUBERNETES, Cell, Verdict, table
 from fakenvml.node import NodeDir
 
 NAMESPACE = "gpulab-e2e"
@@ -138,6 +141,18 @@ def _crash(rep: pytest.TestReport) -> str:
     """The failing assertion's message (pytest's reprcrash), when there is one."""
     crash = getattr(getattr(rep, "longrepr", None), "reprcrash", None)
     return str(getattr(crash, "message", "") or "")
+
+
+@pytest.fixture(autouse=True)
+def _kubernetes_version(request: pytest.FixtureRequest,
+                        record_property: Callable[[str, object], None]) -> None:  # fmt: skip
+    """Records the Kubernetes version of the lab a test runs on (the summary's column)."""
+    names = {**LAB_FIXTURES, "lab": request.config.getoption("--lab")}
+    for fixture, name in names.items():
+        if fixture in request.fixturenames:
+            with contextlib.suppress(SpecError):
+                record_property(KUBERNETES, spec.load(name).kubernetes)
+            return
 
 
 @pytest.fixture

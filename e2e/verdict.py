@@ -16,7 +16,7 @@ import textwrap
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-EXPECTED, SEEN = "expected", "seen"
+EXPECTED, SEEN, KUBERNETES = "expected", "seen", "kubernetes"
 
 
 class Verdict:
@@ -40,6 +40,7 @@ class Cell:
     seconds: float
     expected: list[str] = field(default_factory=list)
     seen: list[str] = field(default_factory=list)
+    kubernetes: str = ""  # the version of the lab it ran on
 
     @classmethod
     def of(cls, passed: bool, seconds: float, properties: list[tuple[str, object]],
@@ -50,6 +51,8 @@ class Cell:
                 cell.expected.append(str(value))
             elif key == SEEN:
                 cell.seen.append(str(value))
+            elif key == KUBERNETES:
+                cell.kubernetes = str(value)
         if not passed and failure:
             cell.seen.append(first_line(failure))
         return cell
@@ -68,26 +71,31 @@ def first_line(message: str) -> str:
 
 def table(rows: dict[str, dict[str, Cell]], subjects: list[str], width: int = 120) -> list[str]:
     """Lines of the scenario x subject table, `width` wide at most: each scenario's result
-    row, then what each subject was expected to do and what it did, wrapped in its column."""
+    row with the Kubernetes version(s) its lab ran, then what each subject was expected to do
+    and what it did, wrapped in its column."""
     names = {s: s.removeprefix("test_") for s in rows}
+    kube = {s: ",".join(sorted({c.kubernetes for c in r.values() if c.kubernetes})) or "-"
+            for s, r in rows.items()}  # fmt: skip
     left = max(len("scenario"), *(len(n) for n in names.values()))
-    col = max(24, (width - left - 2) // max(len(subjects), 1) - 2)
+    kcol = max(len("kubernetes"), *(len(k) for k in kube.values()))
+    col = max(24, (width - left - kcol - 4) // max(len(subjects), 1) - 2)
 
-    def lines(label: str, cells: list[str]) -> list[str]:
+    def lines(label: str, version: str, cells: list[str]) -> list[str]:
         wrapped = [textwrap.wrap(c, col) or [""] for c in cells]
         out = []
         for i in range(max(len(w) for w in wrapped)):
             parts = [w[i] if i < len(w) else "" for w in wrapped]
-            out.append(f"{label if i == 0 else '':<{left}}  "
+            out.append(f"{label if i == 0 else '':<{left}}  {version if i == 0 else '':<{kcol}}  "
                        + "  ".join(f"{p:<{col}}" for p in parts).rstrip())  # fmt: skip
         return out
 
-    out = lines("scenario", subjects)
+    out = lines("scenario", "kubernetes", subjects)
     for scenario, results in rows.items():
         got = [results.get(s) for s in subjects]
-        out += lines(names[scenario], [f"{c.outcome} {c.seconds:.1f}s" if c else "-" for c in got])
+        out += lines(names[scenario], kube[scenario],
+                     [f"{c.outcome} {c.seconds:.1f}s" if c else "-" for c in got])  # fmt: skip
         for label, attr in (("  expected", "expected"), ("  seen", "seen")):
             texts = ["; ".join(getattr(c, attr)) if c else "" for c in got]
             if any(texts):
-                out += lines(label, texts)
+                out += lines(label, "", texts)
     return out

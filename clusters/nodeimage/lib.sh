@@ -28,6 +28,22 @@ export GOTOOLCHAIN=local
 # -modcacherw: a cache anyone can delete with rm -rf (Go makes module dirs read-only).
 export GOFLAGS="-buildvcs=false -modcacherw"
 export CGO_ENABLED=0
+# The Kubernetes version to build or choose: $GPULAB_KUBE_VERSION, else the newest pinned.
+KUBE_VERSION=${GPULAB_KUBE_VERSION:-${KUBE_VERSIONS%% *}}
+[[ $KUBE_VERSION =~ ^v1\.([0-9]+)\.[0-9]+$ ]] || { echo "error: Kubernetes version '$KUBE_VERSION' is not v1.MINOR.PATCH" >&2; exit 1; }
+KUBE_MINOR=${BASH_REMATCH[1]}
+# kind's own image for exactly this version, if a kind release made one (else empty).
+KIND_NODE_IMAGE=""
+for _ref in $KIND_NODE_IMAGES; do
+  [[ $_ref == "kindest/node:$KUBE_VERSION@"* ]] && KIND_NODE_IMAGE=$_ref
+done
+# crictl: the newest pinned cri-tools release whose minor is not above Kubernetes'.
+CRI_TOOLS_VERSION="" CRI_TOOLS_SUM=""
+for _pin in $CRI_TOOLS; do
+  _v=${_pin%%=*} _m=${_pin%%=*}; _m=${_m#v1.}; _m=${_m%%.*}
+  if (( _m <= KUBE_MINOR )) && [[ -z $CRI_TOOLS_VERSION ]]; then CRI_TOOLS_VERSION=$_v CRI_TOOLS_SUM=${_pin#*=}; fi
+done
+unset _ref _pin _v _m
 # The node image built here where kind's own cannot be pulled.
 NODE_IMAGE=${NODE_IMAGE:-gpulab/kind-node:$KUBE_VERSION}
 

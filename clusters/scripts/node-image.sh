@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Prints the name of a kind node image present in the local Docker engine
 # (`--choose`: only where it comes from, "upstream REF" or "local").
-#   NODE_IMAGE_SOURCE=auto (default): kind's own pinned image ($KIND_NODE_IMAGE) when it
-#     is already here or can be pulled (GitHub runners), else the local build below.
+# For $GPULAB_KUBE_VERSION, else the newest pinned Kubernetes (clusters/versions.env).
+#   NODE_IMAGE_SOURCE=auto (default): kind's own image of that version ($KIND_NODE_IMAGE, where
+#     a kind release made one) when it is already here or can be pulled (GitHub runners), else
+#     the local build below.
 #   NODE_IMAGE_SOURCE=local: always the local build; =upstream: never.
 # The local build uses package registries only (Debian packages + Go modules), since no
 # container registry is reachable on these machines; see clusters/nodeimage/build.sh.
@@ -17,6 +19,10 @@ case $source in auto | local | upstream) ;; *) die "NODE_IMAGE_SOURCE is '$sourc
 # Prints "upstream REF" or "local": the one place that decides where the image comes from.
 choose() {
   [[ $source == local ]] && { echo local; return; }
+  if [[ -z $KIND_NODE_IMAGE ]]; then
+    [[ $source == auto ]] || die "no kind release made an image of Kubernetes $KUBE_VERSION (KIND_NODE_IMAGES)"
+    echo local; return
+  fi
   if docker image inspect "$KIND_NODE_IMAGE" >/dev/null 2>&1; then
     echo "upstream $KIND_NODE_IMAGE"; return
   fi
@@ -38,4 +44,4 @@ docker info >/dev/null 2>&1 || die "no Docker engine answers; run clusters/scrip
 choice=$(choose)
 if [[ ${1:-} == --choose ]]; then echo "$choice"; exit 0; fi
 if [[ $choice == upstream* ]]; then echo "${choice#upstream }"; exit 0; fi
-exec "$here/../clusters/nodeimage/build.sh"
+exec "$here/../nodeimage/build.sh"

@@ -108,7 +108,8 @@ def test_require_without_infra_names_make_infra(cache: Path) -> None:
 
 def test_require_names_a_missing_image(cache: Path) -> None:
     built = _built()
-    infra.Products(**{**built, "node_image": "gpulab/absent:node"}).save()
+    absent = {versions.kube_version(): "gpulab/absent:node"}
+    infra.Products(**{**built, "node_images": absent}).save()
     with pytest.raises(
         infra.InfraMissing,
         match=r"the kind node image gpulab/absent:node is not in the Docker engine; "
@@ -128,6 +129,7 @@ def _built() -> dict:
     """What `make infra` recorded in the real cache (the tests' own caches are empty)."""
     real = REAL_CACHE / "infra.json"
     built = json.loads(real.read_text()) if real.exists() else {}
+    built = {k: v for k, v in built.items() if k in infra.Products.__dataclass_fields__}
     if not built.get("images", {}).get("gpulab"):
         pytest.fail("no gpulab image recorded; run `make infra`", pytrace=False)
     return built

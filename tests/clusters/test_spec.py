@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from clusters import actions, infra, kindconfig, spec
+from clusters import actions, infra, kindconfig, spec, versions
 from clusters.lab import Lab
 
 
@@ -51,6 +51,33 @@ def test_status_update_frequency_reaches_kubelet_in_go_duration_text() -> None:
     assert lab.spec.node_status_update_frequency == 1.5
     cfg = kindconfig.render(lab, "i", Path("/l"))
     assert "nodeStatusUpdateFrequency: 1500ms\n" in cfg["kubeadmConfigPatches"][0]
+
+
+@pytest.mark.parametrize(
+    ("kube", "v1_host", "fails_on_v1"),
+    [("v1.37.0", True, False), ("v1.35.4", True, False), ("v1.34.0", True, None),
+     ("v1.37.0", False, None)],
+)  # fmt: skip
+def test_kubelets_from_1_35_on_a_cgroup_v1_host_are_told_not_to_refuse_it(
+    monkeypatch: pytest.MonkeyPatch, kube: str, v1_host: bool, fails_on_v1: bool | None
+) -> None:
+    """kubelet 1.35+ exits on cgroup v1 unless failCgroupV1: false; older ones do not know
+    the setting, and cgroup v2 hosts need none."""
+    monkeypatch.setattr(kindconfig, "cgroup_v1", lambda: v1_host)
+    lab = spec.from_dict({"name": "x", "kubernetes": kube, "nodes": [CP]})
+    patch = yaml.safe_load(kindconfig.render(lab, "i", Path("/l"))["kubeadmConfigPatches"][0])
+    assert patch.get("failCgroupV1") is fails_on_v1
+
+
+def test_a_lab_runs_its_spec_version_else_the_runs(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("GPULAB_KUBE_VERSION", raising=False)
+    newest = versions.kube_versions()[0]
+    assert spec.load("seed").kubernetes == newest == versions.kube_version()
+    monkeypatch.setenv("GPULAB_KUBE_VERSION", "v1.36.1")
+    assert spec.load("seed").kubernetes == "v1.36.1"
+    assert versions.kube_versions() == ("v1.36.1", *versions.listed("KUBE_VERSIONS"))
+    pinned = spec.from_dict({"name": "x", "kubernetes": "v1.35.4", "nodes": [CP]})
+    assert pinned.kubernetes == "v1.35.4"
 
 
 def test_plugin_start_false_leaves_the_plugin_label_off() -> None:
@@ -100,7 +127,13 @@ def test_a_lab_made_with_another_kind_config_is_not_reused(
 ) -> None:
     """kind cannot add a mount to a running node: a lab made before a config change (the
     driver root's state mount) is made again, one made with this config is reused."""
-    monkeypatch.setattr(infra, "require", lambda images=(): infra.Products(node_image="node:img"))
+    monkeypatch.setattr(
+        infra,
+        "require",
+        lambda images=(), kube=None: infra.Products(
+            node_images={versions.kube_version(): "node:img"}
+        ),
+    )
     lab = Lab("seed", subject="gpulab")
     lab.labs_root, lab.host.dir = tmp_path, tmp_path / "seed"
     assert actions.changed_config(lab) == "its kind config was not recorded"

@@ -28,22 +28,24 @@ def test_first_line_drops_pytest_prefix_and_exception_class() -> None:
 def test_table_has_a_result_row_and_expected_seen_rows_wrapped_per_scenario() -> None:
     rows = {
         "test_gpu_lost": {
-            "gpulab": Cell("PASS", 3.04, ["9/10"], ["9/10 in 1.3s"]),
+            "gpulab": Cell("PASS", 3.04, ["9/10"], ["9/10 in 1.3s"], "v1.37.0"),
             "nvidia": Cell("FAIL", 60.0, ["0/10"], ["waited 60s for seed-worker " + "x" * 20]),
         },
         "test_capacity": {"gpulab": Cell("PASS", 0.2)},
     }
-    lines = table(rows, ["gpulab", "nvidia"], width=70)
-    assert lines[0].split() == ["scenario", "gpulab", "nvidia"]
-    assert lines[1].split() == ["gpu_lost", "PASS", "3.0s", "FAIL", "60.0s"]
+    rows["test_gpu_lost"]["nvidia"].kubernetes = "v1.37.0"
+    lines = table(rows, ["gpulab", "nvidia"], width=82)
+    assert lines[0].split() == ["scenario", "kubernetes", "gpulab", "nvidia"]
+    assert lines[1].split() == ["gpu_lost", "v1.37.0", "PASS", "3.0s", "FAIL", "60.0s"]
     assert lines[2].split() == ["expected", "9/10", "0/10"]
     assert lines[3].split() == ["seen", "9/10", "in", "1.3s", "waited", "60s", "for", "seed-worker"]
     # Long text wraps inside its column (nothing cut), under the subject it belongs to.
     assert lines[4].split() == ["x" * 20]
     assert lines[4].index("x") == lines[3].index("waited")
     # No expected/seen rows for a scenario that recorded neither; a missing cell is "-".
-    assert lines[5].split() == ["capacity", "PASS", "0.2s", "-"]
-    assert len(lines) == 6 and max(len(line) for line in lines) <= 70
+    # A scenario that ran on no lab has no version.
+    assert lines[5].split() == ["capacity", "-", "PASS", "0.2s", "-"]
+    assert len(lines) == 6 and max(len(line) for line in lines) <= 82
 
 
 def test_a_pytest_run_prints_expected_and_seen_per_subject(tmp_path: Path) -> None:
@@ -66,8 +68,9 @@ def test_a_pytest_run_prints_expected_and_seen_per_subject(tmp_path: Path) -> No
     ).stdout  # fmt: skip
     section = out[out.index("scenario x subject") :].splitlines()
     head = section[1].split()  # `nvidia` is the newest pinned release: nvidia-v0.19.3
-    assert head[:2] == ["scenario", "gpulab"] and head[2].startswith("nvidia-v")
-    assert section[2].split()[0::2] == ["lost", "0.0s", "0.0s"]
-    assert section[2].split()[1::2][:2] == ["PASS", "FAIL"]
+    assert head[:3] == ["scenario", "kubernetes", "gpulab"] and head[3].startswith("nvidia-v")
+    row = section[2].split()
+    assert row[:2] == ["lost", "-"] and row[3::2] == ["0.0s", "0.0s"]
+    assert row[2::2][:2] == ["PASS", "FAIL"]
     assert section[3].split() == ["expected", "lost_gpu", "that-device", "lost_gpu", "every-device"]
     assert "every device went" in section[4] and section[4].split()[1] == "that-device"
