@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 import yaml
 
-from clusters import infra, kindconfig, steps, versions
+from clusters import features, infra, kindconfig, steps, versions
 from fakenvml.errors import FakeNvmlError
 
 if TYPE_CHECKING:
@@ -129,16 +129,20 @@ def clear_faults(lab: Lab) -> object:
 def lab_images(lab: Lab) -> None:
     # The newest NVIDIA image too: the images share the base layer, so one `kind load` of
     # all costs little more than of one, and a later switch of subjects loads less.
-    wanted = ["gpulab", "workload", *(f"nvidia-{v}" for v in
-                                      versions.nvidia_plugin_versions()[:1])]  # fmt: skip
-    products = infra.require(wanted)
+    newest = f"nvidia-{versions.nvidia_plugin_versions()[0]}"
+    wanted = ["gpulab", "workload", newest, "nfd"]
+    products = infra.require(wanted, lab.lab.kubernetes)
     lab.images = {k: products.images[k] for k in wanted}
     lab.images["subject"] = infra.subject_image(lab.subject, products)
+    lab.images["gfd"] = products.images[newest]  # GFD is a command of NVIDIA's image
 
 
 def load_images(lab: Lab) -> None:
-    # Only GPU nodes run lab pods (fakenvml, the plugin, GPU workloads).
-    lab.host.load(list(lab.images.values()), [n.name for n in lab.lab.gpu_nodes])
+    # GPU nodes run the lab's pods (fakenvml, the plugin, GFD, GPU workloads); NFD runs
+    # on every node (its master may land on the control plane).
+    gpu = [n.name for n in lab.lab.gpu_nodes]
+    lab.host.load([i for k, i in lab.images.items() if k != "nfd"], gpu)
+    lab.host.load([lab.images["nfd"]], [n.name for n in lab.lab.nodes])
 
 
 def deploy(lab: Lab) -> None:
@@ -187,6 +191,14 @@ def wait_capacity(lab: Lab) -> None:
     lab.wait_capacity()
 
 
+def node_features(lab: Lab) -> None:
+    features.deploy(lab)
+
+
+def gfd_labels(lab: Lab) -> None:
+    features.wait_labels(lab)
+
+
 UP = [
     Action("Infrastructure (built by `make infra`)", infrastructure),
     Action("Cluster {lab} exists: is it healthy?", reuse_or_recreate),
@@ -200,4 +212,6 @@ SUBJECT = [
     Action("Deploy fakenvml and {subject}", deploy),
     Action("Wait for {subject}'s pods", wait_plugin),
     Action("Wait for every GPU node's capacity", wait_capacity),
+    Action("Deploy node-feature-discovery and gpu-feature-discovery", node_features),
+    Action("Wait for GFD's labels on every GPU node", gfd_labels),
 ]

@@ -50,7 +50,7 @@ def split_image(ref: str) -> tuple[str, str]:
 
 
 def template(helm: str, chart: Path, release: str, namespace: str, values: dict[str, Any],
-             kube_version: str) -> str:  # fmt: skip
+             kube_version: str, include_crds: bool = False) -> str:  # fmt: skip
     """`helm template` of the chart: the manifests as one YAML stream. Helm's config, cache
     and data dirs are a temporary directory, so rendering writes nothing elsewhere."""
     with tempfile.TemporaryDirectory(prefix="gpulab-helm-") as tmp:
@@ -59,7 +59,8 @@ def template(helm: str, chart: Path, release: str, namespace: str, values: dict[
         env = {**os.environ, **{f"HELM_{k}_HOME": str(Path(tmp) / k.lower())
                                 for k in ("CACHE", "CONFIG", "DATA")}}  # fmt: skip
         cmd = [helm, "template", release, str(chart), "--namespace", namespace,
-               "--kube-version", kube_version, "--values", str(values_file)]  # fmt: skip
+               "--kube-version", kube_version, "--values", str(values_file),
+               *(["--include-crds"] if include_crds else [])]  # fmt: skip
         try:
             res = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=120,
                                  check=False)  # fmt: skip

@@ -387,6 +387,7 @@ def _lab_images(r: Runner, p: Products) -> None:
         ("workload", "Workload image (busybox)", None),
         ("gpulab", "gpulab image (fakenvml + plugin)", image_env(key)),
         ("nvidia", "NVIDIA plugin images", None),
+        ("nfd", f"node-feature-discovery {versions.get('NFD_VERSION')} image (Go)", None),
     ):
         p.images.update(r.step(title, lambda w=which, e=env: image(w, e)))
     p.tree_key = key

@@ -11,9 +11,11 @@
   capacity and allocatable reach the API server within seconds of a plugin update.
 - On a cgroup v1 host, kubelets from 1.35 on get `failCgroupV1: false` (they refuse to
   start otherwise); cgroup v1 is in maintenance upstream, and GitHub's runners are v2.
-- Labels: gpulab.dev/gpu-product and gpulab.dev/gpu-count (what GPU feature discovery
-  would publish, named for us), gpulab.dev/fake-gpus=true on GPU nodes (the fakenvml
-  DaemonSet's selector) and gpulab.dev/plugin=true where the plugin starts at once.
+- Labels: gpulab.dev/fake-gpus=true on GPU nodes (the fakenvml and GFD DaemonSets'
+  selector) and gpulab.dev/plugin=true where the plugin starts at once. What the GPUs are
+  (nvidia.com/gpu.product, .memory, .count ...) is labelled by NVIDIA's
+  gpu-feature-discovery through node-feature-discovery, as in real clusters
+  (clusters/features.py).
 """
 
 from __future__ import annotations
@@ -45,8 +47,6 @@ def node_labels(node: Node) -> dict[str, str]:
         return {}
     labels = {
         f"{LABEL_PREFIX}/fake-gpus": "true",
-        f"{LABEL_PREFIX}/gpu-product": node.gpu_product,
-        f"{LABEL_PREFIX}/gpu-count": str(node.gpu_count),
     }
     if node.spec.plugin.start:
         labels[f"{LABEL_PREFIX}/plugin"] = "true"

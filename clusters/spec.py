@@ -9,6 +9,7 @@
       - role: worker
         gpus: [{profile: H100-SXM5-80GB, count: 10}]   # a fakenvml inventory's `gpus:`
         topology: {...}                               # optional, as in inventories
+        driver_version: "580.159.04"                  # optional, as in inventories
         extra_resources: {example.com/rdma: 10}       # counted, served by our plugin
         plugin: {start: true}       # false: the plugin DaemonSet skips this node until
                                     # the node is labelled (the seeds' second worker)
@@ -48,6 +49,7 @@ class NodeSpec(Strict):
     role: Literal["control-plane", "worker"] = "worker"
     gpus: list[dict] | None = None
     topology: dict | None = None
+    driver_version: str | None = None  # the node's fake driver (default: the profiles')
     extra_resources: dict[str, int] = Field(default_factory=dict)
     plugin: PluginPlacement = PluginPlacement()
 
@@ -91,6 +93,8 @@ class Node:
             inv: dict = {"gpus": spec.gpus}
             if spec.topology is not None:
                 inv["topology"] = spec.topology
+            if spec.driver_version is not None:
+                inv["driver_version"] = spec.driver_version
             self.gpu_node = inventory.from_dict(inv, name)
 
     @property

@@ -24,6 +24,7 @@ from clusters import spec
 from clusters.infra import InfraMissing
 from clusters.lab import Lab
 from clusters.spec import SpecError
+from clusters.steps import StepError
 from clusters.subject import Subject, SubjectError
 from clusters.subject import load as load_subject
 from clusters.subject import names as subject_names
@@ -249,7 +250,13 @@ def fake_gpus(lab: Lab) -> Iterator[Callable[[str], NodeDir]]:
     if faulted:
         if not lab.subject.expects.recovers:
             lab.restart_plugin()
-        lab.wait_capacity()
+        try:
+            lab.wait_capacity(deadline_s=60)
+        except StepError:
+            # A recovering subject that did not recover: this test errors, and fresh
+            # plugin pods keep the failure from spilling into every later test.
+            lab.restart_plugin()
+            raise
 
 
 @pytest.fixture

@@ -1,10 +1,12 @@
 """Suites on the `hetero` lab (A100 x8, H100 x4, T4 x2 on three workers), for each subject:
-per-node capacity, scheduling by GPU product, multi-container and init-container pods,
-and devices freed by a deleted pod."""
+per-node capacity, scheduling by the labels NVIDIA's gpu-feature-discovery writes (product,
+family, memory, count; clusters/features.py) and those labels held to what GFD wrote on a
+real H100, multi-container and init-container pods, and devices freed by a deleted pod."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
 
@@ -15,6 +17,7 @@ from e2e.pods import Pods
 from e2e.verdict import Verdict
 
 GPU = "nvidia.com/gpu"
+CAPTURE = Path(__file__).resolve().parents[1] / "tests/fakenvml/data/h100/h100-gfd.txt"
 NODE_A = "hetero-worker"
 NODES = {"hetero-worker": 8, "hetero-worker2": 4, "hetero-worker3": 2}
 
@@ -68,12 +71,56 @@ def test_pods_land_on_the_gpu_product_they_select(
     image = hetero.images["workload"]
     name = f"on-{product.lower()}"[:50].replace(".", "-")
     hpods.create(pod(name, [container("main", image, 1)], selector={
-        "gpulab.dev/gpu-product": product}))  # fmt: skip
+        "nvidia.com/gpu.product": product}))  # fmt: skip
     landed = hpods.wait_running(name).spec.node_name
     verdict.saw(f"on {landed}")
     assert landed == node
     visible = hpods.devices(name)
     assert set(visible) <= {g.uuid for g in hetero.fake_gpus(node).node().gpus}
+
+
+@pytest.mark.parametrize(
+    ("what", "terms", "node"),
+    [("family hopper", [("nvidia.com/gpu.family", "In", ["hopper"])], "hetero-worker2"),
+     ("memory < 20 GiB", [("nvidia.com/gpu.memory", "Lt", ["20480"])], "hetero-worker3"),
+     ("memory > 40 GiB, more than 4 GPUs",
+      [("nvidia.com/gpu.memory", "Gt", ["40960"]), ("nvidia.com/gpu.count", "Gt", ["4"])],
+      "hetero-worker")],
+)  # fmt: skip
+def test_pods_land_by_gfd_family_memory_and_count(
+    hetero: Lab,
+    hpods: Pods,
+    what: str,
+    terms: list[tuple[str, str, list[str]]],
+    node: str,
+    verdict: Verdict,
+) -> None:
+    """Node affinity on GFD's labels, as people select GPU nodes in real clusters."""
+    verdict.expect(f"{what}: on {node}")
+    spec = pod("by-labels", [container("main", hetero.images["workload"], 1)])
+    exprs = [{"key": k, "operator": op, "values": v} for k, op, v in terms]
+    spec["spec"]["affinity"] = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution":
+                                {"nodeSelectorTerms": [{"matchExpressions": exprs}]}}}  # fmt: skip
+    hpods.create(spec)
+    landed = hpods.wait_running("by-labels").spec.node_name
+    verdict.saw(f"on {landed}")
+    assert landed == node
+
+
+def test_gfd_labels_of_the_h100_node_are_those_of_a_real_h100(
+    hetero: Lab, verdict: Verdict
+) -> None:
+    """Every nvidia.com/ label GFD put on the H100 node, against what GFD wrote on the real
+    H100 of the fidelity capture: equal but for the count (4 GPUs here, 1 there)."""
+    want = dict(line.split("=", 1) for line in CAPTURE.read_text().splitlines() if "=" in line)
+    want["nvidia.com/gpu.count"] = str(NODES["hetero-worker2"])
+    labels = hetero.core.read_node("hetero-worker2").metadata.labels or {}
+    got = {k: v for k, v in labels.items() if k.startswith("nvidia.com/")}
+    differ = {k: (want.get(k), got.get(k)) for k in sorted(want.keys() | got.keys())
+              if want.get(k) != got.get(k)}  # fmt: skip
+    verdict.expect(f"{len(want)} labels as on the real H100 (count 4)")
+    verdict.saw(f"{len(got)} labels, differing: {differ or 'none'}")
+    assert differ == {}
 
 
 @pytest.mark.needs("replicas=1")  # counts whole GPUs
@@ -101,7 +148,7 @@ def test_deleting_a_pod_frees_its_devices_for_the_next(
 ) -> None:
     verdict.expect("second Pending, then gets first's 2 GPUs")
     image = hetero.images["workload"]
-    t4 = {"gpulab.dev/gpu-product": "Tesla-T4"}
+    t4 = {"nvidia.com/gpu.product": "Tesla-T4"}
     hpods.create(pod("first", [container("main", image, 2)], selector=t4))
     first = set(hpods.devices(hpods.wait_running("first").metadata.name))  # fmt: skip
     hpods.create(pod("second", [container("main", image, 2)], selector=t4))

@@ -5,9 +5,11 @@
 #   workload   what the pod specs run: busybox, prints its env, sleeps (a few MB)
 #   nvidia     NVIDIA's device plugin binaries and nvidia-ctk (clusters/scripts/nvidia-plugin.sh) on the base image,
 #              one `nvidia-<version>=image` line per pinned version
+#   nfd        node-feature-discovery's nfd-master, nfd-worker, nfd-gc ($NFD_VERSION, built from the
+#              Go module proxy by clusters/nodeimage/build-go.sh) on the base image
 # Every image is tagged with a hash of its inputs, so a warm run only checks tags. Tags
 # appear only on finished, checked images (temporary tags first; see lib.sh).
-# usage: clusters/images/build.sh [base|gpulab|workload|nvidia]...   (default: all)
+# usage: clusters/images/build.sh [base|gpulab|workload|nvidia|nfd]...   (default: all)
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/../.." && pwd)  # the checkout, or site-packages for an installed gpulab
@@ -172,13 +174,33 @@ image_nvidia() {
   done
 }
 
-[[ $# -gt 0 ]] || set -- base gpulab workload nvidia
+image_nfd() {
+  local base bin tag dockerfile
+  base=$(image_base)
+  bin=$("$here/../nodeimage/build-go.sh" nfd) || die "images: building node-feature-discovery failed"
+  # The chart runs NFD with runAsNonRoot, as upstream's image (nobody) allows.
+  dockerfile=$(printf 'FROM %s\nCOPY nfd-master nfd-worker nfd-gc /usr/bin/\nUSER 65534:65534\n' "$base")
+  tag=gpulab/node-feature-discovery:$NFD_VERSION-$(inputs_hash "$dockerfile" "$bin/nfd-master" "$bin/nfd-worker" "$bin/nfd-gc")
+  if ! have "$tag"; then
+    local ctx
+    ctx=$(fresh_tmp "$WORK/nfd.ctx")
+    cp "$bin"/nfd-master "$bin"/nfd-worker "$bin"/nfd-gc "$ctx/"
+    printf '%s\n' "$dockerfile" >"$ctx/Dockerfile"
+    log "images: nfd: docker build $tag"
+    docker_build "$tag" "$ctx" /bin/sh -c "nfd-master -version | grep -qx 'nfd-master $NFD_VERSION'"
+    rm -rf "$ctx"
+  fi
+  echo "$tag"
+}
+
+[[ $# -gt 0 ]] || set -- base gpulab workload nvidia nfd
 for what in "$@"; do
   case $what in
     base) echo "base=$(image_base)" ;;
     gpulab) echo "gpulab=$(image_gpulab)" ;;
     workload) echo "workload=$(image_workload)" ;;
     nvidia) image_nvidia ;;
-    *) die "images: unknown image $what (base, gpulab, workload, nvidia)" ;;
+    nfd) echo "nfd=$(image_nfd)" ;;
+    *) die "images: unknown image $what (base, gpulab, workload, nvidia, nfd)" ;;
   esac
 done

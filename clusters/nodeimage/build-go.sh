@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds the node's Go binaries from upstream modules through the Go module proxy.
-# Usage: build-go.sh kubernetes | etcd VERSION | coredns VERSION | crictl
+# Usage: build-go.sh kubernetes | etcd VERSION | coredns VERSION | crictl | nfd
 # Prints the output directory ($GPULAB_CACHE/bin/<name>-<version>).
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
@@ -20,6 +20,13 @@ throwaway_module() {
     grep -E '^(go|godebug) ' "$src/go.mod"   # keep upstream's language and GODEBUG defaults
     printf '\nrequire %s %s\n' "${mod%@*}" "${mod#*@}"
     [[ -z ${EXTRA_REQUIRES:-} ]] || sed 's/^/require /' <<<"$EXTRA_REQUIRES"
+    # KEEP_REPLACES=1: upstream's own version pins (`m => m2 v`) too, which a dependency's
+    # go.mod cannot apply (NFD pins every k8s.io staging module this way).
+    if [[ -n ${KEEP_REPLACES:-} ]]; then
+      printf '\nreplace (\n'
+      sed -n 's#^\s*\([^ ]*\) => \([^ .][^ ]*\) \(v[^ ]*\)$#\t\1 => \2 \3#p' "$src/go.mod"
+      printf ')\n'
+    fi
     local siblings
     siblings=$(sed -n 's#^\s*\([^ ]*\) => \.\.\{0,1\}/.*#\1#p' "$src/go.mod")
     if [[ -n $siblings ]]; then
@@ -108,8 +115,21 @@ crictl() {
   finish "crictl-$v"
 }
 
+# node-feature-discovery: nfd-master, nfd-worker, nfd-gc (what its Helm chart runs), at the
+# version NVIDIA's device plugin requires (its go.mod), so GFD and NFD speak one API.
+nfd() {
+  local v=$NFD_VERSION
+  done_or "nfd-$v"
+  log "building node-feature-discovery $v (about 3 min cold)"
+  KEEP_REPLACES=1 build nfd "$v" "sigs.k8s.io/node-feature-discovery@$v" "$v" \
+    "-X sigs.k8s.io/node-feature-discovery/pkg/version.version=$v" \
+    sigs.k8s.io/node-feature-discovery/cmd/{nfd-master,nfd-worker,nfd-gc}
+  has_output "$v" "$OUT/nfd-master" -version || die "built nfd-master is not $v"
+  finish "nfd-$v"
+}
+
 case ${1:-} in
-  kubernetes | crictl) "$1" ;;
+  kubernetes | crictl | nfd) "$1" ;;
   etcd | coredns) "$1" "${2:?usage: $0 $1 VERSION}" ;;
-  *) die "usage: $0 kubernetes | etcd VERSION | coredns VERSION | crictl" ;;
+  *) die "usage: $0 kubernetes | etcd VERSION | coredns VERSION | crictl | nfd" ;;
 esac

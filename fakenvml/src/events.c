@@ -239,9 +239,24 @@ static int deliver(struct nvmlEventSet_st *s, const fnv_record *rec, uint64_t po
     return 1;
 }
 
+/* How far events may be read: the journal's whole records, but where journal.gen exists only
+ * those a writer has committed there. A writer appends, then stores the count; an event read
+ * between the two would reach a consumer whose next NVML call still answers from the state
+ * before it (a recovered GPU still lost: the recovery event is dropped as a lost GPU's). */
+static uint64_t readable_end(const struct nvmlEventSet_st *s) {
+    uint64_t end = journal_end(s->journal_fd);
+    pthread_mutex_lock(&fnv_lock);
+    if (fnv_g && fnv_g->header.boot_id == s->boot_id && fnv_g->committed) {
+        uint64_t committed = __atomic_load_n(fnv_g->committed, __ATOMIC_ACQUIRE);
+        if (committed < end) end = committed;
+    }
+    pthread_mutex_unlock(&fnv_lock);
+    return end;
+}
+
 /* Scans new records; returns SUCCESS / GPU_IS_LOST on a delivery, TIMEOUT when none. */
 static nvmlReturn_t scan(struct nvmlEventSet_st *s, nvmlEventData_t *data) {
-    uint64_t end = journal_end(s->journal_fd);
+    uint64_t end = readable_end(s);
     fnv_record rec;
     while (s->next < end && fnv_read_record(s->journal_fd, s->next, &rec) == 1) {
         uint64_t position = s->next++;

@@ -40,7 +40,8 @@ def test_gpu_nodes_get_state_mounts_labels_and_fast_status_updates() -> None:
         {"hostPath": "/labs/seed/seed-worker",
          "containerPath": "/run/fakenvml/driver/var/lib/fakenvml"},
     ]  # fmt: skip
-    assert w2["labels"]["gpulab.dev/gpu-count"] == "10"
+    # GPU product/count labels are GFD's (clusters/features.py), not the kind config's.
+    assert w2["labels"] == {"gpulab.dev/fake-gpus": "true", "gpulab.dev/plugin": "true"}
     assert w2["labels"]["gpulab.dev/plugin"] == "true"
     assert "nodeStatusUpdateFrequency: 2s" in cfg["kubeadmConfigPatches"][0]
 

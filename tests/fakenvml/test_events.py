@@ -13,6 +13,7 @@ from pathlib import Path
 import pynvml as nv
 import pytest
 
+from fakenvml import journal
 from fakenvml.journal import Kind
 from fakenvml.node import NodeDir
 from tests.fakenvml.conftest import subprocess_env
@@ -123,6 +124,31 @@ def test_lost_gpu_fails_getters_and_wakes_waiters_then_waits_block(
     assert nv.nvmlDeviceGetUUID(nv.nvmlDeviceGetHandleByIndex(3))
     with pytest.raises(nv.NVMLError_Timeout):
         nv.nvmlEventSetWait_v2(es, 50)
+    nv.nvmlEventSetFree(es)
+
+
+def test_an_event_is_read_only_once_its_writer_committed_it(
+    nvml: object, state: NodeDir, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A writer appends a record, then stores the count in journal.gen. A waiter that read
+    the record in between handed out a recovery event while every getter still answered
+    GPU_IS_LOST, and a plugin dropped it as a lost GPU's event (seen in a lab: the GPU
+    stayed Unhealthy). Events wait for the commit, so the state they meet includes them."""
+    es = nv.nvmlEventSetCreate()
+    handle = nv.nvmlDeviceGetHandleByIndex(3)
+    nv.nvmlDeviceRegisterEvents(handle, XID | nv.nvmlEventTypeGpuRecoveryAction, es)
+    state.lose(3)
+    with pytest.raises(nv.NVMLError_GpuIsLost):
+        nv.nvmlEventSetWait_v2(es, 5000)
+    store = journal._store_committed
+    monkeypatch.setattr(journal, "_store_committed", lambda *a: None)  # stopped in between
+    rec = state.recover(3)
+    with pytest.raises(nv.NVMLError_GpuIsLost):  # not the recovery event: not committed
+        nv.nvmlEventSetWait_v2(es, 50)
+    store(state.path, rec.seq)
+    event = nv.nvmlEventSetWait_v2(es, 5000)
+    assert event.eventType == nv.nvmlEventTypeGpuRecoveryAction
+    assert nv.nvmlDeviceGetUUID(event.device) == nv.nvmlDeviceGetUUID(handle)  # not lost
     nv.nvmlEventSetFree(es)
 
 

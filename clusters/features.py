@@ -1,0 +1,71 @@
+"""Node labels as real GPU clusters get them: node-feature-discovery (its own Helm chart,
+from the Go module cache, at the version NVIDIA's plugin requires) and NVIDIA's
+gpu-feature-discovery (the newest pinned plugin release's binary) over each node's fake
+GPUs. GFD publishes a NodeFeature object per node; nfd-master, allowed the nvidia.com label
+namespace as NVIDIA's chart configures it, turns those into nvidia.com/gpu.product,
+.memory, .family, .count ... labels on the Node, which suites schedule by.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import yaml
+
+from clusters import chart, infra, steps, versions
+
+if TYPE_CHECKING:
+    from clusters.lab import Lab
+
+NAMESPACE = "node-feature-discovery"
+MODULE = "sigs.k8s.io/node-feature-discovery"
+CHART_DIR = "deployment/helm/node-feature-discovery"
+LABEL = "nvidia.com/gpu.count"  # GFD's label every fake-GPU node gets
+
+
+def nfd_docs(image: str, kube_version: str) -> list[dict]:
+    """NFD's chart rendered with the local image: master (nvidia.com allowed), worker, gc.
+    Helm hooks (the post-delete cleanup Job) are left out: nothing here runs `helm
+    uninstall`."""
+    where = chart.module_dir(f"{MODULE}@{versions.get('NFD_VERSION')}") / CHART_DIR
+    if not (where / "Chart.yaml").is_file():
+        raise infra.InfraMissing(f"node-feature-discovery's chart is not in {where}; "
+                                 f"{infra.MAKE_INFRA}")  # fmt: skip
+    repo, tag = chart.split_image(image)
+    values = {
+        "image": {"repository": repo, "tag": tag, "pullPolicy": "IfNotPresent"},
+        "master": {"config": {"extraLabelNs": ["nvidia.com"]}},
+        "worker": {"tolerations": [{"operator": "Exists"}]},
+        "postDeleteCleanup": False,
+    }
+    text = chart.template(infra.helm(), where, "nfd", NAMESPACE, values, kube_version,
+                          include_crds=True)  # fmt: skip
+    docs = [d for d in yaml.safe_load_all(text) if d]
+    return [d for d in docs if "helm.sh/hook" not in (d["metadata"].get("annotations") or {})]
+
+
+def gfd_docs(lab: Lab) -> list[dict]:
+    strategy = lab.subject.expects.mig
+    return steps.manifest("gfd.yaml", {"${GPULAB_IMAGE}": lab.images["gpulab"],
+                                       "${NVIDIA_IMAGE}": lab.images["gfd"],
+                                       "${MIG_STRATEGY}": strategy})  # fmt: skip
+
+
+def deploy(lab: Lab) -> None:
+    """NFD and GFD applied (server-side: a second apply changes only what differs, e.g.
+    GFD's MIG strategy when the subject changes)."""
+    lab.kube.ensure_namespace(NAMESPACE)
+    for doc in nfd_docs(lab.images["nfd"], lab.lab.kubernetes) + gfd_docs(lab):
+        lab.kube.apply(doc, namespace=NAMESPACE)
+
+
+def wait_labels(lab: Lab, deadline_s: float = 180) -> None:
+    """Until every fake-GPU node carries GFD's count label with its inventory's count."""
+    want = {n.name: str(n.gpu_count) for n in lab.lab.gpu_nodes}
+
+    def labelled(nodes: dict) -> tuple[bool, str]:
+        got = {n: (nodes[n].metadata.labels or {}).get(LABEL) for n in want if n in nodes}
+        return got == want, f"{LABEL}: {got}"
+
+    lab.kube.watch_until(f"GFD's labels on {sorted(want)}", lab.core.list_node, labelled,
+                         deadline_s)  # fmt: skip
