@@ -21,6 +21,7 @@ NAMESPACE = "node-feature-discovery"
 MODULE = "sigs.k8s.io/node-feature-discovery"
 CHART_DIR = "deployment/helm/node-feature-discovery"
 LABEL = "nvidia.com/gpu.count"  # GFD's label every fake-GPU node gets
+STRATEGY = "nvidia.com/mig.strategy"  # and where MIG_STRATEGY is not none
 
 
 def nfd_docs(image: str, kube_version: str) -> list[dict]:
@@ -60,12 +61,16 @@ def deploy(lab: Lab) -> None:
 
 
 def wait_labels(lab: Lab, deadline_s: float = 180) -> None:
-    """Until every fake-GPU node carries GFD's count label with its inventory's count."""
-    want = {n.name: str(n.gpu_count) for n in lab.lab.gpu_nodes}
+    """Until every fake-GPU node carries GFD's labels for the subject's MIG strategy: the
+    strategy itself where there is one (single: gpu.count counts MIG devices), else the
+    inventory's GPU count."""
+    strategy = lab.subject.expects.mig
+    key, want = ((STRATEGY, {n.name: strategy for n in lab.lab.gpu_nodes}) if strategy != "none"
+                 else (LABEL, {n.name: str(n.gpu_count) for n in lab.lab.gpu_nodes}))  # fmt: skip
 
     def labelled(nodes: dict) -> tuple[bool, str]:
-        got = {n: (nodes[n].metadata.labels or {}).get(LABEL) for n in want if n in nodes}
-        return got == want, f"{LABEL}: {got}"
+        got = {n: (nodes[n].metadata.labels or {}).get(key) for n in want if n in nodes}
+        return got == want, f"{key}: {got}"
 
     lab.kube.watch_until(f"GFD's labels on {sorted(want)}", lab.core.list_node, labelled,
                          deadline_s)  # fmt: skip
