@@ -44,6 +44,8 @@ for _pin in $CRI_TOOLS; do
   if (( _m <= KUBE_MINOR )) && [[ -z $CRI_TOOLS_VERSION ]]; then CRI_TOOLS_VERSION=$_v CRI_TOOLS_SUM=${_pin#*=}; fi
 done
 unset _ref _pin _v _m
+# For the scripts that source this file and the builds they start.
+export KUBE_VERSION KIND_NODE_IMAGE CRI_TOOLS_VERSION CRI_TOOLS_SUM
 # The node image built here where kind's own cannot be pulled.
 NODE_IMAGE=${NODE_IMAGE:-gpulab/kind-node:$KUBE_VERSION}
 
