@@ -191,14 +191,6 @@ def wait_capacity(lab: Lab) -> None:
     lab.wait_capacity()
 
 
-def node_features(lab: Lab) -> None:
-    features.deploy(lab)
-
-
-def gfd_labels(lab: Lab) -> None:
-    features.wait_labels(lab)
-
-
 UP = [
     Action("Infrastructure (built by `make infra`)", infrastructure),
     Action("Cluster {lab} exists: is it healthy?", reuse_or_recreate),
@@ -212,6 +204,6 @@ SUBJECT = [
     Action("Deploy fakenvml and {subject}", deploy),
     Action("Wait for {subject}'s pods", wait_plugin),
     Action("Wait for every GPU node's capacity", wait_capacity),
-    Action("Deploy node-feature-discovery and gpu-feature-discovery", node_features),
-    Action("Wait for GFD's labels on every GPU node", gfd_labels),
+    Action("Deploy node-feature-discovery and gpu-feature-discovery", features.deploy),
+    Action("Wait for GFD's labels on every GPU node", features.wait_labels),
 ]

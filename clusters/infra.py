@@ -361,12 +361,12 @@ def _node_image_of(r: Runner, kube: str) -> str:
         ("images", f"Control-plane images {kube}"),
     ):
         r.step(title, lambda n=name, t=title: r.script(t, f"node-{n}-{kube}", build, n, env=env))
-    return r.step(
-        f"Node image {kube}",
-        lambda: r.script("node image", f"node-image-{kube}", build, "node", env=env).splitlines()[
-            -1
-        ],
-    )
+
+    def node() -> str:  # the script's last line names the image
+        out = r.script("node image", f"node-image-{kube}", build, "node", env=env)
+        return out.splitlines()[-1]
+
+    return r.step(f"Node image {kube}", node)
 
 
 def _lab_images(r: Runner, p: Products) -> None:
