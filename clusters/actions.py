@@ -3,8 +3,9 @@ step with a title, run in order with one progress line (✓ or ✗ and its secon
 that has nothing to do in this run (the cluster already exists, say) returns SKIP and
 prints nothing.
 
-    UP      the cluster: infrastructure, reuse or recreate, fake GPUs, kind create, faults
-    SUBJECT the plugin under test: images, load, deploy, its pods, every node's capacity
+    UP      the cluster: infrastructure, reuse or recreate, state dirs, kind create, faults
+    SUBJECT images, load, fake GPUs (the fake-gpus chart), the plugin under test, its pods,
+            every node's capacity, NFD and GFD labels
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from typing import TYPE_CHECKING
 
 import yaml
 
-from clusters import features, infra, kindconfig, steps, versions
+from clusters import fakegpus, features, infra, kindconfig, versions
 from fakenvml.errors import FakeNvmlError
 
 if TYPE_CHECKING:
@@ -85,16 +86,16 @@ def stale_states(lab: Lab) -> str:
     return ""
 
 
-def fake_gpus(lab: Lab) -> object:
-    """Each GPU node's fakenvml state, written on the host (kind bind-mounts the dirs)."""
+def state_dirs(lab: Lab) -> object:
+    """Empty fakenvml state dirs on the host for a new cluster's GPU nodes (kind
+    bind-mounts them; the fake-gpus chart's DaemonSets write the state into them)."""
     if lab.host.exists():
         return SKIP
     for n in lab.lab.gpu_nodes:
         d = lab.fake_gpus(n.name)
         if d.path.exists():
             shutil.rmtree(d.path)
-        assert n.gpu_node is not None
-        d.init(n.gpu_node)
+        d.path.mkdir(parents=True)
     return None
 
 
@@ -146,19 +147,15 @@ def load_images(lab: Lab) -> None:
 
 
 def deploy(lab: Lab) -> None:
-    """fakenvml, the lab's per-node plugin config and the subject's manifest, applied;
-    every other subject's DaemonSet deleted first (one plugin per node, as in real
-    clusters)."""
+    """The lab's per-node plugin config and the subject's manifest, applied; every other
+    subject's DaemonSet deleted first (one plugin per node, as in real clusters)."""
     delete_subjects(lab, keep=lab.subject.name)
-    docs = [*steps.manifest("fakenvml.yaml", {"gpulab/gpulab:latest": lab.images["gpulab"]}),
-            plugin_config(lab)]  # fmt: skip
     placeholders = {"GPULAB_IMAGE": lab.images["gpulab"], "SUBJECT_IMAGE": lab.images["subject"]}
     subject_docs = lab.subject.render(placeholders)
     for doc in subject_docs:
         if doc["kind"] == "DaemonSet":
             doc["metadata"].setdefault("labels", {})[SUBJECT_LABEL] = lab.subject.name
-    for doc in docs:
-        lab.kube.apply(doc)
+    lab.kube.apply(plugin_config(lab))
     if lab.subject.spec.chart is not None:
         lab.kube.ensure_namespace(lab.subject.default_namespace)  # helm's --create-namespace
     for doc in subject_docs:
@@ -194,14 +191,15 @@ def wait_capacity(lab: Lab) -> None:
 UP = [
     Action("Infrastructure (built by `make infra`)", infrastructure),
     Action("Cluster {lab} exists: is it healthy?", reuse_or_recreate),
-    Action("Fake GPUs on the host", fake_gpus),
+    Action("Fake-GPU state dirs on the host", state_dirs),
     Action("Cluster {lab}", create_cluster),
     Action("Clear faults left from an earlier run", clear_faults),
 ]
 SUBJECT = [
     Action("Lab images (built by `make infra`)", lab_images),
     Action("Load images into the nodes", load_images),
-    Action("Deploy fakenvml and {subject}", deploy),
+    Action("Fake GPUs through the fake-gpus Helm chart", fakegpus.deploy),
+    Action("Deploy {subject}", deploy),
     Action("Wait for {subject}'s pods", wait_plugin),
     Action("Wait for every GPU node's capacity", wait_capacity),
     Action("Deploy node-feature-discovery and gpu-feature-discovery", features.deploy),

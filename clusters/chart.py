@@ -49,24 +49,43 @@ def split_image(ref: str) -> tuple[str, str]:
     return repo, tag
 
 
-def template(helm: str, chart: Path, release: str, namespace: str, values: dict[str, Any],
-             kube_version: str, include_crds: bool = False) -> str:  # fmt: skip
-    """`helm template` of the chart: the manifests as one YAML stream. Helm's config, cache
-    and data dirs are a temporary directory, so rendering writes nothing elsewhere."""
+def run(helm: str, args: list[str], kubeconfig: Path | None = None,
+        timeout_s: float = 120) -> str:  # fmt: skip
+    """helm with its config, cache and data dirs in a temporary directory (so it writes
+    nothing elsewhere) and, for commands that talk to a cluster, that cluster's kubeconfig;
+    its stdout. ChartError with helm's words on one line when it fails."""
     with tempfile.TemporaryDirectory(prefix="gpulab-helm-") as tmp:
-        values_file = Path(tmp) / "values.yaml"
-        values_file.write_text(yaml.safe_dump(values))
         env = {**os.environ, **{f"HELM_{k}_HOME": str(Path(tmp) / k.lower())
                                 for k in ("CACHE", "CONFIG", "DATA")}}  # fmt: skip
-        cmd = [helm, "template", release, str(chart), "--namespace", namespace,
-               "--kube-version", kube_version, "--values", str(values_file),
-               *(["--include-crds"] if include_crds else [])]  # fmt: skip
+        if kubeconfig is not None:
+            env["KUBECONFIG"] = str(kubeconfig)
         try:
-            res = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=120,
-                                 check=False)  # fmt: skip
+            res = subprocess.run([helm, *args], capture_output=True, text=True, env=env,
+                                 timeout=timeout_s, check=False)  # fmt: skip
         except (OSError, subprocess.TimeoutExpired) as e:
-            raise ChartError(f"helm template {chart}: {e}") from None
+            raise ChartError(f"helm {args[0]}: {e}") from None
     if res.returncode != 0:
         # Charts' `fail` messages span lines: one line, helm's words.
-        raise ChartError(f"helm template {chart}: {' '.join(res.stderr.split())}")
+        raise ChartError(f"helm {args[0]}: {' '.join((res.stderr or res.stdout).split())}")
     return res.stdout
+
+
+def values_file(values: dict[str, Any], where: Path) -> Path:
+    """The values as a file helm reads with --values."""
+    path = where / "values.yaml"
+    path.write_text(yaml.safe_dump(values))
+    return path
+
+
+def template(helm: str, chart: Path, release: str, namespace: str, values: dict[str, Any],
+             kube_version: str, include_crds: bool = False) -> str:  # fmt: skip
+    """`helm template` of the chart: the manifests as one YAML stream."""
+    with tempfile.TemporaryDirectory(prefix="gpulab-values-") as tmp:
+        args = ["template", release, str(chart), "--namespace", namespace,
+                "--kube-version", kube_version, "--values", str(values_file(values, Path(tmp))),
+                *(["--include-crds"] if include_crds else [])]  # fmt: skip
+        try:
+            return run(helm, args)
+        except ChartError as e:
+            why = str(e).removeprefix("helm template: ")
+            raise ChartError(f"helm template {chart}: {why}") from None

@@ -42,6 +42,12 @@ def cgroup_v1() -> bool:
     return not Path("/sys/fs/cgroup/cgroup.controllers").exists()
 
 
+def host_kubelet_config(kubernetes: str) -> str:
+    """What a kubelet of that version needs on this host: failCgroupV1: false from 1.35
+    on a cgroup v1 host (KubeletConfiguration fields, one per line; "" when nothing)."""
+    return "failCgroupV1: false\n" if versions.kube_minor(kubernetes) >= 35 and cgroup_v1() else ""
+
+
 def node_labels(node: Node) -> dict[str, str]:
     if not node.gpu_node:
         return {}
@@ -67,8 +73,7 @@ def render(lab: Lab, image: str, labs_root: Path) -> dict:
         "kind: KubeletConfiguration\n"
         f"nodeStatusUpdateFrequency: {duration_text(lab.spec.node_status_update_frequency)}\n"
     )
-    if versions.kube_minor(lab.kubernetes) >= 35 and cgroup_v1():
-        kubelet += "failCgroupV1: false\n"
+    kubelet += host_kubelet_config(lab.kubernetes)
     return {
         "kind": "Cluster",
         "apiVersion": "kind.x-k8s.io/v1alpha4",

@@ -89,6 +89,7 @@ class Node:
     def __init__(self, lab: LabSpec, spec: NodeSpec, name: str) -> None:
         self.lab, self.spec, self.name = lab, spec, name
         self.gpu_node: GpuNode | None = None
+        self.inventory: dict | None = None  # as a fakenvml inventory file would say it
         if spec.gpus is not None:
             inv: dict = {"gpus": spec.gpus}
             if spec.topology is not None:
@@ -96,6 +97,7 @@ class Node:
             if spec.driver_version is not None:
                 inv["driver_version"] = spec.driver_version
             self.gpu_node = inventory.from_dict(inv, name)
+            self.inventory = inv
 
     @property
     def gpu_count(self) -> int:

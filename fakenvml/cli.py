@@ -25,6 +25,7 @@ if TYPE_CHECKING:
 
 EXIT_BAD_INPUT = 2
 SHIPPED_INVENTORIES = Path(__file__).resolve().parent / "inventories"
+INVENTORY_DIGEST = "inventory.sha256"  # in a state dir: what `init --if-unchanged` wrote it from
 FOLLOW_INTERVAL_S = 0.2  # `events --follow` is for people; a fifth of a second feels live
 _NO_DATA = {Kind.LOST, Kind.FALLEN_OFF_BUS, Kind.RECOVER}  # data is implied (or unused)
 
@@ -40,6 +41,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     try:
         args = _parser(argv[0] if argv else None).parse_args(argv)
+        if args.command != "init" and _remote_flags(args):
+            return _remote(args, argv)
         return int(args.run(args) or 0)
     except FakeNvmlError as e:
         print(f"fakenvml: error: {e}", file=sys.stderr)
@@ -53,17 +56,49 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _init(args: argparse.Namespace) -> None:
     d = NodeDir(_state_dir(args))
-    if args.if_absent and (d.path / "state.bin").exists():
+    if args.if_absent and d.exists():
         # A lab host already wrote it, or the pod restarted: keep the running journal,
         # which every plugin process has open.
         print(f"node state already in {d.path}; kept")
         return
+    source = _inventory(args.inventory)
+    digest = ""
+    if args.if_unchanged:
+        digest = _inventory_digest(source, args.node, args.driver_version)
+        if d.exists() and _read_text(d.path / INVENTORY_DIGEST) == digest:
+            print(f"node state in {d.path} was written from this inventory; kept")
+            return
     from fakenvml import inventory  # pydantic and YAML: only the commands that read YAML
 
-    node = inventory.load(_inventory(args.inventory), args.node, driver_version=args.driver_version)
+    node = inventory.load(source, args.node, driver_version=args.driver_version)
     d.init(node)
+    if digest:
+        try:
+            (d.path / INVENTORY_DIGEST).write_text(digest + "\n")
+        except OSError as e:
+            raise FakeNvmlError(f"cannot write {d.path / INVENTORY_DIGEST}: {e.strerror}") from None
     names = sorted({g.name for g in node.gpus})
     print(f"node {node.name}: {len(node.gpus)} GPU(s) ({', '.join(names)}) in {d.path}")
+
+
+def _inventory_digest(source: Path, node: str | None, driver_version: str | None) -> str:
+    """What `init --if-unchanged` compares: the inventory's bytes and the options that
+    change what it writes (a state changed at run time, MIG or faults, is not a change)."""
+    import hashlib
+
+    try:
+        data = source.read_bytes()
+    except OSError as e:
+        raise FakeNvmlError(f"cannot read inventory {source}: {e.strerror}") from None
+    extra = f"\0{node or ''}\0{driver_version or ''}".encode()
+    return hashlib.sha256(data + extra).hexdigest()
+
+
+def _read_text(path: Path) -> str:
+    try:
+        return path.read_text().strip()
+    except OSError:
+        return ""
 
 
 def _inventory(given: str) -> Path:
@@ -207,6 +242,36 @@ def _events(args: argparse.Namespace) -> None:
 
 
 # --------------------------------------------------------------------------- helpers
+
+
+_REMOTE_DESTS = ("node", "namespace", "kubeconfig", "context")
+
+
+def _remote_flags(args: argparse.Namespace) -> list[str]:
+    """The remote flags given (their defaults are SUPPRESS: absent unless typed)."""
+    return [f"--{dest}" for dest in _REMOTE_DESTS if hasattr(args, dest)]
+
+
+def _remote(args: argparse.Namespace, argv: list[str]) -> int:
+    """The command, run in the fakenvml pod on --node (fakenvml/remote.py)."""
+    from fakenvml import remote
+
+    if not hasattr(args, "node"):
+        raise FakeNvmlError(f"{', '.join(_remote_flags(args))}: only with --node NAME")
+    if args.state_dir:
+        raise FakeNvmlError("--node and --state-dir exclude each other")
+    forwarded = remote.strip_remote_flags(argv)
+    # An abbreviation (--nod) parses here but is not stripped: the pod would get --node
+    # and exec into itself. Parse what the pod will parse, and refuse that.
+    if _remote_flags(_parser(forwarded[0]).parse_args(forwarded)):
+        raise FakeNvmlError("spell --node, --namespace, --kubeconfig and --context in full")
+    return remote.run(
+        args.node,
+        forwarded,
+        getattr(args, "namespace", None),
+        getattr(args, "kubeconfig", None),
+        getattr(args, "context", None),
+    )
 
 
 def _state_dir(args: argparse.Namespace) -> Path:
@@ -365,13 +430,27 @@ def _parser(only: str | None = None) -> argparse.ArgumentParser:
         metavar="DIR",
         help=f"node state directory (default: ${STATE_DIR_ENV} or {DEFAULT_STATE_DIR})",
     )
+    # Defaults SUPPRESS: a group parser (inject, process) and its subcommand both take
+    # them, and a subcommand's None default would overwrite the group's parsed value.
+    remote = argparse.ArgumentParser(add_help=False, argument_default=argparse.SUPPRESS)
+    remote.add_argument("--node", metavar="NAME", help="run it in the fakenvml pod on this "
+                        "Kubernetes node, through the API (KUBECONFIG)")  # fmt: skip
+    remote.add_argument("--namespace", metavar="NS", help="the pod's namespace (default: any)")
+    remote.add_argument("--kubeconfig", metavar="FILE",
+                        help="default: $KUBECONFIG or ~/.kube/config")  # fmt: skip
+    remote.add_argument("--context", metavar="NAME", help="kubeconfig context (default: current)")
+    # Every state command but init (whose --node names the node it writes).
+    on_node = argparse.ArgumentParser(add_help=False, parents=[state, remote])
     p = _Parser(prog="fakenvml", description="A fake NVIDIA GPU for machines that have none.")
     sub = _Commands(p.add_subparsers(dest="command", required=True, metavar="COMMAND"), only)
 
     c = sub.add_parser("init", parents=[state], help="write a node's state from an inventory")
     c.add_argument("inventory", metavar="INVENTORY", help="a file, or a shipped name: dgx-h100")
     c.add_argument("--node", metavar="NAME", help="node name (default: the inventory's `node:`)")
-    c.add_argument("--if-absent", action="store_true", help="keep a state that already exists")
+    keep = c.add_mutually_exclusive_group()
+    keep.add_argument("--if-absent", action="store_true", help="keep a state that already exists")
+    keep.add_argument("--if-unchanged", action="store_true",
+                      help="keep a state written from this same inventory")  # fmt: skip
     c.add_argument("--driver-version", metavar="X.Y.Z", type=_driver_version,
                    help="instead of the inventory's (535.261.03 for nvidia-smi 535)")  # fmt: skip
     c.set_defaults(run=_init)
@@ -383,44 +462,44 @@ def _parser(only: str | None = None) -> argparse.ArgumentParser:
 
     c = sub.add_parser(
         "install-driver",
-        parents=[state],
+        parents=[on_node],
         help="the library and the GPUs' device nodes into a node's driver root",
     )
     c.add_argument("root", metavar="DIR", help="e.g. /run/fakenvml/driver")
     c.set_defaults(run=_install_driver)
 
-    c = sub.add_parser("smi", parents=[state], help="nvidia-smi-like view, read through NVML")
+    c = sub.add_parser("smi", parents=[on_node], help="nvidia-smi-like view, read through NVML")
     c.add_argument("-L", "--list", action="store_true", help="list GPUs with their UUIDs")
     c.add_argument("-q", "--query", action="store_true", help="details per GPU")
     c.add_argument("-i", "--id", metavar="GPU", help="one GPU: index, UUID or PCI bus id")
     c.set_defaults(run=_smi)
 
-    c = sub.add_parser("inject", help="inject a fault")
+    c = sub.add_parser("inject", parents=[remote], help="inject a fault")
     faults = c.add_subparsers(dest="fault", required=True, metavar="FAULT")
     # Subcommands are the kinds' spellings (fakenvml/journal.py); ECC is one verb, its
     # --single/--double flag picks ecc-single or ecc-double.
-    f = faults.add_parser(Kind.XID.spelling, parents=[state], help="an Xid error event")
+    f = faults.add_parser(Kind.XID.spelling, parents=[on_node], help="an Xid error event")
     f.add_argument("gpu", metavar="GPU", help="index, UUID or PCI bus id")
     f.add_argument("code", metavar="CODE", type=_positive, help="Xid number, e.g. 79")
     f.add_argument("--gpu-instance", metavar="N", type=_non_negative)
     f.add_argument("--compute-instance", metavar="N", type=_non_negative)
-    f = faults.add_parser(ECC, parents=[state], help="ECC error events (bump the counters)")
+    f = faults.add_parser(ECC, parents=[on_node], help="ECC error events (bump the counters)")
     f.add_argument("gpu", metavar="GPU", help="index, UUID or PCI bus id")
     bits = f.add_mutually_exclusive_group(required=True)
     bits.add_argument("--single", action="store_true", help="single-bit (corrected)")
     bits.add_argument("--double", action="store_true", help="double-bit (uncorrected)")
     f.add_argument("--count", metavar="N", type=_positive, default=1)
-    f = faults.add_parser(Kind.LOST.spelling, parents=[state], help="the GPU answers GPU_IS_LOST")
+    f = faults.add_parser(Kind.LOST.spelling, parents=[on_node], help="the GPU answers GPU_IS_LOST")
     f.add_argument("gpu", metavar="GPU", help="index, UUID or PCI bus id")
-    f = faults.add_parser(Kind.FALLEN_OFF_BUS.spelling, parents=[state], help="Xid 79, then lost")
+    f = faults.add_parser(Kind.FALLEN_OFF_BUS.spelling, parents=[on_node], help="Xid 79, then lost")
     f.add_argument("gpu", metavar="GPU", help="index, UUID or PCI bus id")
     c.set_defaults(run=_inject)
 
-    c = sub.add_parser(Kind.RECOVER.spelling, parents=[state], help="clear a GPU's faults")
+    c = sub.add_parser(Kind.RECOVER.spelling, parents=[on_node], help="clear a GPU's faults")
     c.add_argument("gpu", metavar="GPU", help="index, UUID or PCI bus id")
     c.set_defaults(run=_recover)
 
-    c = sub.add_parser("set", parents=[state], help="move a GPU's telemetry (temperature, ...)")
+    c = sub.add_parser("set", parents=[on_node], help="move a GPU's telemetry (temperature, ...)")
     c.add_argument("gpu", metavar="GPU", help="index, UUID, PCI bus id, or all")
     c.add_argument("assignments", metavar="FIELD=VALUE", nargs="+",
                    help=f"FIELD: {', '.join(s.spelling for s in telemetry.Sensor)}; VALUE: "
@@ -428,20 +507,22 @@ def _parser(only: str | None = None) -> argparse.ArgumentParser:
                    "(a triangle wave: 70..90/30s), or idle (the profile's)")  # fmt: skip
     c.set_defaults(run=_set)
 
-    c = sub.add_parser("process", help="processes on a GPU (what NVML lists as running)")
+    c = sub.add_parser(
+        "process", parents=[remote], help="processes on a GPU (what NVML lists as running)"
+    )
     acts = c.add_subparsers(dest="action", required=True, metavar="ACTION")
-    a = acts.add_parser("add", parents=[state], help="a process using GPU memory")
+    a = acts.add_parser("add", parents=[on_node], help="a process using GPU memory")
     a.add_argument("gpu", metavar="GPU", help="index, UUID or PCI bus id")
     a.add_argument("--pid", metavar="PID", type=_positive, required=True)
     a.add_argument("--used", metavar="SIZE", type=_size, required=True, help="e.g. 2GiB")
     a.add_argument("--type", choices=("compute", "graphics", "both"), default="compute")
-    a = acts.add_parser("remove", parents=[state], help="the process ends")
+    a = acts.add_parser("remove", parents=[on_node], help="the process ends")
     a.add_argument("gpu", metavar="GPU", help="index, UUID or PCI bus id")
     a.add_argument("--pid", metavar="PID", type=_positive, required=True)
-    acts.add_parser("list", parents=[state], help="processes per GPU")
+    acts.add_parser("list", parents=[on_node], help="processes per GPU")
     c.set_defaults(run=_process)
 
-    c = sub.add_parser("fail", parents=[state], help="an NVML call answers an error")
+    c = sub.add_parser("fail", parents=[on_node], help="an NVML call answers an error")
     c.add_argument("function", metavar="FUNCTION", nargs="?",
                    help="exported name, e.g. nvmlDeviceGetMemoryInfo or nvmlInit")  # fmt: skip
     c.add_argument("--error", metavar="ERROR", help="e.g. GPU_IS_LOST, DRIVER_NOT_LOADED, UNKNOWN")
@@ -451,7 +532,7 @@ def _parser(only: str | None = None) -> argparse.ArgumentParser:
     c.add_argument("--clear", action="store_true", help="remove fail knobs (FUNCTION's, or all)")
     c.set_defaults(run=_fail)
 
-    c = sub.add_parser("delay", parents=[state], help="an NVML call answers late")
+    c = sub.add_parser("delay", parents=[on_node], help="an NVML call answers late")
     c.add_argument("function", metavar="FUNCTION", nargs="?", help="exported name")
     c.add_argument("duration", metavar="DURATION", nargs="?", type=_duration_ms,
                    help="500ms, 2s, 1.5m (0: no delay)")  # fmt: skip
@@ -459,9 +540,9 @@ def _parser(only: str | None = None) -> argparse.ArgumentParser:
     c.add_argument("--clear", action="store_true", help="remove delays (FUNCTION's, or all)")
     c.set_defaults(run=_delay)
 
-    mig_cli.register(sub, state, _state_dir)
+    mig_cli.register(sub, on_node, _state_dir)
 
-    c = sub.add_parser("events", parents=[state], help="print the fault journal")
+    c = sub.add_parser("events", parents=[on_node], help="print the fault journal")
     c.add_argument("--follow", "-f", action="store_true", help="keep printing new events")
     c.add_argument("--since", metavar="SEQ", type=_non_negative, default=0)
     c.add_argument("--json", action="store_true", help="one JSON object per line")

@@ -12,7 +12,7 @@ from clusters import infra, kube, subject
 from clusters.subject import Subject, SubjectError
 from tests.clusters.test_subject import MINE, write
 
-NVIDIA_HELM = [s for s in subject.shipped() if s.spec.chart is not None]
+NVIDIA_HELM = [s for s in subject.shipped() if s.spec.chart and s.spec.chart.go_module]
 IMAGES = {"SUBJECT_IMAGE": "gpulab/nvidia-device-plugin:v0.19.3-c89bbc14fcc3",
           "GPULAB_IMAGE": "gpulab/gpulab:1"}  # fmt: skip
 

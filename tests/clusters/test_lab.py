@@ -114,7 +114,7 @@ def test_a_failed_up_deletes_the_cluster_it_created_unless_retained(
     )
     lab = Lab(path, subject="gpulab", retain=retain)
 
-    def refuse(doc: dict) -> None:
+    def refuse(doc: dict, namespace: str = "default") -> None:
         raise StepError("deploy refused by the test")
 
     monkeypatch.setattr(lab.kube, "apply", refuse)
@@ -122,7 +122,7 @@ def test_a_failed_up_deletes_the_cluster_it_created_unless_retained(
         with pytest.raises(StepError, match="deploy refused by the test"):
             lab.up()
         err = capsys.readouterr().err
-        assert "✗ failup: Deploy fakenvml and gpulab" in err
+        assert "✗ failup: Deploy gpulab" in err
         assert lab.exists() is retain
         assert ("deleting the half-made cluster failup" in err) is not retain
     finally:

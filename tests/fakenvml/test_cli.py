@@ -495,6 +495,38 @@ def test_init_if_absent_keeps_an_existing_state(node: Path, run: Run) -> None:
     assert (node / "state.bin").read_bytes() == before
 
 
+def test_init_if_unchanged_keeps_a_state_from_the_same_inventory_only(
+    tmp_path: Path, run: Run
+) -> None:
+    """The fake-gpus chart's DaemonSet: a restarted pod keeps the state (and the journal
+    every NVML client has open); a changed inventory or driver version writes a new one."""
+    inv, d = tmp_path / "pool.yaml", tmp_path / "state"
+    inv.write_text("gpus: [{profile: T4, count: 2}]\n")
+    args = ("init", inv, "--node", "n1", "--if-unchanged", "--state-dir", d)
+    assert run(*args)[0] == 0
+    first = snapshot(d)
+    assert run("inject", "xid", "0", "79", "--state-dir", d)[0] == 0  # a fault: not a change
+    faulted = snapshot(d)
+    code, out, _ = run(*args)
+    assert code == 0 and "kept" in out
+    assert snapshot(d) == faulted
+    inv.write_text("gpus: [{profile: T4, count: 3}]\n")
+    code, out, _ = run(*args)
+    assert code == 0 and "3 GPU(s)" in out
+    assert snapshot(d)["state.bin"] != first["state.bin"]
+    code, out, _ = run(*args, "--driver-version", "535.261.03")
+    assert code == 0 and "kept" not in out
+    # A state written without a digest (by --if-absent, a lab host) is written anew.
+    assert run("init", inv, "--state-dir", tmp_path / "other")[0] == 0
+    code, out, _ = run("init", inv, "--if-unchanged", "--state-dir", tmp_path / "other")
+    assert code == 0 and "kept" not in out
+
+
+def test_init_if_absent_and_if_unchanged_exclude_each_other(tmp_path: Path, run: Run) -> None:
+    refused(run, tmp_path / "s", "not allowed with", "init", DGX, "--if-absent",
+            "--if-unchanged", "--state-dir", tmp_path / "s")  # fmt: skip
+
+
 def test_install_driver_places_the_library_in_a_driver_root(tmp_path: Path, run: Run) -> None:
     code, out, _ = run("install-driver", tmp_path / "driver")
     lib = tmp_path / "driver/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1"
