@@ -131,7 +131,8 @@ def test_an_image_that_exits_fails_at_once_with_its_log(
     ds = gpulab.daemonset
     ds["spec"]["template"]["spec"]["containers"][0]["args"] = ["plugin.no_such_module"]
     (tmp_path / "ds.yaml").write_text(yaml.safe_dump(ds))
-    data = {**gpulab.spec.model_dump(mode="json"), "name": "broken", "daemonset": "ds.yaml"}
+    data = {**gpulab.spec.model_dump(mode="json"), "name": "broken", "daemonset": "ds.yaml",
+            "chart": None}  # fmt: skip
     (tmp_path / "broken.yaml").write_text(yaml.safe_dump(data))
     broken = subjects.load(tmp_path / "broken.yaml")
 
@@ -150,7 +151,8 @@ def test_a_host_path_the_tier_cannot_provide_is_one_line(tmp_path: Path) -> None
     pod["volumes"].append({"name": "dev", "hostPath": {"path": "/dev"}})
     pod["containers"][0]["volumeMounts"].append({"name": "dev", "mountPath": "/dev"})
     (tmp_path / "ds.yaml").write_text(yaml.safe_dump(ds))
-    data = {**gpulab.spec.model_dump(mode="json"), "name": "devs", "daemonset": "ds.yaml"}
+    data = {**gpulab.spec.model_dump(mode="json"), "name": "devs", "daemonset": "ds.yaml",
+            "chart": None}  # fmt: skip
     (tmp_path / "devs.yaml").write_text(yaml.safe_dump(data))
     c = SubjectContainer(subjects.load(tmp_path / "devs.yaml"), "unused", tmp_path, tmp_path)
     with pytest.raises(ContainerTierError, match=r"volume dev mounts host path /dev; the "):
