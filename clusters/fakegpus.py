@@ -27,8 +27,8 @@ LEGACY = "fakenvml"  # the DaemonSet labs applied before the chart
 
 def install(kubeconfig: Path, release: str, namespace: str, values: dict[str, Any],
             timeout_s: int = 180) -> str:  # fmt: skip
-    """`helm upgrade --install --wait`: returns once the chart's DaemonSets are Ready (the
-    driver root holds the library on every pool node)."""
+    """`helm upgrade --install --wait` (helm waits for Deployments and DaemonSets by its own
+    rule, which lets a one-node DaemonSet pass with no pod ready: callers wait for theirs)."""
     with tempfile.TemporaryDirectory(prefix="gpulab-values-") as tmp:
         args = ["upgrade", "--install", release, str(CHART), "--namespace", namespace,
                 "--create-namespace", "--values", str(chart.values_file(values, Path(tmp))),
@@ -62,3 +62,7 @@ def deploy(lab: Lab) -> None:
     plain `fakenvml` DaemonSet instead: deleted first, or each node would run two)."""
     lab.kube.delete_daemonset(LEGACY, NAMESPACE)  # the chart's are fakenvml-<pool>
     install(lab.kubeconfig, RELEASE, NAMESPACE, lab_values(lab.lab, lab.images["gpulab"]))
+    # helm's --wait lets a DaemonSet of one node count as ready with none ready (its
+    # maxUnavailable is 1): wait for every pool's pod ourselves.
+    for n in lab.lab.gpu_nodes:
+        lab.kube.wait_daemonset(f"fakenvml-{n.name}", NAMESPACE)

@@ -141,6 +141,8 @@ def test_a_fault_on_a_node_without_fake_gpus_is_refused_in_one_line(cluster: Clu
 
 def test_switching_the_chart_to_nvidias_plugin(cluster: Cluster) -> None:
     fakegpus.install(cluster.host.kubeconfig, RELEASE, NAMESPACE, cluster.values("nvidia"))
+    # helm's --wait counts a one-node DaemonSet ready with 0 pods ready (maxUnavailable 1).
+    cluster.kube.wait_daemonset("nvidia-device-plugin", NAMESPACE)
     pods = cluster.kube.pods(NAMESPACE, "app.kubernetes.io/name=nvidia-device-plugin")
     assert len(ready(pods)) == 1
     assert not cluster.kube.pods(NAMESPACE, "app.kubernetes.io/name=gpulab-device-plugin")
