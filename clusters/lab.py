@@ -210,7 +210,7 @@ class Lab:
     def capacity(self, node: str, resource: str | None = None) -> tuple[int, int]:
         """(capacity, allocatable) of `resource` (the subject's) on `node`, as the API
         server has them."""
-        return _gpus(self.core.read_node(node), resource or self.subject.spec.resource)
+        return node_gpus(self.core.read_node(node), resource or self.subject.spec.resource)
 
     def wait_nodes(self, what: str, names: set[str],
                    check: Callable[[dict[str, tuple[int, int]]], bool],
@@ -222,7 +222,7 @@ class Lab:
         resource = resource or self.subject.spec.resource
 
         def gpus(nodes: dict[str, client.V1Node]) -> tuple[bool, str]:
-            seen = {n: _gpus(nodes[n], resource) for n in names if n in nodes}
+            seen = {n: node_gpus(nodes[n], resource) for n in names if n in nodes}
             shown = ", ".join(f"{n} {c}/{a}" for n, (c, a) in sorted(seen.items()))
             return check(seen), f"(capacity/allocatable) {shown or 'nothing'}"
 
@@ -273,7 +273,7 @@ class Lab:
         return spec.gpu_count * self.subject.expects.replicas
 
 
-def _gpus(node: client.V1Node, resource: str) -> tuple[int, int]:
+def node_gpus(node: client.V1Node, resource: str) -> tuple[int, int]:
     status = node.status
     cap = int((status.capacity or {}).get(resource, 0)) if status else 0
     alloc = int((status.allocatable or {}).get(resource, 0)) if status else 0

@@ -20,7 +20,7 @@ import yaml
 from clusters import chart, fakegpus, infra, kindconfig, versions
 from clusters.host import Host
 from clusters.kube import Kube, ready
-from clusters.lab import LABS_ROOT, Lab
+from clusters.lab import LABS_ROOT, Lab, node_gpus
 
 CLUSTER = "gpulab-any"
 NODE = f"{CLUSTER}-control-plane"  # one node: kind removes the control-plane taint
@@ -47,23 +47,9 @@ class Cluster:
             values["plugin"]["image"] = {"repository": repo, "tag": tag}
         return values
 
-    def gpus(self) -> tuple[int, int]:
-        st = self.kube.core.read_node(NODE).status
-        return int((st.capacity or {}).get(RESOURCE, 0)), int(
-            (st.allocatable or {}).get(RESOURCE, 0)
-        )
-
     def wait_gpus(self, cap: int, alloc: int, deadline_s: float = 120) -> None:
         def seen(nodes: dict) -> tuple[bool, str]:
-            st = nodes[NODE].status if NODE in nodes else None
-            got = (
-                (
-                    int((st.capacity or {}).get(RESOURCE, 0)),
-                    int((st.allocatable or {}).get(RESOURCE, 0)),
-                )
-                if st
-                else None
-            )
+            got = node_gpus(nodes[NODE], RESOURCE) if NODE in nodes else None
             return got == (cap, alloc), f"capacity/allocatable {got}"
 
         self.kube.watch_until(f"{NODE} {RESOURCE} {alloc}/{cap}", self.kube.core.list_node, seen,
