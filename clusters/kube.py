@@ -149,8 +149,13 @@ class Kube:
             if e.status != 404:
                 raise
             return
-        self.watch_until(f"{name} pods to go", self.core.list_namespaced_pod,
-                         lambda pods: (not pods, f"{len(pods)} {name} pods"), 120,
+        self.wait_pods_gone(namespace, labels, name)
+
+    def wait_pods_gone(self, namespace: str, labels: str, what: str,
+                       deadline_s: float = 120) -> None:  # fmt: skip
+        """Until no pod matches: a deleted controller's pods stop within their grace period."""
+        self.watch_until(f"{what} pods to go", self.core.list_namespaced_pod,
+                         lambda pods: (not pods, f"{len(pods)} {what} pods"), deadline_s,
                          namespace=namespace, label_selector=labels)  # fmt: skip
 
     # -- the one wait

@@ -131,7 +131,10 @@ def test_switching_the_chart_to_nvidias_plugin(cluster: Cluster) -> None:
     cluster.kube.wait_daemonset("nvidia-device-plugin", NAMESPACE)
     pods = cluster.kube.pods(NAMESPACE, "app.kubernetes.io/name=nvidia-device-plugin")
     assert len(ready(pods)) == 1
-    assert not cluster.kube.pods(NAMESPACE, "app.kubernetes.io/name=gpulab-device-plugin")
+    # Helm deleted gpulab's DaemonSet; its pod stops within its grace period.
+    gpulab = "app.kubernetes.io/name=gpulab-device-plugin"
+    assert not cluster.kube.apps.list_namespaced_daemon_set(NAMESPACE, label_selector=gpulab).items
+    cluster.kube.wait_pods_gone(NAMESPACE, gpulab, "gpulab")
     cluster.wait_gpus(4, 4)
     out = fakegpus.test(cluster.host.kubeconfig, RELEASE, NAMESPACE)
     assert "NVML lists 4 GPUs (want 4)" in out and "NVIDIA_VISIBLE_DEVICES=GPU-" in out, out
