@@ -44,11 +44,12 @@ CI_KUBE := v1.34.0
 
 # Every tier: unit and node tier, the fakenvml suite again under ASan+UBSan, a bounded
 # fuzz run, then the cluster tier (real kind labs) through `make e2e`, on the newest
-# Kubernetes and again on $(CI_KUBE) (with 5 kubelet and plugin restarts instead of 20).
+# Kubernetes and again on $(CI_KUBE) (with 5 kubelet and plugin restarts instead of 20;
+# without the DRA suite, whose lab runs v1.37.0 whatever the run's version).
 test: infra lib-asan lint
 	@$(MAKE) --no-print-directory test-unit test-asan fuzz e2e-suites FUZZ_SECONDS=30
 	@GPULAB_RESTARTS=5 $(MAKE) --no-print-directory e2e-suites KUBE=$(CI_KUBE) \
-	  E2E_JUNIT=$(BUILD)/e2e-junit-$(CI_KUBE).xml
+	  E2E_JUNIT=$(BUILD)/e2e-junit-$(CI_KUBE).xml E2E_ARGS=--ignore=e2e/test_dra.py
 
 test-unit:
 	@echo "==> tests (release library)"
@@ -95,7 +96,7 @@ e2e: infra
 
 e2e-suites:
 	@echo "==> e2e: cluster-tier suites for $(SUBJECT) (seed, hetero and mig labs), Kubernetes $${GPULAB_KUBE_VERSION:-$$($(PY) -c 'from clusters import versions; print(versions.kube_version())')}"
-	@KEEP=$(KEEP) $(PY) -m pytest -q -p no:cacheprovider e2e --junitxml=$(E2E_JUNIT)
+	@KEEP=$(KEEP) $(PY) -m pytest -q -p no:cacheprovider e2e --junitxml=$(E2E_JUNIT) $(E2E_ARGS)
 
 include ci/cluster.mk
 

@@ -1,23 +1,24 @@
 #!/usr/bin/env bash
-# NVIDIA's real nvidia-smi (Debian's non-free package, the pinned NVIDIA_SMI_VERSION) into
-# $GPULAB_CACHE/nvidia-smi/<version>/nvidia-smi, for tests/fakenvml/test_nvidia_smi.py.
+# NVIDIA's real nvidia-smi (Debian's non-free packages) into
+# $GPULAB_CACHE/nvidia-smi/<version>/nvidia-smi, for two pinned versions:
+#   NVIDIA_SMI_VERSION              (bookworm, 535) tests/fakenvml/test_nvidia_smi.py runs it
+#   NVIDIA_SMI_DRIVER_ROOT_VERSION  (trixie, 550) the gpulab image installs it into fake
+#                                   driver roots: NVIDIA's DRA driver runs `nvidia-smi
+#                                   --version` there, an option 535 does not have
 #
 # Only the binary: the package depends on libnvidia-ml1 and the driver, which we neither
 # want nor install; `apt-get download` fetches the one .deb and `dpkg -x` unpacks it. The
 # non-free component gets its own sources file, pinned to -1 so that apt never installs
 # anything from it (a download by exact version still works). Debian 12 machines only
 # (where the tests run); elsewhere (Ubuntu CI runners, which run no unit tests) it says so
-# and does nothing. Idempotent; nothing happens once the binary is in the cache.
+# and does nothing. Idempotent; nothing happens once the binaries are in the cache.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source clusters/nodeimage/lib.sh
 
 SOURCES=/etc/apt/sources.list.d/gpulab-nonfree.sources
 PREFS=/etc/apt/preferences.d/gpulab-nonfree
-PKG=nvidia-smi=$NVIDIA_SMI_VERSION
-dest=$GPULAB_CACHE/nvidia-smi/$NVIDIA_SMI_VERSION
-
-[[ -x $dest/nvidia-smi ]] && exit 0
+SUITES="bookworm bookworm-updates trixie"
 
 # shellcheck source=/dev/null
 . /etc/os-release
@@ -26,45 +27,46 @@ if [[ ${ID:-} != debian || ${VERSION_CODENAME:-} != bookworm ]]; then
   exit 0
 fi
 
-known() { has_output "Version: $NVIDIA_SMI_VERSION" apt-cache show "$PKG"; }
+known() { has_output "Version: ${1#*=}" apt-cache show "$1"; }
 
-if ! known; then
-  [[ $(id -u) -eq 0 ]] || die "nvidia-smi: apt knows no $PKG and adding the non-free source needs root"
-  if [[ ! -e $SOURCES ]]; then
-    mirror=$(debian_mirror)
-    [[ -n $mirror ]] || die "nvidia-smi: no bookworm/main apt source to derive a non-free one from"
-    log "nvidia-smi: adding bookworm non-free ($mirror) as a download-only apt source"
-    cat >"$SOURCES" <<EOF
-Types: deb
-URIs: $mirror
-Suites: bookworm bookworm-updates
-Components: non-free
-Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
-EOF
-    # -1: never a candidate for installation; `apt-get download pkg=version` ignores pins.
-    cat >"$PREFS" <<'EOF'
-Package: *
-Pin: release c=non-free
-Pin-Priority: -1
-EOF
-  fi
+# The non-free source (and its -1 pin), with every suite a pinned version comes from.
+sources() {
+  [[ $(id -u) -eq 0 ]] || die "nvidia-smi: adding the non-free source needs root"
+  local mirror
+  mirror=$(debian_mirror)
+  [[ -n $mirror ]] || die "nvidia-smi: no bookworm/main apt source to derive a non-free one from"
+  log "nvidia-smi: $SUITES non-free ($mirror) as a download-only apt source"
+  printf 'Types: deb\nURIs: %s\nSuites: %s\nComponents: non-free\nSigned-By: %s\n' \
+    "$mirror" "$SUITES" /usr/share/keyrings/debian-archive-keyring.gpg >"$SOURCES"
+  # -1: never a candidate for installation; `apt-get download pkg=version` ignores pins.
+  printf 'Package: *\nPin: release c=non-free\nPin-Priority: -1\n' >"$PREFS"
   log "nvidia-smi: apt-get update"
   apt-get update -qq
-  known || die "nvidia-smi: apt has no $PKG (a Debian point release may have replaced it)"
-fi
+}
 
-tmp=$(fresh_tmp "$dest")
-log "nvidia-smi: downloading $PKG"
-# As root apt drops to _apt for downloads, which cannot write a root-owned temp dir.
-sandbox=()
-[[ $(id -u) -eq 0 ]] && sandbox=(-o APT::Sandbox::User=root)
-(cd "$tmp" && apt-get download -qq "${sandbox[@]}" "$PKG") || die "nvidia-smi: apt-get download $PKG failed"
-deb=("$tmp"/nvidia-smi_*.deb)
-sum=$(sha256sum "${deb[0]}")
-[[ ${sum%% *} == "$NVIDIA_SMI_SHA256" ]] ||
-  die "nvidia-smi: ${deb[0]##*/} has sha256 ${sum%% *}, pinned $NVIDIA_SMI_SHA256"
-dpkg -x "${deb[0]}" "$tmp/root"
-mv "$tmp/root/usr/lib/nvidia/current/nvidia-smi" "$tmp/nvidia-smi"
-rm -rf "$tmp/root" "${deb[0]}"
-publish_dir "$tmp" "$dest"
-log "nvidia-smi: $dest/nvidia-smi"
+# fetch VERSION SHA256: the binary of nvidia-smi=VERSION, checked against the pinned hash.
+fetch() {
+  local pkg=nvidia-smi=$1 want=$2 dest=$GPULAB_CACHE/nvidia-smi/$1
+  [[ -x $dest/nvidia-smi ]] && return
+  if ! known "$pkg"; then
+    grep -qsx "Suites: $SUITES" "$SOURCES" || sources
+    known "$pkg" || die "nvidia-smi: apt has no $pkg (a Debian point release may have replaced it)"
+  fi
+  local tmp deb sum sandbox=()
+  tmp=$(fresh_tmp "$dest")
+  log "nvidia-smi: downloading $pkg"
+  # As root apt drops to _apt for downloads, which cannot write a root-owned temp dir.
+  [[ $(id -u) -eq 0 ]] && sandbox=(-o APT::Sandbox::User=root)
+  (cd "$tmp" && apt-get download -qq "${sandbox[@]}" "$pkg") || die "nvidia-smi: apt-get download $pkg failed"
+  deb=("$tmp"/nvidia-smi_*.deb)
+  sum=$(sha256sum "${deb[0]}")
+  [[ ${sum%% *} == "$want" ]] || die "nvidia-smi: ${deb[0]##*/} has sha256 ${sum%% *}, pinned $want"
+  dpkg -x "${deb[0]}" "$tmp/root"
+  mv "$tmp/root/usr/lib/nvidia/current/nvidia-smi" "$tmp/nvidia-smi"
+  rm -rf "$tmp/root" "${deb[0]}"
+  publish_dir "$tmp" "$dest"
+  log "nvidia-smi: $dest/nvidia-smi"
+}
+
+fetch "$NVIDIA_SMI_VERSION" "$NVIDIA_SMI_SHA256"
+fetch "$NVIDIA_SMI_DRIVER_ROOT_VERSION" "$NVIDIA_SMI_DRIVER_ROOT_SHA256"

@@ -14,7 +14,7 @@ from clusters.subject import SubjectError
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m clusters", description=__doc__)
     ap.add_argument("action", choices=["up", "down"])
-    ap.add_argument("lab", help="a name under clusters/ (seed, hetero, single, wide) or a path")
+    ap.add_argument("lab", help="a lab under clusters/ (seed, hetero, mig, dra, ...) or a path")
     ap.add_argument("--subject", help="the plugin under test: gpulab, nvidia, nvidia-v0.17.4 "
                     "or a subject file (default: the lab's)")  # fmt: skip
     args = ap.parse_args(argv)

@@ -6,6 +6,8 @@ prints nothing.
     UP      the cluster: infrastructure, reuse or recreate, state dirs, kind create, faults
     SUBJECT images, load, fake GPUs (the fake-gpus chart), the plugin under test, its pods,
             every node's capacity, NFD and GFD labels
+    DRA     instead of SUBJECT where the lab spec says `dra:`: fake GPUs, NFD and GFD, NVIDIA's
+            DRA driver (its chart), its pods, every GPU node's ResourceSlices
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from typing import TYPE_CHECKING
 
 import yaml
 
-from clusters import fakegpus, features, infra, kindconfig, versions
+from clusters import dra, fakegpus, features, infra, kindconfig, versions
 from fakenvml.errors import FakeNvmlError
 
 if TYPE_CHECKING:
@@ -87,15 +89,16 @@ def stale_states(lab: Lab) -> str:
 
 
 def state_dirs(lab: Lab) -> object:
-    """Empty fakenvml state dirs on the host for a new cluster's GPU nodes (kind
-    bind-mounts them; the fake-gpus chart's DaemonSets write the state into them)."""
+    """Empty fakenvml state and driver-root dirs on the host for a new cluster's GPU nodes
+    (kind bind-mounts them; the fake-gpus chart's DaemonSets write into them)."""
     if lab.host.exists():
         return SKIP
     for n in lab.lab.gpu_nodes:
-        d = lab.fake_gpus(n.name)
-        if d.path.exists():
-            shutil.rmtree(d.path)
-        d.path.mkdir(parents=True)
+        for d in (lab.fake_gpus(n.name).path,
+                  kindconfig.driver_dir(lab.labs_root, lab.lab, n.name)):  # fmt: skip
+            if d.exists():
+                shutil.rmtree(d)
+            d.mkdir(parents=True)
     return None
 
 
@@ -119,7 +122,10 @@ def clear_faults(lab: Lab) -> object:
         for gpu in sorted(d.faulted()):
             d.recover(gpu)
             cleared += 1
-    if cleared:
+    if cleared and lab.lab.spec.dra:
+        # NVIDIA's DRA driver never lifts a taint it set: only a restart forgets it.
+        lab.kube.restart_pods(dra.NAMESPACE, dra.POD_LABELS, dra.DAEMONSET)
+    elif cleared:
         delete_subjects(lab, keep=None)
     return None
 
@@ -136,6 +142,15 @@ def lab_images(lab: Lab) -> None:
     lab.images = {k: products.images[k] for k in wanted}
     lab.images["subject"] = infra.subject_image(lab.subject, products)
     lab.images["gfd"] = products.images[newest]  # GFD is a command of NVIDIA's image
+
+
+def dra_images(lab: Lab) -> None:
+    # No device plugin: fakenvml, the workload, NFD and GFD, and the DRA driver.
+    newest = f"nvidia-{versions.nvidia_plugin_versions()[0]}"
+    wanted = ["gpulab", "workload", newest, "nfd", "dra"]
+    products = infra.require(wanted, lab.lab.kubernetes)
+    lab.images = {k: products.images[k] for k in wanted if k != newest}
+    lab.images["gfd"] = products.images[newest]
 
 
 def load_images(lab: Lab) -> None:
@@ -204,4 +219,14 @@ SUBJECT = [
     Action("Wait for every GPU node's capacity", wait_capacity),
     Action("Deploy node-feature-discovery and gpu-feature-discovery", features.deploy),
     Action("Wait for GFD's labels on every GPU node", features.wait_labels),
+]
+DRA = [
+    Action("Lab images (built by `make infra`)", dra_images),
+    Action("Load images into the nodes", load_images),
+    Action("Fake GPUs through the fake-gpus Helm chart", fakegpus.deploy),
+    Action("Deploy node-feature-discovery and gpu-feature-discovery", features.deploy),
+    Action("Wait for GFD's labels on every GPU node", features.wait_labels),
+    Action(f"NVIDIA's DRA driver {dra.version()} through its Helm chart", dra.deploy),
+    Action("Wait for the DRA driver's kubelet plugin pods", dra.wait_pods),
+    Action("Wait for every GPU node's ResourceSlices", dra.wait_slices),
 ]

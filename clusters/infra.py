@@ -59,7 +59,7 @@ STEPS = {  # group -> the scripts its steps run (`--list`)
     "helm": ["clusters/scripts/helm.sh"],
     "nvidia-plugins": ["clusters/scripts/nvidia-plugin.sh"],
     "node-image": ["clusters/scripts/node-image.sh", "clusters/nodeimage/build.sh"],
-    "lab-images": ["clusters/images/build.sh"],
+    "lab-images": ["clusters/images/build.sh", "clusters/scripts/dra-driver.sh"],
 }
 
 
@@ -388,6 +388,7 @@ def _lab_images(r: Runner, p: Products) -> None:
         ("gpulab", "gpulab image (fakenvml + plugin)", image_env(key)),
         ("nvidia", "NVIDIA plugin images", None),
         ("nfd", f"node-feature-discovery {versions.get('NFD_VERSION')} image (Go)", None),
+        ("dra", f"NVIDIA DRA driver {versions.get('DRA_DRIVER_VERSION')} image (Go)", None),
     ):
         p.images.update(r.step(title, lambda w=which, e=env: image(w, e)))
     p.tree_key = key

@@ -7,6 +7,9 @@
   installs the library: a library loaded from <root>/usr/lib/x86_64-linux-gnu reads
   <root>/var/lib/fakenvml when FAKENVML_STATE_DIR is unset, so a plugin whose manifest
   mounts only the driver root (NVIDIA's Helm chart: no extra env or volumes) finds the state.
+- The driver root is a mount of its own (a host dir), as a driver container's is on a GPU
+  node: kind's /run is tmpfs mounted noexec, where NVIDIA's DRA driver could not run the
+  root's nvidia-smi (its init container's check: "Permission denied").
 - kubelet's nodeStatusUpdateFrequency is lowered (default 10 s; labs use 2 s) so node
   capacity and allocatable reach the API server within seconds of a plugin update.
 - On a cgroup v1 host, kubelets from 1.35 on get `failCgroupV1: false` (they refuse to
@@ -34,6 +37,11 @@ LABEL_PREFIX = "gpulab.dev"
 def state_dir(labs_root: Path, lab: Lab, node: str) -> Path:
     """Where a node's fakenvml state lives on the host."""
     return labs_root / lab.spec.name / node
+
+
+def driver_dir(labs_root: Path, lab: Lab, node: str) -> Path:
+    """The host dir a node's driver root is mounted from."""
+    return labs_root / lab.spec.name / f"{node}.driver"
 
 
 def cgroup_v1() -> bool:
@@ -67,7 +75,9 @@ def render(lab: Lab, image: str, labs_root: Path) -> dict:
             entry["labels"] = labels
             host = str(state_dir(labs_root, lab, n.name))
             mounts = (NODE_STATE_DIR, DRIVER_ROOT + NODE_STATE_DIR)
-            entry["extraMounts"] = [{"hostPath": host, "containerPath": m} for m in mounts]
+            entry["extraMounts"] = [
+                {"hostPath": str(driver_dir(labs_root, lab, n.name)), "containerPath": DRIVER_ROOT},
+                *({"hostPath": host, "containerPath": m} for m in mounts)]  # fmt: skip
         nodes.append(entry)
     kubelet = (
         "kind: KubeletConfiguration\n"

@@ -26,7 +26,7 @@ from types import TracebackType
 from kubernetes import client
 from rich.console import Console
 
-from clusters import actions, kindconfig, spec
+from clusters import actions, dra, kindconfig, spec
 from clusters.host import Host
 from clusters.kube import Kube, ready
 from clusters.subject import Subject
@@ -99,7 +99,7 @@ class Lab:
         t0 = time.monotonic()
         self.created = False
         try:
-            self.run(actions.UP + actions.SUBJECT)
+            self.run(actions.UP + (actions.DRA if self.lab.spec.dra else actions.SUBJECT))
         except BaseException:
             if self.created and not self.retain:
                 self.console.print(f"[yellow]![/] deleting the half-made cluster {self.name} "
@@ -110,9 +110,11 @@ class Lab:
                                    f"(KEEP=1): export KUBECONFIG={self.kubeconfig}")  # fmt: skip
             raise
         gpus = sum(n.gpu_count for n in self.lab.gpu_nodes)
+        served = (f"NVIDIA's DRA driver {dra.version()}" if self.lab.spec.dra
+                  else f"subject {self.subject.name}")  # fmt: skip
         self.console.print(
             f"[bold green]Lab {self.name} is up[/] in {time.monotonic() - t0:.0f}s: "
-            f"{len(self.lab.nodes)} nodes, {gpus} fake GPUs, subject {self.subject.name}\n"
+            f"{len(self.lab.nodes)} nodes, {gpus} fake GPUs, {served}\n"
             f"  export KUBECONFIG={self.kubeconfig}"
         )
         return self
@@ -121,6 +123,8 @@ class Lab:
         """Deploy fakenvml and the plugin under test (removing any other subject's
         DaemonSet) and wait until every GPU node reports its inventory as capacity and
         allocatable."""
+        if self.lab.spec.dra:
+            raise ValueError(f"lab {self.name} runs NVIDIA's DRA driver, not a device plugin")
         self.subject = load_subject(subject)
         self.run(actions.SUBJECT)
 

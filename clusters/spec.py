@@ -3,6 +3,7 @@
     name: seed
     kubernetes: v1.36.1             # optional: the lab run's version (make e2e KUBE=...)
     subject: gpulab                 # plugin under test by default: a subject name or path
+    dra: {feature_gates: {...}}     # or NVIDIA's DRA driver instead of a plugin (no subject)
     node_status_update_frequency: 2s
     nodes:
       - role: control-plane
@@ -54,10 +55,20 @@ class NodeSpec(Strict):
     plugin: PluginPlacement = PluginPlacement()
 
 
+class DraSpec(Strict):
+    """A lab whose GPUs a DRA driver serves (NVIDIA's, clusters/dra.py) instead of a
+    device plugin."""
+
+    # The driver's feature gates (FEATURE_GATES); NVMLDeviceHealthCheck makes it taint
+    # devices on Xid and GPU-lost events.
+    feature_gates: dict[str, bool] = Field(default_factory=dict)
+
+
 class LabSpec(Strict):
     name: str
     kubernetes: str | None = None  # None: the run's (clusters.versions.kube_version())
     subject: SubjectName = "gpulab"
+    dra: DraSpec | None = None  # set: NVIDIA's DRA driver, no device plugin (`subject`)
     node_status_update_frequency: Duration = Field(2.0, gt=0)
     nodes: list[NodeSpec] = Field(min_length=1)
 

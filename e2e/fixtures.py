@@ -173,7 +173,7 @@ def bring_up(lab: Lab) -> Lab:
 
 
 # Fixtures that stand for a lab, and which lab: `lab` is the --lab one.
-LAB_FIXTURES = {"hetero": "hetero", "mig_lab": "mig"}
+LAB_FIXTURES = {"hetero": "hetero", "mig_lab": "mig", "dra_lab": "dra"}
 
 
 def labs_wanted(items: list[pytest.Item], config: pytest.Config) -> list[str]:

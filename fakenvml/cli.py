@@ -130,8 +130,11 @@ def _install_driver(args: argparse.Namespace) -> None:
 
     d = NodeDir(_state_dir(args))
     node = d.node() if d.exists() else None
-    got = driver.install(Path(args.root), node)
+    smi = Path(args.nvidia_smi) if args.nvidia_smi else None
+    got = driver.install(Path(args.root), node, smi)
     print(f"installed {got.library}")
+    if smi is not None:
+        print(f"installed {Path(args.root) / driver.BIN_DIR / 'nvidia-smi'}")
     if node is None:
         print(f"no GPU state in {d.path} yet: the library only (no versioned name, no /dev nodes)")
     elif got.no_device_nodes:
@@ -466,6 +469,8 @@ def _parser(only: str | None = None) -> argparse.ArgumentParser:
         help="the library and the GPUs' device nodes into a node's driver root",
     )
     c.add_argument("root", metavar="DIR", help="e.g. /run/fakenvml/driver")
+    c.add_argument("--nvidia-smi", metavar="PATH",
+                   help="also this nvidia-smi binary, as <root>/usr/bin/nvidia-smi")  # fmt: skip
     c.set_defaults(run=_install_driver)
 
     c = sub.add_parser("smi", parents=[on_node], help="nvidia-smi-like view, read through NVML")

@@ -11,6 +11,9 @@
     instance's and compute instance's access node of every MIG-capable GPU
     <root>/sys/bus/pci/devices/<address>/: vendor, device, class, subsystem ids, numa_node,
     resource per GPU: what go-nvlib's nvpci reads (GFD's nvidia.com/gpu.mode label)
+    <root>/usr/bin/nvidia-smi: NVIDIA's real one, when given (`--nvidia-smi PATH`): a
+    driver root has it, and NVIDIA's DRA driver refuses a root without it (its init
+    container runs `nvidia-smi --version` there, with the root's libnvidia-ml preloaded)
 
 NVIDIA's plugin looks for libnvidia-ml.so.1 under its container driver root (/driver-root)
 before the normal search path; our plugin is pointed there with LD_LIBRARY_PATH.
@@ -48,6 +51,7 @@ from fakenvml.errors import FakeNvmlError
 from fakenvml.model import Gpu, Node
 
 LIB_DIR = Path("usr/lib/x86_64-linux-gnu")
+BIN_DIR = Path("usr/bin")
 DEV_DIR = Path("dev")
 GPU_MAJOR = 195  # NVIDIA's registered character major: nvidia<minor>, nvidiactl is 255
 CTL_MINOR = 255
@@ -234,11 +238,16 @@ def _write_pci_sysfs(root: Path, node: Node) -> None:
         (d / "config").write_bytes(_pci_config(gpu, int(files["class"], 16)))
 
 
-def install(root: Path, node: Node | None = None) -> Installed:
-    """The library (and, given the node's state, its versioned name and device nodes)
-    under `root`."""
+def install(root: Path, node: Node | None = None, nvidia_smi: Path | None = None) -> Installed:
+    """The library (and, given the node's state, its versioned name and device nodes;
+    given a binary, nvidia-smi) under `root`."""
     dest_dir = root / LIB_DIR
+    if nvidia_smi is not None and not os.access(nvidia_smi, os.X_OK):
+        raise FakeNvmlError(f"--nvidia-smi {nvidia_smi}: no such executable")
     try:
+        if nvidia_smi is not None:
+            (root / BIN_DIR).mkdir(parents=True, exist_ok=True)
+            _copy_library(root / BIN_DIR, "nvidia-smi", nvidia_smi)  # a regular file
         dest_dir.mkdir(parents=True, exist_ok=True)
         if node is None:
             # No state yet: the library alone, as libnvidia-ml.so.1.

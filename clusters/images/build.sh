@@ -7,9 +7,11 @@
 #              one `nvidia-<version>=image` line per pinned version
 #   nfd        node-feature-discovery's nfd-master, nfd-worker, nfd-gc ($NFD_VERSION, built from the
 #              Go module proxy by clusters/nodeimage/build-go.sh) on the base image
+#   dra        NVIDIA's DRA driver for GPUs ($DRA_DRIVER_VERSION: gpu-kubelet-plugin, nvidia-cdi-hook,
+#              built by clusters/scripts/dra-driver.sh) on the base image
 # Every image is tagged with a hash of its inputs, so a warm run only checks tags. Tags
 # appear only on finished, checked images (temporary tags first; see lib.sh).
-# usage: clusters/images/build.sh [base|gpulab|workload|nvidia|nfd]...   (default: all)
+# usage: clusters/images/build.sh [base|gpulab|workload|nvidia|nfd|dra]...   (default: all)
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/../.." && pwd)  # the checkout, or site-packages for an installed gpulab
@@ -74,9 +76,12 @@ image_gpulab() {
   local base lib=${GPULAB_LIBRARY:-$repo/build/release/libnvidia-ml.so.1}
   base=$(image_base)
   [[ -f $lib ]] || die "images: $lib missing; run make install (or fakenvml build) first"
-  local tag key
+  local tag key smi=$GPULAB_CACHE/nvidia-smi/$NVIDIA_SMI_DRIVER_ROOT_VERSION/nvidia-smi
   key=$(tree_key) || die "images: cannot compute the gpulab tree key"
-  tag=gpulab/gpulab:$(inputs_hash "$base" "$key")
+  # NVIDIA's nvidia-smi (ci/nvidia-smi.sh, Debian 12 only): the fake-gpus chart installs
+  # it into each node's driver root, as real driver roots have it.
+  [[ -x $smi ]] || { log "images: gpulab: no $smi (ci/nvidia-smi.sh), the image has no nvidia-smi"; smi=; }
+  tag=gpulab/gpulab:$(inputs_hash "$base" "$key" ${smi:+"$smi"})
   if ! have "$tag"; then
     local wheels=$WORK/wheels ctx
     rm -rf "$wheels"; mkdir -p "$wheels"
@@ -106,6 +111,8 @@ image_gpulab() {
     "$PY" -m pip install -q --disable-pip-version-check --no-deps --no-compile \
       --target "$ctx/site" "$wheels"/*.whl >/dev/null
     cp "$lib" "${lib%/*}/libcuda.so.1" "$ctx/lib/"
+    mkdir -p "$ctx/bin"
+    [[ -z $smi ]] || cp "$smi" "$ctx/bin/"
     sed "s|@BASE@|$base|" "$here/gpulab.Dockerfile" >"$ctx/Dockerfile"
     log "images: gpulab: docker build $tag"
     # Never tag an image that cannot import its own package (a half-written context).
@@ -193,7 +200,28 @@ image_nfd() {
   echo "$tag"
 }
 
-[[ $# -gt 0 ]] || set -- base gpulab workload nvidia nfd
+image_dra() {
+  local base out dir src tag dockerfile
+  base=$(image_base)
+  out=$("$here/../scripts/dra-driver.sh") || die "images: building NVIDIA's DRA driver failed"
+  dir=$(sed -n 1p <<<"$out") src=$(sed -n 2p <<<"$out")
+  # As upstream's image: the plugin, the CDI hook it copies to the host, and the init
+  # container's driver check (from the release's source), on a glibc base with bash.
+  dockerfile=$(printf 'FROM %s\nCOPY gpu-kubelet-plugin nvidia-cdi-hook kubelet-plugin-prestart.sh /usr/bin/\n' "$base")
+  tag=gpulab/dra-driver-nvidia-gpu:$DRA_DRIVER_VERSION-$(inputs_hash "$dockerfile" "$dir/gpu-kubelet-plugin" "$dir/nvidia-cdi-hook" "$src/hack/kubelet-plugin-prestart.sh")
+  if ! have "$tag"; then
+    local ctx
+    ctx=$(fresh_tmp "$WORK/dra.ctx")
+    cp "$dir/gpu-kubelet-plugin" "$dir/nvidia-cdi-hook" "$src/hack/kubelet-plugin-prestart.sh" "$ctx/"
+    printf '%s\n' "$dockerfile" >"$ctx/Dockerfile"
+    log "images: dra: docker build $tag"
+    docker_build "$tag" "$ctx" /bin/sh -c "gpu-kubelet-plugin --version | grep -q '$DRA_DRIVER_VERSION'"
+    rm -rf "$ctx"
+  fi
+  echo "$tag"
+}
+
+[[ $# -gt 0 ]] || set -- base gpulab workload nvidia nfd dra
 for what in "$@"; do
   case $what in
     base) echo "base=$(image_base)" ;;
@@ -201,6 +229,7 @@ for what in "$@"; do
     workload) echo "workload=$(image_workload)" ;;
     nvidia) image_nvidia ;;
     nfd) echo "nfd=$(image_nfd)" ;;
-    *) die "images: unknown image $what (base, gpulab, workload, nvidia, nfd)" ;;
+    dra) echo "dra=$(image_dra)" ;;
+    *) die "images: unknown image $what (base, gpulab, workload, nvidia, nfd, dra)" ;;
   esac
 done

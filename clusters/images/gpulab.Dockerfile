@@ -5,6 +5,8 @@
 FROM @BASE@
 COPY site/ /usr/local/lib/python3.11/dist-packages/
 COPY lib/libnvidia-ml.so.1 lib/libcuda.so.1 /usr/lib/fakenvml/
+# NVIDIA's nvidia-smi where the build had it (empty otherwise): into driver roots.
+COPY bin/ /usr/bin/
 ENV PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1 \
     FAKENVML_LIBRARY=/usr/lib/fakenvml/libnvidia-ml.so.1
 ENTRYPOINT ["python3", "-m"]

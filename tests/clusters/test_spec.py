@@ -34,8 +34,10 @@ def test_gpu_nodes_get_state_mounts_labels_and_fast_status_updates() -> None:
     cfg = kindconfig.render(lab, "node:img", Path("/labs"))
     cp, w1, w2 = cfg["nodes"]
     assert cp == {"role": "control-plane", "image": "node:img"}
-    # A second time inside the driver root, for plugins that mount only that (a chart's).
+    # The driver root on a mount of its own (kind's /run is noexec); the state a second
+    # time inside it, for plugins that mount only that (a chart's).
     assert w1["extraMounts"] == [
+        {"hostPath": "/labs/seed/seed-worker.driver", "containerPath": "/run/fakenvml/driver"},
         {"hostPath": "/labs/seed/seed-worker", "containerPath": "/var/lib/fakenvml"},
         {"hostPath": "/labs/seed/seed-worker",
          "containerPath": "/run/fakenvml/driver/var/lib/fakenvml"},
@@ -118,7 +120,7 @@ def test_bad_specs_are_refused_with_one_line(data: dict, message: str) -> None:
 
 def test_unknown_lab_names_the_known_ones() -> None:
     with pytest.raises(
-        spec.SpecError, match=r"no lab 'nope' \(shipped: hetero, mig, seed, single, wide\)"
+        spec.SpecError, match=r"no lab 'nope' \(shipped: dra, hetero, mig, seed, single, wide\)"
     ):
         spec.load("nope")
 

@@ -634,3 +634,21 @@ def test_inject_loads_neither_the_model_nor_dataclasses_nor_typing(node: Path) -
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           timeout=60, cwd=Path(__file__).resolve().parents[2])  # fmt: skip
     assert done.stdout.split("\n")[-2] == "0 []", done.stdout + done.stderr
+
+
+def test_install_driver_adds_nvidia_smi_as_a_regular_file(tmp_path: Path, run: Run) -> None:
+    smi = write(tmp_path, "#!/bin/sh\necho smi\n", name="nvidia-smi")
+    smi.chmod(0o755)
+    code, out, err = run("install-driver", tmp_path / "driver", "--nvidia-smi", smi)
+    got = tmp_path / "driver/usr/bin/nvidia-smi"
+    assert code == 0, err
+    assert str(got) in out and got.is_file() and not got.is_symlink()
+    assert got.read_bytes() == smi.read_bytes() and os.access(got, os.X_OK)
+
+
+def test_install_driver_refuses_a_missing_nvidia_smi_and_installs_nothing(
+    tmp_path: Path, run: Run
+) -> None:
+    code, _, err = run("install-driver", tmp_path / "driver", "--nvidia-smi", tmp_path / "none")
+    assert code == 2 and err.count("\n") == 1 and "--nvidia-smi" in err
+    assert not (tmp_path / "driver").exists()

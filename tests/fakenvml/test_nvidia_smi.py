@@ -336,3 +336,41 @@ def test_other_slots_answer_not_supported_and_write_nothing(
     assert bytes(buf) == b"\xab" * 256
     log = _slot(table, 26, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p)
     assert log(b"nvidia-smi %s: %s\n", b"stdout", b"a line") == 0
+
+
+# ------------------------------------------------- the driver root's nvidia-smi (DRA driver)
+
+DRIVER_ROOT_SMI = versions.get("NVIDIA_SMI_DRIVER_ROOT_VERSION")  # 550.163.01-2
+
+
+def test_a_driver_root_passes_the_dra_drivers_check_with_the_newer_nvidia_smi(
+    tmp_path: Path, make_state: Callable[..., NodeDir]
+) -> None:
+    """What NVIDIA's DRA driver's init container runs before the driver starts (its
+    kubelet-plugin-prestart.sh): `env -i LD_PRELOAD=<root>/.../libnvidia-ml.so.1
+    <root>/usr/bin/nvidia-smi --version`, with no FAKENVML_STATE_DIR: the library finds
+    the state in the root's var/lib/fakenvml, where the labs mount it."""
+    binary = paths.cache_dir() / "nvidia-smi" / DRIVER_ROOT_SMI / "nvidia-smi"
+    assert os.access(binary, os.X_OK), f"{binary}: run `make install` (ci/nvidia-smi.sh)"
+    root = tmp_path / "driver"
+    node = make_state({"driver_version": "580.159.04", "gpus": [{"profile": "H100-SXM5-80GB"}]})
+    (root / "var/lib").mkdir(parents=True)
+    (root / "var/lib/fakenvml").symlink_to(node.path)
+    from fakenvml import driver
+
+    driver.install(root, node.node(), binary)
+    smi = root / "usr/bin/nvidia-smi"
+    assert smi.is_file() and not smi.is_symlink()  # the check finds regular files only
+    lib = root / "usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1"
+    res = subprocess.run(["env", "-i", f"LD_PRELOAD={lib}", str(smi), "--version"],
+                         capture_output=True, text=True, timeout=60, check=False)  # fmt: skip
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "DRIVER version      : 580.159.04" in res.stdout
+    # 535, the version the tests above run, has no --version: the reason for the pin.
+    old = subprocess.run(["env", "-i", f"LD_PRELOAD={lib}", str(nvidia_smi_535()), "--version"],
+                         capture_output=True, text=True, timeout=60, check=False)  # fmt: skip
+    assert old.returncode != 0 and "--version is not recognized" in old.stdout
+
+
+def nvidia_smi_535() -> Path:
+    return paths.cache_dir() / "nvidia-smi" / PACKAGE_VERSION / "nvidia-smi"

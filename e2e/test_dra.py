@@ -1,0 +1,283 @@
+"""NVIDIA's DRA driver for GPUs (v0.4.1, its own Helm chart; clusters/dra.py) on the `dra`
+lab's fake GPUs (H100 x4 on dra-worker, T4 x2 on dra-worker2), Kubernetes v1.37: the
+ResourceSlices it publishes against each node's fake GPUs, ResourceClaims from pods
+(one GPU, by attribute, unsatisfiable, shared), and health as device taints: an Xid 79
+taints the device (NVMLDeviceHealthCheck) and new claims avoid it.
+
+v0.4.1 never lifts a taint it set (docs/dra-driver.md): after `fakenvml recover` the
+taint stays until the kubelet plugin restarts, which the suite asserts as the driver's
+documented behaviour, then shows the restart clearing it.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+
+import pytest
+from kubernetes import client
+from kubernetes.utils import parse_quantity
+
+from clusters import dra
+from clusters.lab import Lab
+from e2e.fixtures import namespaced_pods
+from e2e.pods import DEVICE_NODE, Pods
+from e2e.verdict import Verdict
+from fakenvml.model import Gpu
+
+H100_NODE, T4_NODE = "dra-worker", "dra-worker2"
+XID_TAINT = f"{dra.DRIVER}/xid"
+# NVML's architecture enum (nvml.h NVML_DEVICE_ARCH_*) as the driver names it.
+ARCHITECTURES = {6: "Turing", 7: "Ampere", 8: "Ada Lovelace", 9: "Hopper", 10: "Blackwell"}
+
+
+@pytest.fixture(scope="session")
+def dra_lab(labs: Callable[..., Lab]) -> Lab:
+    return labs("dra")
+
+
+@pytest.fixture
+def dpods(dra_lab: Lab) -> Iterator[Pods]:
+    yield from namespaced_pods(dra_lab)
+    # Claims made from templates go with their pods (owner references); a shared one stays.
+    claims_api(dra_lab).delete_collection_namespaced_resource_claim(NAMESPACE)
+
+
+@pytest.fixture
+def dra_faults(dra_lab: Lab) -> Iterator[Callable[[str], object]]:
+    """faults(node) -> that node's fake GPUs; afterwards every GPU is recovered and, where a
+    fault was injected, the kubelet plugins restart (v0.4.1 keeps its taints until then)."""
+    touched: dict[str, int] = {}
+
+    def get(node: str) -> object:
+        d = dra_lab.fake_gpus(node)
+        touched.setdefault(node, len(list(d.events())))
+        return d
+
+    yield get
+    faulted = False
+    for node, start in touched.items():
+        d = dra_lab.fake_gpus(node)
+        for gpu in sorted({r.gpu for r in d.events(start) if r.kind.is_fault}):
+            d.recover(gpu)
+            faulted = True
+    if faulted:
+        dra_lab.kube.restart_pods(dra.NAMESPACE, dra.POD_LABELS, dra.DAEMONSET)
+        wait_taints(dra_lab, T4_NODE, lambda t: not t, "no taints")
+        wait_taints(dra_lab, H100_NODE, lambda t: not t, "no taints")
+
+
+NAMESPACE = "gpulab-e2e"
+
+
+def claims_api(lab: Lab) -> client.ResourceV1Api:
+    return dra.api(lab)
+
+
+def request(selector: str | None = None, count: int = 1) -> dict:
+    exactly: dict = {"deviceClassName": dra.DEVICE_CLASS, "count": count}
+    if selector:
+        exactly["selectors"] = [{"cel": {"expression": selector}}]
+    return {"devices": {"requests": [{"name": "gpu", "exactly": exactly}]}}
+
+
+def create_template(lab: Lab, name: str, selector: str | None = None) -> None:
+    body = {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate",
+            "metadata": {"name": name}, "spec": {"spec": request(selector)}}  # fmt: skip
+    api = claims_api(lab)
+    try:
+        api.delete_namespaced_resource_claim_template(name, NAMESPACE)
+    except client.ApiException as e:
+        if e.status != 404:
+            raise
+    api.create_namespaced_resource_claim_template(NAMESPACE, body)
+
+
+def claim_pod(pods: Pods, name: str, template: str | None = None,
+              claim: str | None = None) -> str:  # fmt: skip
+    """A workload pod whose container uses one ResourceClaim: made from `template` for this
+    pod, or the existing `claim` (shared)."""
+    source = {"resourceClaimTemplateName": template} if template else {"resourceClaimName": claim}
+    spec = {"restartPolicy": "Never", "terminationGracePeriodSeconds": 0,
+            "resourceClaims": [{"name": "gpu", **source}],
+            "containers": [{"name": "main", "image": pods.image, "imagePullPolicy": "Never",
+                            "resources": {"claims": [{"name": "gpu"}]}}]}  # fmt: skip
+    return pods.create({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
+                        "spec": spec})  # fmt: skip
+
+
+def allocated(lab: Lab, pods: Pods, name: str) -> list[tuple[str, str]]:
+    """(node pool, device) of every device the pod's claim was allocated: the claim made
+    from its template (named in the pod's status), or the one it names."""
+    pod = pods.get(name)
+    made = {s.name: s.resource_claim_name for s in pod.status.resource_claim_statuses or []}
+    ref = pod.spec.resource_claims[0]
+    claim = claims_api(lab).read_namespaced_resource_claim(
+        made.get(ref.name) or ref.resource_claim_name, NAMESPACE)  # fmt: skip
+    return [(r.pool, r.device) for r in claim.status.allocation.devices.results]
+
+
+def uuid_of(lab: Lab, node: str, device: str) -> str:
+    return str(dra.attribute(dra.devices(lab, node)[device], "uuid"))
+
+
+def seen_gpus(lab: Lab, pods: Pods, name: str) -> list[str]:
+    """The UUIDs of the GPUs whose /dev/nvidia<minor> the container has (CDI put them
+    there), by the node's fake state."""
+    node = pods.get(name).spec.node_name
+    by_minor = {(g.minor if g.minor >= 0 else g.index): g.uuid
+                for g in lab.fake_gpus(node).node().gpus}  # fmt: skip
+    minors = [int(m[1]) for n in pods.device_nodes(name) if (m := DEVICE_NODE.match(n))]
+    return [by_minor.get(m, f"/dev/nvidia{m} (no such GPU)") for m in minors]
+
+
+def taints(lab: Lab, node: str) -> dict[str, list[tuple[str, str, str]]]:
+    """The node's tainted devices: device -> [(key, value, effect)]."""
+    return {name: [(t.key, t.value or "", t.effect) for t in d.taints]
+            for name, d in dra.devices(lab, node).items() if d.taints}  # fmt: skip
+
+
+def wait_taints(lab: Lab, node: str, check: Callable[[dict], bool], what: str,
+                deadline_s: float = 60) -> tuple[dict, float]:  # fmt: skip
+    """Until check(taints(node)); returns them and the monotonic time they were seen."""
+    end = time.monotonic() + deadline_s
+    while True:
+        seen = taints(lab, node)
+        if check(seen):
+            return seen, time.monotonic()
+        if time.monotonic() > end:
+            raise AssertionError(f"waited {deadline_s:.0f}s for {what} on {node}; saw {seen}")
+        time.sleep(0.2)
+
+
+def expected_attributes(gpu: Gpu, driver_version: str) -> dict[str, object]:
+    major, minor, patch = (int(p) for p in driver_version.split("."))
+    return {
+        "type": "gpu",
+        "uuid": gpu.uuid,
+        "productName": gpu.name,
+        "architecture": ARCHITECTURES[gpu.arch],
+        "cudaComputeCapability": f"{gpu.cc_major}.{gpu.cc_minor}.0",
+        # semver: 580.159.04 -> 580.159.4
+        "driverVersion": f"{major}.{minor}.{patch}",
+        "resource.kubernetes.io/pciBusID":
+            f"{gpu.pci_domain:04x}:{gpu.pci_bus:02x}:{gpu.pci_device:02x}.{gpu.pci_function:x}",
+    }  # fmt: skip
+
+
+# -- ResourceSlices
+
+
+@pytest.mark.parametrize("node", [H100_NODE, T4_NODE])
+def test_resource_slices_list_the_nodes_fake_gpus_with_their_attributes(
+    dra_lab: Lab, node: str
+) -> None:
+    state = dra_lab.fake_gpus(node).node()
+    published = dra.devices(dra_lab, node)
+    assert len(published) == len(state.gpus)
+    by_uuid = {str(dra.attribute(d, "uuid")): d for d in published.values()}
+    for gpu in state.gpus:
+        device = by_uuid[gpu.uuid]
+        want = expected_attributes(gpu, state.driver_version)
+        got = {k: dra.attribute(device, k) for k in want}
+        assert got == want, device.name
+        # Memory as NVML's total, a capacity the scheduler compares quantities against.
+        assert parse_quantity(device.capacity["memory"].value) == gpu.memory_total
+        minor = gpu.minor if gpu.minor >= 0 else gpu.index
+        assert device.name == f"gpu-{minor}"
+
+
+# -- claims
+
+
+def test_a_pod_with_a_claim_for_one_gpu_runs_and_sees_its_device(dra_lab: Lab, dpods: Pods) -> None:
+    create_template(dra_lab, "one-gpu")
+    name = claim_pod(dpods, "dra-one", template="one-gpu")
+    pod = dpods.wait_running(name)
+    ((pool, device),) = allocated(dra_lab, dpods, name)
+    assert pool == pod.spec.node_name
+    # CDI made exactly the allocated GPU's device node in the container.
+    assert seen_gpus(dra_lab, dpods, name) == [uuid_of(dra_lab, pool, device)]
+
+
+@pytest.mark.parametrize(("selector", "node"), [
+    # "80 GB" boards report 79.6 GiB through NVML: the quantity is decimal, as marketed.
+    ("device.capacity['gpu.nvidia.com'].memory.compareTo(quantity('80G')) >= 0", H100_NODE),
+    ("device.attributes['gpu.nvidia.com'].productName == 'Tesla T4'", T4_NODE),
+    ("device.attributes['gpu.nvidia.com'].architecture == 'Hopper'", H100_NODE),
+], ids=["memory-80G", "product-T4", "architecture-hopper"])  # fmt: skip
+def test_a_claim_selecting_by_attribute_lands_on_the_right_node(
+    dra_lab: Lab, dpods: Pods, selector: str, node: str
+) -> None:
+    create_template(dra_lab, "picky", selector)
+    names = [claim_pod(dpods, f"dra-picky-{i}", template="picky") for i in range(2)]
+    for name in names:
+        assert dpods.wait_running(name).spec.node_name == node
+
+
+def test_a_claim_no_gpu_satisfies_stays_pending_with_the_reason(
+    dra_lab: Lab, dpods: Pods, verdict: Verdict
+) -> None:
+    create_template(dra_lab, "b200", "device.attributes['gpu.nvidia.com'].productName == "
+                                     "'NVIDIA B200'")  # fmt: skip
+    name = claim_pod(dpods, "dra-b200", template="b200")
+    msg = dpods.wait_failed_scheduling(name, "cannot allocate all claims")
+    verdict.saw(msg)
+    assert dpods.get(name).status.phase == "Pending"
+
+
+def test_two_pods_share_one_claim_and_its_gpu(dra_lab: Lab, dpods: Pods) -> None:
+    body = {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+            "metadata": {"name": "shared"}, "spec": request()}  # fmt: skip
+    claims_api(dra_lab).create_namespaced_resource_claim(NAMESPACE, body)
+    a = claim_pod(dpods, "dra-share-a", claim="shared")
+    b = claim_pod(dpods, "dra-share-b", claim="shared")
+    pa, pb = dpods.wait_running(a), dpods.wait_running(b)
+    assert pa.spec.node_name == pb.spec.node_name
+    gpus = seen_gpus(dra_lab, dpods, a)
+    assert len(gpus) == 1 and seen_gpus(dra_lab, dpods, b) == gpus
+    claim = claims_api(dra_lab).read_namespaced_resource_claim("shared", NAMESPACE)
+    assert {r.name for r in claim.status.reserved_for} == {a, b}
+
+
+# -- health as device taints
+
+
+def test_xid_79_taints_the_device_and_new_claims_avoid_it(
+    dra_lab: Lab, dpods: Pods, dra_faults: Callable[[str], object], verdict: Verdict
+) -> None:
+    """On the T4 node (2 GPUs): Xid 79 on GPU 0 -> its device gets gpu.nvidia.com/xid=79
+    NoSchedule; two T4 claims: one gets GPU 1, the other stays Pending. After recovery
+    the taint stays (v0.4.1); a restart of the kubelet plugin drops it and the Pending
+    claim gets GPU 0."""
+    gpus = dra_lab.fake_gpus(T4_NODE)
+    victim = gpus.node().gpus[0]
+    victim_device = f"gpu-{victim.minor if victim.minor >= 0 else victim.index}"
+    verdict.expect(f"{victim_device} tainted {XID_TAINT}=79 NoSchedule; claims avoid it; "
+                   "taint stays after recover until the plugin restarts")  # fmt: skip
+    t0 = time.monotonic()
+    dra_faults(T4_NODE).inject_xid(0, 79)  # type: ignore[attr-defined]
+    seen, t1 = wait_taints(dra_lab, T4_NODE, lambda t: victim_device in t, "the Xid taint")
+    assert seen == {victim_device: [(XID_TAINT, "79", "NoSchedule")]}
+
+    create_template(dra_lab, "t4", "device.attributes['gpu.nvidia.com'].productName == "
+                                   "'Tesla T4'")  # fmt: skip
+    first = claim_pod(dpods, "dra-t4-a", template="t4")
+    dpods.wait_running(first)
+    assert seen_gpus(dra_lab, dpods, first) != [victim.uuid]
+    second = claim_pod(dpods, "dra-t4-b", template="t4")
+    msg = dpods.wait_failed_scheduling(second, "cannot allocate all claims")
+
+    gpus.recover(0)
+    time.sleep(10)  # five of the driver's event-wait periods
+    assert taints(dra_lab, T4_NODE) == seen, "v0.4.1 lifts no taint"
+    assert dpods.get(second).status.phase == "Pending"
+
+    dra_lab.kube.restart_pods(dra.NAMESPACE, dra.POD_LABELS, dra.DAEMONSET)
+    _, t2 = wait_taints(dra_lab, T4_NODE, lambda t: not t, "no taints", deadline_s=120)
+    dpods.wait_running(second, deadline_s=120)
+    assert seen_gpus(dra_lab, dpods, second) == [victim.uuid]
+    verdict.saw(
+        f"tainted {t1 - t0:.1f}s after the Xid; 2nd claim Pending ({msg[:60]}...); "
+        f"taint kept after recover; gone {t2 - t0:.0f}s in, after a plugin restart"
+    )
