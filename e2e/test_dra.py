@@ -281,3 +281,40 @@ def test_xid_79_taints_the_device_and_new_claims_avoid_it(
         f"tainted {t1 - t0:.1f}s after the Xid; 2nd claim Pending ({msg[:60]}...); "
         f"taint kept after recover; gone {t2 - t0:.0f}s in, after a plugin restart"
     )
+
+
+def test_a_lost_gpu_taints_every_device_of_its_node(
+    dra_lab: Lab, dpods: Pods, dra_faults: Callable[[str], object], verdict: Verdict
+) -> None:
+    """NVML answers GPU_IS_LOST from the event wait, which names no GPU: v0.4.1 taints
+    every device of the node gpu.nvidia.com/gpu-lost (as NVIDIA's device plugin marks
+    every device Unhealthy); the other node's GPUs stay untainted and serve claims."""
+    devices = sorted(dra.devices(dra_lab, H100_NODE))
+    verdict.expect(f"all {len(devices)} H100 devices {dra.DRIVER}/gpu-lost NoSchedule")
+    t0 = time.monotonic()
+    dra_faults(H100_NODE).lose(2)  # type: ignore[attr-defined]
+    lost = [(f"{dra.DRIVER}/gpu-lost", "", "NoSchedule")]
+    seen, t1 = wait_taints(dra_lab, H100_NODE, lambda t: sorted(t) == devices,
+                           "gpu-lost on every device")  # fmt: skip
+    assert all(v == lost for v in seen.values()), seen
+    assert taints(dra_lab, T4_NODE) == {}
+    create_template(dra_lab, "any", None)
+    name = claim_pod(dpods, "dra-after-lost", template="any")
+    assert dpods.wait_running(name).spec.node_name == T4_NODE
+    verdict.saw(f"{len(seen)}/{len(devices)} devices gpu-lost {t1 - t0:.1f}s after the loss; "
+                "a new claim ran on the T4 node")  # fmt: skip
+
+
+def test_an_ignored_xid_is_recorded_as_a_taint_that_keeps_nothing_away(
+    dra_lab: Lab, dpods: Pods, dra_faults: Callable[[str], object]
+) -> None:
+    """Xid 13 (a graphics engine exception, an application's fault) is on v0.4.1's ignore
+    list: the device gets the xid taint with effect None, which schedules as before."""
+    dra_faults(T4_NODE).inject_xid(1, 13)  # type: ignore[attr-defined]
+    seen, _ = wait_taints(dra_lab, T4_NODE, lambda t: bool(t), "the Xid 13 taint")
+    assert list(seen.values()) == [[(XID_TAINT, "13", "None")]]
+    create_template(dra_lab, "t4", "device.attributes['gpu.nvidia.com'].productName == "
+                                   "'Tesla T4'")  # fmt: skip
+    names = [claim_pod(dpods, f"dra-t4-{i}", template="t4") for i in range(2)]
+    for name in names:
+        assert dpods.wait_running(name).spec.node_name == T4_NODE
