@@ -56,7 +56,14 @@ def deploy(lab: Lab) -> None:
     """NFD and GFD applied (server-side: a second apply changes only what differs, e.g.
     GFD's MIG strategy when the subject changes)."""
     lab.kube.ensure_namespace(NAMESPACE)
-    for doc in nfd_docs(lab.images["nfd"], lab.lab.kubernetes) + gfd_docs(lab):
+    nfd = nfd_docs(lab.images["nfd"], lab.lab.kubernetes)
+    for doc in nfd:
+        lab.kube.apply(doc, namespace=NAMESPACE)
+    # GFD's first pass creates a NodeFeature: before its CRD is served that fails, and the
+    # container's restart back-off can outlast the wait for labels.
+    crds = [d["metadata"]["name"] for d in nfd if d["kind"] == "CustomResourceDefinition"]
+    lab.kube.wait_crds_established(crds)
+    for doc in gfd_docs(lab):
         lab.kube.apply(doc, namespace=NAMESPACE)
 
 
@@ -72,5 +79,20 @@ def wait_labels(lab: Lab, deadline_s: float = 180) -> None:
         got = {n: (nodes[n].metadata.labels or {}).get(key) for n in want if n in nodes}
         return got == want, f"{key}: {got}"
 
-    lab.kube.watch_until(f"GFD's labels on {sorted(want)}", lab.core.list_node, labelled,
-                         deadline_s)  # fmt: skip
+    try:
+        lab.kube.watch_until(f"GFD's labels on {sorted(want)}", lab.core.list_node, labelled,
+                             deadline_s)  # fmt: skip
+    except steps.StepError as e:
+        raise steps.StepError(f"{e}; NFD/GFD pods: {pod_states(lab)}") from None
+
+
+def pod_states(lab: Lab) -> str:
+    """What each NFD and GFD pod is doing, in one line (for a wait that failed)."""
+    out = []
+    for p in lab.core.list_namespaced_pod(NAMESPACE).items:
+        states = [f"{c.name} restarts={c.restart_count}"
+                  + (f" {c.state.waiting.reason}" if c.state and c.state.waiting else "")
+                  for c in (p.status.init_container_statuses or [])
+                  + (p.status.container_statuses or [])]  # fmt: skip
+        out.append(f"{p.metadata.name} {p.status.phase} [{', '.join(states)}]")
+    return "; ".join(out) or "none"

@@ -80,6 +80,20 @@ class Kube:
                                         field_manager=FIELD_MANAGER,
                                         force_conflicts=True)  # fmt: skip
 
+    def wait_crds_established(self, names: list[str], deadline_s: float = 60) -> None:
+        """Until the API server serves these CustomResourceDefinitions: an object of a CRD
+        applied a moment ago is refused (404) until then."""
+        api = client.ApiextensionsV1Api(self.api)
+
+        def established(found: dict[str, Any]) -> tuple[bool, str]:
+            ok = {n for n, crd in found.items() if any(
+                c.type == "Established" and c.status == "True"
+                for c in (crd.status.conditions or []))}  # fmt: skip
+            return set(names) <= ok, f"established: {sorted(ok & set(names))}"
+
+        self.watch_until(f"CRDs {', '.join(names)} established",
+                         api.list_custom_resource_definition, established, deadline_s)  # fmt: skip
+
     def ensure_namespace(self, name: str) -> None:
         self.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
 
