@@ -362,14 +362,22 @@ def test_a_driver_root_passes_the_dra_drivers_check_with_the_newer_nvidia_smi(
     smi = root / "usr/bin/nvidia-smi"
     assert smi.is_file() and not smi.is_symlink()  # the check finds regular files only
     lib = root / "usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1"
-    res = subprocess.run(["env", "-i", f"LD_PRELOAD={lib}", str(smi), "--version"],
-                         capture_output=True, text=True, timeout=60, check=False)  # fmt: skip
+    res = subprocess.run(dra_check(lib, smi), capture_output=True, text=True, timeout=60,
+                         check=False)  # fmt: skip
     assert res.returncode == 0, res.stdout + res.stderr
     assert "DRIVER version      : 580.159.04" in res.stdout
     # 535, the version the tests above run, has no --version: the reason for the pin.
-    old = subprocess.run(["env", "-i", f"LD_PRELOAD={lib}", str(nvidia_smi_535()), "--version"],
-                         capture_output=True, text=True, timeout=60, check=False)  # fmt: skip
+    old = subprocess.run(dra_check(lib, nvidia_smi_535()), capture_output=True, text=True,
+                         timeout=60, check=False)  # fmt: skip
     assert old.returncode != 0 and "--version is not recognized" in old.stdout
+
+
+def dra_check(lib: Path, smi: Path) -> list[str]:
+    """The prestart script's command. Under the sanitizer run the ASan runtime must come
+    first among the preloads (and its options along), so those pass through `env -i`."""
+    preload = " ".join(filter(None, [os.environ.get("LD_PRELOAD", ""), str(lib)]))
+    keep = [f"{k}={os.environ[k]}" for k in ("ASAN_OPTIONS", "UBSAN_OPTIONS") if k in os.environ]
+    return ["env", "-i", f"LD_PRELOAD={preload}", *keep, str(smi), "--version"]
 
 
 def nvidia_smi_535() -> Path:
