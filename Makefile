@@ -95,7 +95,7 @@ e2e: infra
 	@$(MAKE) --no-print-directory e2e-suites
 
 e2e-suites:
-	@echo "==> e2e: cluster-tier suites for $(SUBJECT) (seed, hetero and mig labs), Kubernetes $${GPULAB_KUBE_VERSION:-$$($(PY) -c 'from clusters import versions; print(versions.kube_version())')}"
+	@echo "==> e2e: cluster-tier suites for $(SUBJECT) (seed, hetero, mig and dra labs), Kubernetes $${GPULAB_KUBE_VERSION:-$$($(PY) -c 'from clusters import versions; print(versions.kube_version())')}"
 	@KEEP=$(KEEP) $(PY) -m pytest -q -p no:cacheprovider e2e --junitxml=$(E2E_JUNIT) $(E2E_ARGS)
 
 include ci/cluster.mk
