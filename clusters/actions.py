@@ -135,22 +135,15 @@ def clear_faults(lab: Lab) -> object:
 
 def lab_images(lab: Lab) -> None:
     # The newest NVIDIA image too: the images share the base layer, so one `kind load` of
-    # all costs little more than of one, and a later switch of subjects loads less.
+    # all costs little more than of one, and a later switch of subjects loads less. A DRA
+    # lab runs no device plugin: the DRA driver's image instead of the subject's.
     newest = f"nvidia-{versions.nvidia_plugin_versions()[0]}"
-    wanted = ["gpulab", "workload", newest, "nfd"]
+    wanted = ["gpulab", "workload", newest, "nfd"] + (["dra"] if lab.lab.spec.dra else [])
     products = infra.require(wanted, lab.lab.kubernetes)
     lab.images = {k: products.images[k] for k in wanted}
-    lab.images["subject"] = infra.subject_image(lab.subject, products)
+    if not lab.lab.spec.dra:
+        lab.images["subject"] = infra.subject_image(lab.subject, products)
     lab.images["gfd"] = products.images[newest]  # GFD is a command of NVIDIA's image
-
-
-def dra_images(lab: Lab) -> None:
-    # No device plugin: fakenvml, the workload, NFD and GFD, and the DRA driver.
-    newest = f"nvidia-{versions.nvidia_plugin_versions()[0]}"
-    wanted = ["gpulab", "workload", newest, "nfd", "dra"]
-    products = infra.require(wanted, lab.lab.kubernetes)
-    lab.images = {k: products.images[k] for k in wanted if k != newest}
-    lab.images["gfd"] = products.images[newest]
 
 
 def load_images(lab: Lab) -> None:
@@ -221,7 +214,7 @@ SUBJECT = [
     Action("Wait for GFD's labels on every GPU node", features.wait_labels),
 ]
 DRA = [
-    Action("Lab images (built by `make infra`)", dra_images),
+    Action("Lab images (built by `make infra`)", lab_images),
     Action("Load images into the nodes", load_images),
     Action("Fake GPUs through the fake-gpus Helm chart", fakegpus.deploy),
     Action("Deploy node-feature-discovery and gpu-feature-discovery", features.deploy),

@@ -77,6 +77,16 @@ def values_file(values: dict[str, Any], where: Path) -> Path:
     return path
 
 
+def install(helm: str, chart: Path, release: str, namespace: str, values: dict[str, Any],
+            kubeconfig: Path, timeout_s: int) -> str:  # fmt: skip
+    """`helm upgrade --install --wait` of the chart as a release (namespace created)."""
+    with tempfile.TemporaryDirectory(prefix="gpulab-values-") as tmp:
+        args = ["upgrade", "--install", release, str(chart), "--namespace", namespace,
+                "--create-namespace", "--values", str(values_file(values, Path(tmp))),
+                "--wait", "--timeout", f"{timeout_s}s"]  # fmt: skip
+        return run(helm, args, kubeconfig, timeout_s + 30)
+
+
 def template(helm: str, chart: Path, release: str, namespace: str, values: dict[str, Any],
              kube_version: str, include_crds: bool = False) -> str:  # fmt: skip
     """`helm template` of the chart: the manifests as one YAML stream."""

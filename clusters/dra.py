@@ -21,7 +21,6 @@ Compute domains (IMEX over NVLink fabric) are turned off: they need a fabric man
 
 from __future__ import annotations
 
-import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -39,7 +38,6 @@ DRIVER = "gpu.nvidia.com"  # its driver name: ResourceSlices, DeviceClass, taint
 DEVICE_CLASS = "gpu.nvidia.com"
 DAEMONSET = "dra-driver-nvidia-gpu-kubelet-plugin"  # <chart name>-kubelet-plugin
 POD_LABELS = "dra-driver-nvidia-gpu-component=kubelet-plugin"  # its pods' selector
-HEALTH_GATE = "NVMLDeviceHealthCheck"
 
 
 def version() -> str:
@@ -72,17 +70,8 @@ def values(image: str, feature_gates: dict[str, bool]) -> dict[str, Any]:
 
 def install(kubeconfig: Path, image: str, feature_gates: dict[str, bool],
             timeout_s: int = 240) -> str:  # fmt: skip
-    with tempfile.TemporaryDirectory(prefix="gpulab-dra-") as tmp:
-        args = ["upgrade", "--install", RELEASE, str(chart_dir()), "--namespace", NAMESPACE,
-                "--create-namespace",
-                "--values", str(chart.values_file(values(image, feature_gates), Path(tmp))),
-                "--wait", "--timeout", f"{timeout_s}s"]  # fmt: skip
-        return chart.run(infra.helm(), args, kubeconfig, timeout_s + 30)
-
-
-def uninstall(kubeconfig: Path) -> str:
-    return chart.run(infra.helm(), ["uninstall", RELEASE, "--namespace", NAMESPACE, "--wait"],
-                     kubeconfig)  # fmt: skip
+    return chart.install(infra.helm(), chart_dir(), RELEASE, NAMESPACE,
+                         values(image, feature_gates), kubeconfig, timeout_s)  # fmt: skip
 
 
 def api(lab: Lab) -> client.ResourceV1Api:

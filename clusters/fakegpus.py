@@ -10,7 +10,6 @@ API (fakenvml/remote.py).
 
 from __future__ import annotations
 
-import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -29,11 +28,7 @@ def install(kubeconfig: Path, release: str, namespace: str, values: dict[str, An
             timeout_s: int = 180) -> str:  # fmt: skip
     """`helm upgrade --install --wait` (helm waits for Deployments and DaemonSets by its own
     rule, which lets a one-node DaemonSet pass with no pod ready: callers wait for theirs)."""
-    with tempfile.TemporaryDirectory(prefix="gpulab-values-") as tmp:
-        args = ["upgrade", "--install", release, str(CHART), "--namespace", namespace,
-                "--create-namespace", "--values", str(chart.values_file(values, Path(tmp))),
-                "--wait", "--timeout", f"{timeout_s}s"]  # fmt: skip
-        return chart.run(infra.helm(), args, kubeconfig, timeout_s + 30)
+    return chart.install(infra.helm(), CHART, release, namespace, values, kubeconfig, timeout_s)
 
 
 def test(kubeconfig: Path, release: str, namespace: str, timeout_s: int = 180) -> str:

@@ -20,13 +20,17 @@ from kubernetes.utils import parse_quantity
 
 from clusters import dra
 from clusters.lab import Lab
-from e2e.fixtures import namespaced_pods
+from e2e.fixtures import NAMESPACE, namespaced_pods
 from e2e.pods import DEVICE_NODE, Pods
 from e2e.verdict import Verdict
 from fakenvml.model import Gpu
 
 H100_NODE, T4_NODE = "dra-worker", "dra-worker2"
 XID_TAINT = f"{dra.DRIVER}/xid"
+# How long a pod with a claim may take to run. On a quiet machine a few seconds; in CI,
+# beside three other labs, 70-90 s were seen (sandbox not ready while the claim is
+# prepared; not yet explained, README "Not done yet").
+START_S = 180
 # NVML's architecture enum (nvml.h NVML_DEVICE_ARCH_*) as the driver names it.
 ARCHITECTURES = {6: "Turing", 7: "Ampere", 8: "Ada Lovelace", 9: "Hopper", 10: "Blackwell"}
 
@@ -40,7 +44,7 @@ def dra_lab(labs: Callable[..., Lab]) -> Lab:
 def dpods(dra_lab: Lab) -> Iterator[Pods]:
     yield from namespaced_pods(dra_lab)
     # Claims made from templates go with their pods (owner references); a shared one stays.
-    claims_api(dra_lab).delete_collection_namespaced_resource_claim(NAMESPACE)
+    dra.api(dra_lab).delete_collection_namespaced_resource_claim(NAMESPACE)
 
 
 @pytest.fixture
@@ -67,13 +71,6 @@ def dra_faults(dra_lab: Lab) -> Iterator[Callable[[str], object]]:
         wait_taints(dra_lab, H100_NODE, lambda t: not t, "no taints")
 
 
-NAMESPACE = "gpulab-e2e"
-
-
-def claims_api(lab: Lab) -> client.ResourceV1Api:
-    return dra.api(lab)
-
-
 def request(selector: str | None = None, count: int = 1) -> dict:
     exactly: dict = {"deviceClassName": dra.DEVICE_CLASS, "count": count}
     if selector:
@@ -84,7 +81,7 @@ def request(selector: str | None = None, count: int = 1) -> dict:
 def create_template(lab: Lab, name: str, selector: str | None = None) -> None:
     body = {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate",
             "metadata": {"name": name}, "spec": {"spec": request(selector)}}  # fmt: skip
-    api = claims_api(lab)
+    api = dra.api(lab)
     try:
         api.delete_namespaced_resource_claim_template(name, NAMESPACE)
     except client.ApiException as e:
@@ -112,7 +109,7 @@ def allocated(lab: Lab, pods: Pods, name: str) -> list[tuple[str, str]]:
     pod = pods.get(name)
     made = {s.name: s.resource_claim_name for s in pod.status.resource_claim_statuses or []}
     ref = pod.spec.resource_claims[0]
-    claim = claims_api(lab).read_namespaced_resource_claim(
+    claim = dra.api(lab).read_namespaced_resource_claim(
         made.get(ref.name) or ref.resource_claim_name, NAMESPACE)  # fmt: skip
     return [(r.pool, r.device) for r in claim.status.allocation.devices.results]
 
@@ -193,7 +190,7 @@ def test_resource_slices_list_the_nodes_fake_gpus_with_their_attributes(
 def test_a_pod_with_a_claim_for_one_gpu_runs_and_sees_its_device(dra_lab: Lab, dpods: Pods) -> None:
     create_template(dra_lab, "one-gpu")
     name = claim_pod(dpods, "dra-one", template="one-gpu")
-    pod = dpods.wait_running(name)
+    pod = dpods.wait_running(name, deadline_s=START_S)
     ((pool, device),) = allocated(dra_lab, dpods, name)
     assert pool == pod.spec.node_name
     # CDI made exactly the allocated GPU's device node in the container.
@@ -212,7 +209,7 @@ def test_a_claim_selecting_by_attribute_lands_on_the_right_node(
     create_template(dra_lab, "picky", selector)
     names = [claim_pod(dpods, f"dra-picky-{i}", template="picky") for i in range(2)]
     for name in names:
-        assert dpods.wait_running(name).spec.node_name == node
+        assert dpods.wait_running(name, deadline_s=START_S).spec.node_name == node
 
 
 def test_a_claim_no_gpu_satisfies_stays_pending_with_the_reason(
@@ -229,14 +226,14 @@ def test_a_claim_no_gpu_satisfies_stays_pending_with_the_reason(
 def test_two_pods_share_one_claim_and_its_gpu(dra_lab: Lab, dpods: Pods) -> None:
     body = {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
             "metadata": {"name": "shared"}, "spec": request()}  # fmt: skip
-    claims_api(dra_lab).create_namespaced_resource_claim(NAMESPACE, body)
+    dra.api(dra_lab).create_namespaced_resource_claim(NAMESPACE, body)
     a = claim_pod(dpods, "dra-share-a", claim="shared")
     b = claim_pod(dpods, "dra-share-b", claim="shared")
-    pa, pb = dpods.wait_running(a), dpods.wait_running(b)
+    pa, pb = dpods.wait_running(a, deadline_s=START_S), dpods.wait_running(b, deadline_s=START_S)
     assert pa.spec.node_name == pb.spec.node_name
     gpus = seen_gpus(dra_lab, dpods, a)
     assert len(gpus) == 1 and seen_gpus(dra_lab, dpods, b) == gpus
-    claim = claims_api(dra_lab).read_namespaced_resource_claim("shared", NAMESPACE)
+    claim = dra.api(dra_lab).read_namespaced_resource_claim("shared", NAMESPACE)
     assert {r.name for r in claim.status.reserved_for} == {a, b}
 
 
@@ -263,7 +260,7 @@ def test_xid_79_taints_the_device_and_new_claims_avoid_it(
     create_template(dra_lab, "t4", "device.attributes['gpu.nvidia.com'].productName == "
                                    "'Tesla T4'")  # fmt: skip
     first = claim_pod(dpods, "dra-t4-a", template="t4")
-    dpods.wait_running(first)
+    dpods.wait_running(first, deadline_s=START_S)
     assert seen_gpus(dra_lab, dpods, first) != [victim.uuid]
     second = claim_pod(dpods, "dra-t4-b", template="t4")
     msg = dpods.wait_failed_scheduling(second, "cannot allocate all claims")
@@ -275,7 +272,7 @@ def test_xid_79_taints_the_device_and_new_claims_avoid_it(
 
     dra_lab.kube.restart_pods(dra.NAMESPACE, dra.POD_LABELS, dra.DAEMONSET)
     _, t2 = wait_taints(dra_lab, T4_NODE, lambda t: not t, "no taints", deadline_s=120)
-    dpods.wait_running(second, deadline_s=120)
+    dpods.wait_running(second, deadline_s=START_S)
     assert seen_gpus(dra_lab, dpods, second) == [victim.uuid]
     verdict.saw(
         f"tainted {t1 - t0:.1f}s after the Xid; 2nd claim Pending ({msg[:60]}...); "
@@ -300,7 +297,7 @@ def test_a_lost_gpu_taints_every_device_of_its_node(
     assert taints(dra_lab, T4_NODE) == {}
     create_template(dra_lab, "any", None)
     name = claim_pod(dpods, "dra-after-lost", template="any")
-    assert dpods.wait_running(name).spec.node_name == T4_NODE
+    assert dpods.wait_running(name, deadline_s=START_S).spec.node_name == T4_NODE
     verdict.saw(f"{len(seen)}/{len(devices)} devices gpu-lost {t1 - t0:.1f}s after the loss; "
                 "a new claim ran on the T4 node")  # fmt: skip
 
@@ -317,4 +314,4 @@ def test_an_ignored_xid_is_recorded_as_a_taint_that_keeps_nothing_away(
                                    "'Tesla T4'")  # fmt: skip
     names = [claim_pod(dpods, f"dra-t4-{i}", template="t4") for i in range(2)]
     for name in names:
-        assert dpods.wait_running(name).spec.node_name == T4_NODE
+        assert dpods.wait_running(name, deadline_s=START_S).spec.node_name == T4_NODE
