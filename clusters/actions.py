@@ -157,6 +157,7 @@ def load_images(lab: Lab) -> None:
 def deploy(lab: Lab) -> None:
     """The lab's per-node plugin config and the subject's manifest, applied; every other
     subject's DaemonSet deleted first (one plugin per node, as in real clusters)."""
+    lab.plugin_mark = lab.mark_plugin()
     delete_subjects(lab, keep=lab.subject.name)
     placeholders = {"GPULAB_IMAGE": lab.images["gpulab"], "SUBJECT_IMAGE": lab.images["subject"]}
     subject_docs = lab.subject.render(placeholders)
@@ -193,7 +194,7 @@ def wait_plugin(lab: Lab) -> None:
 
 
 def wait_capacity(lab: Lab) -> None:
-    lab.wait_capacity()
+    lab.wait_capacity(since=lab.plugin_mark)
 
 
 UP = [

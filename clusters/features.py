@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 import yaml
+from kubernetes import client
 
 from clusters import chart, infra, steps, versions
 
@@ -22,6 +23,8 @@ MODULE = "sigs.k8s.io/node-feature-discovery"
 CHART_DIR = "deployment/helm/node-feature-discovery"
 LABEL = "nvidia.com/gpu.count"  # GFD's label every fake-GPU node gets
 STRATEGY = "nvidia.com/mig.strategy"  # and where MIG_STRATEGY is not none
+MASTER = "app.kubernetes.io/name=node-feature-discovery,role=master"
+GFD = "app.kubernetes.io/name=gpu-feature-discovery"
 
 
 def nfd_docs(image: str, kube_version: str) -> list[dict]:
@@ -67,10 +70,12 @@ def deploy(lab: Lab) -> None:
         lab.kube.apply(doc, namespace=NAMESPACE)
 
 
-def wait_labels(lab: Lab, deadline_s: float = 180) -> None:
+def wait_labels(lab: Lab, deadline_s: float = 180, stall_s: float = 90) -> None:
     """Until every fake-GPU node carries GFD's labels for the subject's MIG strategy: the
     strategy itself where there is one (single: gpu.count counts MIG devices), else the
-    inventory's GPU count."""
+    inventory's GPU count. Labels come within seconds; a v1.34 pass in CI once had none on
+    any node for 180 s with every NFD and GFD pod Running. A wait that stalls that long
+    prints what NFD and GFD show, restarts nfd-master and GFD once and waits again."""
     strategy = lab.subject.expects.mig
     key, want = ((STRATEGY, {n.name: strategy for n in lab.lab.gpu_nodes}) if strategy != "none"
                  else (LABEL, {n.name: str(n.gpu_count) for n in lab.lab.gpu_nodes}))  # fmt: skip
@@ -79,11 +84,51 @@ def wait_labels(lab: Lab, deadline_s: float = 180) -> None:
         got = {n: (nodes[n].metadata.labels or {}).get(key) for n in want if n in nodes}
         return got == want, f"{key}: {got}"
 
+    what = f"GFD's labels on {sorted(want)}"
     try:
-        lab.kube.watch_until(f"GFD's labels on {sorted(want)}", lab.core.list_node, labelled,
-                             deadline_s)  # fmt: skip
+        lab.kube.watch_until(what, lab.core.list_node, labelled, stall_s)
+        return
     except steps.StepError as e:
-        raise steps.StepError(f"{e}; NFD/GFD pods: {pod_states(lab)}") from None
+        lab.console.print(f"[yellow]![/] {e}; {diagnosis(lab)}: restarting nfd-master and GFD",
+                          highlight=False)  # fmt: skip
+    for labels, name in ((MASTER, "nfd-master"), (GFD, "GFD")):
+        lab.kube.restart_pods(NAMESPACE, labels, name)
+    try:
+        lab.kube.watch_until(what, lab.core.list_node, labelled, max(deadline_s - stall_s, 30))
+    except steps.StepError as e:
+        raise steps.StepError(f"{e} (after restarting nfd-master and GFD); {diagnosis(lab)}"
+                              ) from None  # fmt: skip
+
+
+def diagnosis(lab: Lab) -> str:
+    return f"NFD/GFD pods: {pod_states(lab)}; {node_features(lab)}; {log_tails(lab)}"
+
+
+def node_features(lab: Lab) -> str:
+    """The NodeFeature objects NFD's workers and GFD published, by name."""
+    try:
+        got = client.CustomObjectsApi(lab.kube.api).list_namespaced_custom_object(
+            "nfd.k8s-sigs.io", "v1alpha1", NAMESPACE, "nodefeatures"
+        )
+    except Exception as e:  # a diagnosis must not hide the failure it explains
+        return f"NodeFeatures: unreadable ({e.__class__.__name__})"
+    return "NodeFeatures: " + (", ".join(sorted(i["metadata"]["name"] for i in got["items"]))
+                               or "none")  # fmt: skip
+
+
+def log_tails(lab: Lab, lines: int = 4) -> str:
+    """The last lines of nfd-master's log and of one GFD pod's (which side stalled)."""
+    out = []
+    for p in lab.kube.pods(NAMESPACE, MASTER) + lab.kube.pods(NAMESPACE, GFD)[:1]:
+        name = p.metadata.name
+        try:
+            text = lab.core.read_namespaced_pod_log(
+                name, NAMESPACE, tail_lines=lines, container=p.spec.containers[0].name
+            )
+        except Exception as e:
+            text = f"unreadable ({e.__class__.__name__})"
+        out.append(f"{name} log: " + " | ".join(text.strip().splitlines()))
+    return "; ".join(out)
 
 
 def pod_states(lab: Lab) -> str:

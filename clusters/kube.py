@@ -35,6 +35,20 @@ def ready(pods: list[client.V1Pod]) -> list[client.V1Pod]:
             and all(c.ready for c in p.status.container_statuses or [])]  # fmt: skip
 
 
+class TimedApiClient(client.ApiClient):
+    """An API client whose calls without a deadline of their own get `timeout` (connect,
+    read): the client's default is none, and in CI one call blocked in a TLS read until
+    pytest's 300 s limit killed the test. A timed-out read is retried like a dropped
+    connection (the Configuration's retries)."""
+
+    timeout: tuple[float, float] = (10, 30)
+
+    def call_api(self, method: str, url: str, header_params: Any = None, body: Any = None,
+                 post_params: Any = None, _request_timeout: Any = None) -> Any:  # fmt: skip
+        return super().call_api(method, url, header_params, body, post_params,
+                                _request_timeout or self.timeout)  # fmt: skip
+
+
 class Kube:
     def __init__(self, kubeconfig: Path) -> None:
         self.kubeconfig = kubeconfig
@@ -54,7 +68,7 @@ class Kube:
             # handshake): retry those with back-off instead of failing a test.
             cfg.retries = urllib3.Retry(total=6, backoff_factor=0.5, allowed_methods=None,
                                         raise_on_status=False)  # fmt: skip
-            self._api = client.ApiClient(cfg)
+            self._api = TimedApiClient(cfg)
         return self._api
 
     @property

@@ -12,7 +12,7 @@ PATH = "/var/lib/kubelet/device-plugins/kubelet_internal_checkpoint"
 
 def allocations(lab: Lab, node: str) -> dict[tuple[str, str, str], list[str]]:
     """{(pod uid, container, resource): sorted device IDs} read inside the node."""
-    data = json.loads(lab.node_exec(node, "cat", PATH))["Data"]
+    data = json.loads(lab.node_read(node, PATH))["Data"]
     out: dict[tuple[str, str, str], list[str]] = {}
     for e in data.get("PodDeviceEntries") or []:
         # DeviceIDs maps NUMA node -> IDs (kubelet >= 1.20's checkpoint format).

@@ -41,9 +41,9 @@ def _run(args: argparse.Namespace, console: Console) -> int:
     except SubjectError as e:
         console.print(f"[red]gpulab: error:[/] {e}")
         return 2
-    out = args.out or OUT / f"{exp.name}-{subject.name}"
     try:
         lab = Lab(exp.lab, subject=subject, console=console)
+        out = args.out or report_dir(exp.name, subject.name, lab.lab.spec.dra is not None)
         lab.up()
         rec = Runner(exp, lab, console, reset_after=not args.no_reset).run()
     except (SpecError, StepError) as e:
@@ -51,6 +51,12 @@ def _run(args: argparse.Namespace, console: Console) -> int:
         return 3
     outcomes = report.write(rec, out)
     return _verdict(console, outcomes, out)
+
+
+def report_dir(experiment: str, subject: str, dra: bool) -> Path:
+    """out/experiments/<name>-<subject>; a DRA lab has no subject to name (NVIDIA's DRA
+    driver is what it runs), so <name> alone."""
+    return OUT / (experiment if dra else f"{experiment}-{subject}")
 
 
 def _verdict(console: Console, outcomes: list, out: Path) -> int:  # type: ignore[type-arg]
@@ -102,7 +108,11 @@ def main(argv: list[str] | None = None) -> int:
     run = cmds.add_parser("run", help="run an experiment and write its report")
     run.add_argument("file", help="e2e/experiments/<name>.yaml, or a shipped name")
     run.add_argument("--subject", help="override the file's subject (a name or a subject file)")
-    run.add_argument("--out", type=Path, help=f"report directory (default {OUT}/<name>-<subject>)")
+    run.add_argument(
+        "--out",
+        type=Path,
+        help=f"report directory (default {OUT}/<name>-<subject>, on a DRA lab {OUT}/<name>)",
+    )
     run.add_argument(
         "--no-reset",
         action="store_true",

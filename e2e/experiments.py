@@ -16,7 +16,15 @@
 
 Actions (`do:`): xid, ecc, lost, recover, create_pod, delete_pod, restart_kubelet,
 stop_plugin / start_plugin (on a node), restart_plugin. Checks (`check:`): allocatable,
-capacity, changes, plugin_log, pod, devices_healthy. Times are durations in the one
+capacity, changes, plugin_log, pod, devices_healthy, taints.
+
+A lab with `dra:` (clusters/dra.yaml) runs NVIDIA's DRA driver instead of a device plugin
+(`subject:` is not used): `create_pod` makes a ResourceClaimTemplate of `gpus` GPUs (1 by
+default) matching the CEL `selector:`, and the pod uses a claim from it; `restart_plugin`
+restarts the driver's kubelet plugins; the sampler reads every device's taints from the
+ResourceSlices, which `taints` (and `changes` `of: tainted`) check. Checks on extended
+resources (allocatable, capacity, plugin_log, devices_healthy) have nothing to read there
+and are refused. Times are durations in the one
 grammar of fakenvml/yamlmodel.py (`500ms`, `2s`, `1.5m` or a number of seconds);
 expectations take `at: <time>|end` or `during: [<time>, <time>|end]`.
 
@@ -27,6 +35,7 @@ against the lab spec.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Literal
 
@@ -106,8 +115,9 @@ class Recover(_OnGpu):
 
 
 class CreatePod(_Action):
-    """A pod from e2e/specs/<spec>.yaml or inline (`pod:`), optionally pinned to a node
-    and with its first container's GPU count replaced; `count` creates name-1..name-N."""
+    """A pod from e2e/specs/<spec>.yaml, inline (`pod:`) or, with neither, a workload pod
+    asking for `gpus` (1 unless given); optionally pinned to a node and with its first
+    container's GPU count replaced; `count` creates name-1..name-N."""
 
     do: Literal["create_pod"]
     name: str
@@ -116,11 +126,12 @@ class CreatePod(_Action):
     node: str | None = None
     gpus: int | None = Field(default=None, ge=0)
     count: int = Field(default=1, ge=1, le=100)
+    selector: str | None = Field(default=None, min_length=1)  # CEL, on a DRA lab's claim
 
     @model_validator(mode="after")
     def _one_source(self) -> CreatePod:
-        if (self.spec is None) == (self.pod is None):
-            raise ValueError("give exactly one of `spec:` (a file under e2e/specs) or `pod:`")
+        if self.spec is not None and self.pod is not None:
+            raise ValueError("give one of `spec:` (a file under e2e/specs) or `pod:`, not both")
         return self
 
     @property
@@ -132,7 +143,8 @@ class CreatePod(_Action):
     def describe(self) -> str:
         gpus = f" ({self.gpus} GPUs)" if self.gpus is not None else ""
         where = f" on {self.node}" if self.node else ""
-        return f"create pod {', '.join(self.names)}{gpus}{where}"
+        which = f" where {self.selector}" if self.selector else ""
+        return f"create pod {', '.join(self.names)}{gpus}{where}{which}"
 
 
 class DeletePod(_Action):
@@ -274,10 +286,11 @@ class Changes(_Count):
 
     check: Literal["changes"]
     node: str
-    of: Literal["allocatable", "capacity"] = "allocatable"
+    of: Literal["allocatable", "capacity", "tainted"] = "allocatable"
 
     def describe(self) -> str:
-        return f"{self.of} of {self.node} changes {self.bound()} times"
+        of = "tainted devices" if self.of == "tainted" else self.of
+        return f"{of} of {self.node} changes {self.bound()} times"
 
 
 class PluginLog(_Count):
@@ -313,8 +326,32 @@ class DevicesHealthy(Strict):
         return "no Running pod holds a GPU that was faulty when it was placed"
 
 
+class Taints(_Check):
+    """How many of `node`'s devices have a taint in the DRA driver's ResourceSlices: all
+    its devices, or GPU `gpu`'s; any taint, or only `key`'s (`gpu.nvidia.com/xid`, or its
+    last part: `xid`, `gpu-lost`)."""
+
+    check: Literal["taints"]
+    node: str
+    gpu: int | None = Field(default=None, ge=0)
+    key: str | None = Field(default=None, min_length=1)
+    equals: int = Field(ge=0)
+
+    def matches(self, taint: str) -> bool:
+        """`taint` as claims.taint_text writes it: key=value:effect."""
+        if self.key is None:
+            return True
+        key = taint.split(":")[0].split("=")[0]
+        return key == self.key or key.rsplit("/", 1)[-1] == self.key
+
+    def describe(self) -> str:
+        what = f"GPU {self.gpu}" if self.gpu is not None else "devices"
+        key = f" ({self.key})" if self.key else ""
+        return f"tainted {what} of {self.node}{key} = {self.equals} {self.when()}"
+
+
 Expectation = Annotated[
-    Allocatable | Capacity | Changes | PluginLog | PodPhase | DevicesHealthy,
+    Allocatable | Capacity | Changes | PluginLog | PodPhase | DevicesHealthy | Taints,
     Field(discriminator="check"),
 ]
 
@@ -399,14 +436,17 @@ def check_lab(exp: Experiment, source: str = "experiment") -> labspec.Lab:
                 fail(where, f"no pod spec e2e/specs/{a.spec}.yaml")
             if a.node is not None and a.node not in nodes:
                 fail(where, f"no node {a.node!r} in lab {exp.lab} ({', '.join(sorted(nodes))})")
+    _check_driver(exp, lab, fail)
     created = {n for a in exp.timeline if isinstance(a, CreatePod) for n in a.names}
     for i, a in enumerate(exp.timeline):
         if isinstance(a, DeletePod) and a.name not in created:
             fail(f"timeline[{i}] (delete_pod)", f"pod {a.name!r} is not created by the timeline")
     for i, e in enumerate(exp.expect):
         where = f"expect[{i}] ({e.check})"
-        if isinstance(e, Allocatable | Capacity | Changes | PluginLog):
+        if isinstance(e, Allocatable | Capacity | Changes | PluginLog | Taints):
             gpu_node(where, e.node)
+        if isinstance(e, Taints) and e.gpu is not None and e.gpu >= gpus[e.node]:
+            fail(where, f"GPU {e.gpu} not in inventory of node {e.node} (0-{gpus[e.node] - 1})")
         elif isinstance(e, PodPhase) and e.name not in created:
             fail(
                 where,
@@ -414,3 +454,32 @@ def check_lab(exp: Experiment, source: str = "experiment") -> labspec.Lab:
                 f"({', '.join(sorted(created)) or 'none'})",
             )
     return lab
+
+
+# What an experiment may use on a lab with a device plugin, and on one with a DRA driver.
+PLUGIN_ONLY = (Allocatable, Capacity, PluginLog, DevicesHealthy, PluginOnNode)
+DRA_ONLY = (Taints,)
+
+
+def _check_driver(exp: Experiment, lab: labspec.Lab, fail: Callable[[str, str], None]) -> None:
+    """Refuse what the lab's kind of driver cannot show: a DRA lab has no extended resource
+    (nothing in allocatable, no plugin DaemonSet per node), a device-plugin lab no
+    ResourceSlices (no taints, no claims to select with)."""
+    dra = lab.spec.dra is not None
+    for at, item in [*((f"timeline[{i}]", a) for i, a in enumerate(exp.timeline)),
+                    *((f"expect[{i}]", e) for i, e in enumerate(exp.expect))]:  # fmt: skip
+        name = getattr(item, "do", None) or getattr(item, "check", "")
+        where = f"{at} ({name})"
+        if dra and isinstance(item, PLUGIN_ONLY):
+            fail(where, f"lab {exp.lab} runs NVIDIA's DRA driver: no device plugin and no "
+                        "extended resource to read (check `taints` or `pod`)")  # fmt: skip
+        elif dra and isinstance(item, CreatePod) and item.gpus == 0:
+            fail(where, "`gpus: 0` on a DRA lab: a claim asks for 1 GPU or more")
+        elif dra and isinstance(item, Changes) and item.of != "tainted":
+            fail(where, f"lab {exp.lab} runs NVIDIA's DRA driver: count changes `of: tainted`")
+        elif not dra and isinstance(item, DRA_ONLY):
+            fail(where, f"lab {exp.lab} runs a device plugin: no device taints (a `dra:` lab has)")
+        elif not dra and isinstance(item, Changes) and item.of == "tainted":
+            fail(where, f"lab {exp.lab} runs a device plugin: no device taints to count")
+        elif not dra and isinstance(item, CreatePod) and item.selector:
+            fail(where, f"lab {exp.lab} runs a device plugin: `selector:` needs a `dra:` lab")

@@ -102,8 +102,17 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         items[:] = keep
 
 
+# The DRA suites' column: NVIDIA's DRA driver serves their labs, no subject does.
+DRA_COLUMN = "nvidia-dra-driver"
+DRA_TESTS = ("e2e/test_dra", "e2e/test_experiment_run.py::test_dra_")
+
+
 def summary_key(nodeid: str, names: list[str]) -> tuple[str, str] | None:
-    """('scenario [other params]', subject) for an e2e test id, or None."""
+    """('scenario [other params]', subject) for an e2e test id (a DRA test's column is
+    DRA_COLUMN, all its parameters in the scenario), or None."""
+    if nodeid.startswith(DRA_TESTS):
+        base, _, param = nodeid.rstrip("]").partition("[")
+        return base.split("::")[-1] + (f" [{param}]" if param else ""), DRA_COLUMN
     if "[" not in nodeid or not nodeid.startswith("e2e/"):
         return None
     base, param = nodeid.rstrip("]").split("[", 1)
@@ -131,11 +140,17 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
             rows.setdefault(key[0], {})[key[1]] = Cell.of(
                 outcome == "passed", rep.duration, rep.user_properties, _crash(rep) or failure
             )
-    if not rows:
-        return
-    terminalreporter.section("gpulab e2e: scenario x subject (expected / seen)")
-    for line in table(rows, names, max(terminalreporter._tw.fullwidth, 100)):
-        terminalreporter.write_line(line)
+    width = max(terminalreporter._tw.fullwidth, 100)
+    dra = {k: r for k, r in rows.items() if DRA_COLUMN in r}
+    plugins = {k: r for k, r in rows.items() if k not in dra}
+    if plugins:
+        terminalreporter.section("gpulab e2e: scenario x subject (expected / seen)")
+        for line in table(plugins, names, width):
+            terminalreporter.write_line(line)
+    if dra:
+        terminalreporter.section("gpulab e2e: NVIDIA's DRA driver (expected / seen)")
+        for line in table(dra, [DRA_COLUMN], width):
+            terminalreporter.write_line(line)
 
 
 def _crash(rep: pytest.TestReport) -> str:
@@ -173,7 +188,7 @@ def bring_up(lab: Lab) -> Lab:
 
 
 # Fixtures that stand for a lab, and which lab: `lab` is the --lab one.
-LAB_FIXTURES = {"hetero": "hetero", "mig_lab": "mig", "dra_lab": "dra"}
+LAB_FIXTURES = {"hetero": "hetero", "mig_lab": "mig", "dra_lab": "dra", "dra_mig_lab": "dra-mig"}
 
 
 def labs_wanted(items: list[pytest.Item], config: pytest.Config) -> list[str]:
@@ -229,11 +244,12 @@ def namespaced_pods(lab: Lab) -> Iterator[Pods]:
     p.delete_all()
 
 
-@pytest.fixture
-def fake_gpus(lab: Lab) -> Iterator[Callable[[str], NodeDir]]:
-    """fake_gpus(node) -> NodeDir: inject/recover on that node's GPUs from the host.
-    Afterwards every GPU faulted during the test is recovered, and a subject that does not
-    recover by itself (NVIDIA's) is restarted, so the next test starts at full capacity."""
+def recovering_gpus(lab: Lab) -> Iterator[Callable[[str], NodeDir]]:
+    """get(node) -> NodeDir: inject/recover on that node's GPUs from the host. Afterwards
+    every GPU faulted meanwhile is recovered and the lab brought back to full health: a
+    subject that does not recover by itself (NVIDIA's) is restarted until capacity is
+    whole; on a DRA lab the kubelet plugins restart (v0.4.1 never lifts a taint it set)
+    until no device is tainted."""
     touched: dict[str, tuple[NodeDir, int]] = {}
 
     def get(node: str) -> NodeDir:
@@ -247,16 +263,27 @@ def fake_gpus(lab: Lab) -> Iterator[Callable[[str], NodeDir]]:
         for gpu in sorted({r.gpu for r in d.events(start) if r.kind.is_fault}):
             d.recover(gpu)
             faulted = True
-    if faulted:
-        if not lab.subject.expects.recovers:
-            lab.restart_plugin()
-        try:
-            lab.wait_capacity(deadline_s=60)
-        except StepError:
-            # A recovering subject that did not recover: this test errors, and fresh
-            # plugin pods keep the failure from spilling into every later test.
-            lab.restart_plugin()
-            raise
+    if not faulted:
+        return
+    if lab.lab.spec.dra:
+        lab.restart_plugin()
+        lab.wait_untainted(deadline_s=60)
+        return
+    if not lab.subject.expects.recovers:
+        lab.restart_plugin()
+    try:
+        lab.wait_capacity(deadline_s=60)
+    except StepError:
+        # A recovering subject that did not recover: this test errors, and fresh plugin
+        # pods keep the failure from spilling into every later test.
+        lab.restart_plugin()
+        raise
+
+
+@pytest.fixture
+def fake_gpus(lab: Lab) -> Iterator[Callable[[str], NodeDir]]:
+    """fake_gpus(node) -> NodeDir, and the lab at full capacity again afterwards."""
+    yield from recovering_gpus(lab)
 
 
 @pytest.fixture

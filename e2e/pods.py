@@ -43,6 +43,8 @@ DEVICE_ENV = "NVIDIA_VISIBLE_DEVICES"
 # nodes name its GPUs.
 UuidsByMinor = Callable[[str], dict[int, str]]
 DEVICE_NODE = re.compile(r"^nvidia(\d+)$")
+# The grace period a DRA lab's pods are deleted with (see Pods: force-deleting costs ~70 s).
+DRA_GRACE_S = 1
 
 
 class Pods:
@@ -50,12 +52,18 @@ class Pods:
     (or device-id env var) is another, `create` asks for that one and `devices` reads that
     one, so a suite runs unchanged against any plugin. Without a device-id env var (`None`:
     a CDI subject) `devices` reads the container's /dev/nvidia<minor> nodes and names them
-    by UUID through `uuids_by_minor`."""
+    by UUID through `uuids_by_minor`.
+
+    `grace_s` is the grace period `delete` asks for. 0 (force) suits device plugins. A
+    DRA lab needs 1: a force-deleted pod leaves the API before its node unprepared its
+    claim, the scheduler hands the device to the next claim, the driver refuses to prepare
+    it ("already allocated to different claim") and the kubelet retries only after about
+    70 s (docs/dra-driver.md). With a grace period the pod stays until the kubelet is done."""
 
     def __init__(self, core: client.CoreV1Api, namespace: str, image: str,
                  resource: str = GPU, device_env: str | None = DEVICE_ENV,
-                 uuids_by_minor: UuidsByMinor | None = None) -> None:  # fmt: skip
-        self.core, self.ns, self.image = core, namespace, image
+                 uuids_by_minor: UuidsByMinor | None = None, grace_s: int = 0) -> None:  # fmt: skip
+        self.core, self.ns, self.image, self.grace_s = core, namespace, image, grace_s
         self.resource, self.device_env = resource, device_env
         if device_env is None and uuids_by_minor is None:
             raise ValueError("reading device nodes needs uuids_by_minor")
@@ -85,7 +93,7 @@ class Pods:
             return {g.minor if g.minor >= 0 else g.index: g.uuid for g in gpus}
 
         return cls(lab.core, namespace, lab.images["workload"], s.resource, s.device_ids.env,
-                   uuids_by_minor)  # fmt: skip
+                   uuids_by_minor, grace_s=DRA_GRACE_S if lab.lab.spec.dra else 0)  # fmt: skip
 
     # -- lifecycle
 
@@ -101,7 +109,7 @@ class Pods:
 
     def delete(self, name: str, wait_s: float = 60) -> None:
         try:
-            self.core.delete_namespaced_pod(name, self.ns, grace_period_seconds=0)
+            self.core.delete_namespaced_pod(name, self.ns, grace_period_seconds=self.grace_s)
         except ApiException as e:
             if e.status == 404:
                 return

@@ -15,6 +15,11 @@ Layers of a fault, each found by its own rule:
 - API: the first node sample after the update whose allocatable moved the expected way
   (down for a fault, up for a recovery); each change is given to one update only. Its
   resolution is the sampling interval.
+
+On a DRA lab (NVIDIA's DRA driver) there is no ListAndWatch and no allocatable: the driver
+saw an Xid when it logs "Sending XID=N health event for device <uuid>", and the API layer
+is the first sample after the fault in which the GPU's device in the ResourceSlices got a
+taint it did not have (or, for a recovery, lost its last one).
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ from __future__ import annotations
 import itertools
 import json
 import statistics
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -76,6 +82,8 @@ class Sample:
     t: float
     nodes: dict[str, list]  # node -> [capacity, allocatable, resourceVersion]
     pods: dict[str, list]  # pod -> [phase, node]
+    # DRA labs: node -> device -> its taints (key=value:effect); untainted devices left out
+    taints: dict[str, dict[str, list[str]]] = field(default_factory=dict)
 
 
 @dataclass
@@ -105,7 +113,7 @@ class Recording:
     plugin: str
     started: str  # ISO time of t=0
     t0_ns: int
-    nodes: dict[str, dict]  # node -> {gpus, product, uuids}
+    nodes: dict[str, dict]  # node -> {gpus, product, uuids[, devices: {DRA device: GPU}]}
     actions: list[ActionRun] = field(default_factory=list)
     faults: list[Fault] = field(default_factory=list)
     samples: list[Sample] = field(default_factory=list)
@@ -143,16 +151,42 @@ class Recording:
     def end(self) -> float:
         return self.samples[-1].t if self.samples else 0.0
 
+    @property
+    def dra(self) -> bool:
+        """Recorded on a DRA lab (its GPUs are devices in ResourceSlices)."""
+        return any("devices" in info for info in self.nodes.values())
+
+    @property
+    def measure(self) -> str:
+        """What a node's series follows by default: allocatable, or on a DRA lab the
+        number of tainted devices."""
+        return "tainted" if self.dra else "allocatable"
+
     # -- reading the samples
 
-    def series(self, node: str, what: str = "allocatable") -> list[tuple[float, int]]:
-        """(t, value) at every sample where the node's value changed (the first included)."""
-        i = 0 if what == "capacity" else 1
+    @staticmethod
+    def value(s: Sample, node: str, what: str = "allocatable") -> int | None:
+        """The node's capacity, allocatable or count of tainted devices in one sample."""
+        if node not in s.nodes:
+            return None
+        if what == "tainted":
+            return len(s.taints.get(node, {}))
+        return s.nodes[node][0 if what == "capacity" else 1]
+
+    def series(self, node: str, what: str = "") -> list[tuple[float, int]]:
+        """(t, value) at every sample where the node's value (`measure` unless named)
+        changed (the first included)."""
         out: list[tuple[float, int]] = []
         for s in self.samples:
-            if node in s.nodes and (not out or s.nodes[node][i] != out[-1][1]):
-                out.append((s.t, s.nodes[node][i]))
+            v = self.value(s, node, what or self.measure)
+            if v is not None and (not out or v != out[-1][1]):
+                out.append((s.t, v))
         return out
+
+    def device_taints(self, s: Sample, node: str, gpu: int) -> list[str]:
+        """GPU `gpu`'s taints on a DRA lab (every device made of it: a MIG GPU has many)."""
+        devices = self.nodes[node].get("devices", {})
+        return [t for d, ts in s.taints.get(node, {}).items() if devices.get(d) == gpu for t in ts]
 
     def node_writes(self, node: str) -> int:
         """Updates of the Node object seen during the run (resourceVersion changes)."""
@@ -192,6 +226,7 @@ class Trace:
     update: float | None = None  # plugin's ListAndWatch update line
     api: float | None = None  # allocatable changed in the API
     api_value: tuple[int, int] | None = None  # (before, after)
+    taint: str = ""  # DRA: the taints the device got (or "none": all gone)
 
     @property
     def to_plugin(self) -> float | None:
@@ -228,6 +263,9 @@ def traces(rec: Recording) -> list[Trace]:
         ]
         if cands:
             cands[0].seen = ln.t
+    if rec.dra:
+        _taint_layer(rec, out)
+        return out
     for ln in lines:
         if ln.event != "update" or ln.healthy is None:
             continue
@@ -260,15 +298,43 @@ def traces(rec: Recording) -> list[Trace]:
     return out
 
 
-def rec_value(rec: Recording, node: str, t: float, what: str = "allocatable") -> int | None:
-    """The node's value in the last sample at or before t."""
-    i = 0 if what == "capacity" else 1
+def _taint_layer(rec: Recording, out: list[Trace]) -> None:
+    """A DRA lab's API layer: the first sample after each fault in which its GPU's device
+    has a taint it did not have at the fault (a recovery: has none left). A change is
+    given to one fault only, so of a burst only the first shows it."""
+    claimed: set[tuple[str, int, float]] = set()
+    for tr in out:
+        f = tr.fault
+        baseline: set[str] | None = None
+        for s in rec.samples:
+            if f.node not in s.nodes:
+                continue
+            now = set(rec.device_taints(s, f.node, f.gpu))
+            if s.t <= f.t or baseline is None:
+                baseline = now
+                continue
+            new = now - baseline
+            hit = (baseline and not now) if f.kind == RECOVER else bool(new)
+            if not hit:
+                continue
+            if (f.node, f.gpu, s.t) not in claimed:
+                claimed.add((f.node, f.gpu, s.t))
+                tr.api, tr.taint = s.t, ", ".join(sorted(new)) or "none"
+                tr.api_value = (
+                    rec_value(rec, f.node, f.t) or 0,
+                    rec.value(s, f.node, "tainted") or 0,
+                )
+            break
+
+
+def rec_value(rec: Recording, node: str, t: float, what: str = "") -> int | None:
+    """The node's value (`rec.measure` unless named) in the last sample at or before t."""
     val = None
     for s in rec.samples:
         if s.t > t:
             break
-        if node in s.nodes:
-            val = s.nodes[node][i]
+        if (v := rec.value(s, node, what or rec.measure)) is not None:
+            val = v
     return val
 
 
@@ -309,14 +375,21 @@ def disruptions(rec: Recording) -> list[Disruption]:
     return out
 
 
-def layer_stats(trs: list[Trace]) -> dict[str, tuple[int, float, float, float] | None]:
+Stats = tuple[int, float, float, float]  # n, min, median, max (ms)
+
+
+def layer_stats(trs: list[Trace], dra: bool = False) -> dict[str, Stats | None]:
     """n, min, median, max in ms for each layer, over the faults that reached it."""
-    out: dict[str, tuple[int, float, float, float] | None] = {}
-    for name, get in (
+    out: dict[str, Stats | None] = {}
+    layers = (
+        ("injected → driver's Xid line", lambda t: None if t.seen is None else t.seen - t.fault.t),
+        ("injected → device taint in API", lambda t: t.total),
+    ) if dra else (
         ("injected → plugin update", lambda t: t.to_plugin),
         ("plugin update → API allocatable", lambda t: t.to_api),
         ("injected → API allocatable", lambda t: t.total),
-    ):
+    )  # fmt: skip
+    for name, get in layers:
         xs = [v * 1000 for tr in trs if (v := get(tr)) is not None]
         out[name] = (len(xs), min(xs), statistics.median(xs), max(xs)) if xs else None
     return out
@@ -364,15 +437,9 @@ def evaluate(rec: Recording) -> list[Outcome]:
 def _evaluate(rec: Recording, e: ex.Expectation) -> Outcome:
     if isinstance(e, ex.Allocatable | ex.Capacity):
         i = 0 if isinstance(e, ex.Capacity) else 1
-        vals = _values(rec, e, lambda s: s.nodes.get(e.node, [None, None])[i])
-        if not vals:
-            return Outcome(False, e.describe(), "no samples in that window")
-        bad = [(t, v) for t, v in vals if v != e.equals]
-        seen = sorted({v for _, v in vals}, key=str)
-        obs = ", ".join(map(str, seen))
-        if bad and e.during:
-            obs += f" (first {bad[0][1]} at {bad[0][0]:.2f}s)"
-        return Outcome(not bad, e.describe(), obs)
+        return _equals(rec, e, lambda s: s.nodes.get(e.node, [None, None])[i])
+    if isinstance(e, ex.Taints):
+        return _equals(rec, e, lambda s: _tainted(rec, s, e))
     if isinstance(e, ex.Changes):
         n = len(rec.series(e.node, e.of)) - 1
         vals = " → ".join(str(v) for _, v in rec.series(e.node, e.of))
@@ -399,6 +466,29 @@ def _evaluate(rec: Recording, e: ex.Expectation) -> Outcome:
     if isinstance(e, ex.DevicesHealthy):
         return _devices_healthy(rec, e)
     raise TypeError(f"unknown expectation {e!r}")
+
+
+def _equals(rec: Recording, e: ex.Allocatable | ex.Capacity | ex.Taints,
+            get: Callable[[Sample], int | None]) -> Outcome:  # fmt: skip
+    """A node's value equals `e.equals` at every sample of the window."""
+    vals = _values(rec, e, get)
+    if not vals:
+        return Outcome(False, e.describe(), "no samples in that window")
+    bad = [(t, v) for t, v in vals if v != e.equals]
+    seen = sorted({v for _, v in vals}, key=str)
+    obs = ", ".join(map(str, seen))
+    if bad and e.during:
+        obs += f" (first {bad[0][1]} at {bad[0][0]:.2f}s)"
+    return Outcome(not bad, e.describe(), obs)
+
+
+def _tainted(rec: Recording, s: Sample, e: ex.Taints) -> int | None:
+    """How many of the node's devices (or 1/0 for its GPU `e.gpu`) have a taint `e` counts."""
+    if e.node not in s.nodes:
+        return None
+    if e.gpu is not None:
+        return int(any(e.matches(t) for t in rec.device_taints(s, e.node, e.gpu)))
+    return sum(any(e.matches(t) for t in ts) for ts in s.taints.get(e.node, {}).values())
 
 
 def _devices_healthy(rec: Recording, e: ex.DevicesHealthy) -> Outcome:

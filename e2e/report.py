@@ -76,6 +76,11 @@ def _table(head: list[str], rows: list[list[str]]) -> str:
     return "\n".join(lines)
 
 
+def _served(rec: Recording) -> str:
+    """What served the GPUs: `gpulab plugin`, or NVIDIA's DRA driver on a DRA lab."""
+    return rec.plugin if rec.dra else f"{rec.plugin} plugin"
+
+
 def _short(node: str, rec: Recording) -> str:
     """hetero-worker2 -> worker2: the lab name is in the title already."""
     lab = rec.experiment.get("lab", "")
@@ -93,7 +98,7 @@ def markdown(rec: Recording, trs: list[Trace], outcomes: list[Outcome]) -> str:
     inv = ", ".join(f"{n} {i['gpus']}x {i['product']}" for n, i in rec.nodes.items())
     interval = exp.sample_interval * 1000
     parts = [
-        f"# {exp.name} · {rec.plugin} plugin · {verdict}",
+        f"# {exp.name} · {_served(rec)} · {verdict}",
         "",
         *([f"> {' '.join(exp.description.split())}", ""] if exp.description else []),
         f"Lab **{exp.lab}** ({inv}) · t=0 at {rec.started} · {rec.end:.1f} s, "
@@ -111,17 +116,28 @@ def markdown(rec: Recording, trs: list[Trace], outcomes: list[Outcome]) -> str:
         "",
         "## Latency per layer",
         "",
-        "From the fault's journal record to the plugin's ListAndWatch update (its log line) "
-        "to the node's allocatable in the API server, over the faults that reached each layer "
-        f"(API times are the first sample that showed the change: ±{interval:.0f} ms).",
+        (
+            "From the fault's journal record to the driver's Xid log line and to the "
+            "device's taint in its ResourceSlice, over the faults that reached each layer "
+            if rec.dra
+            else "From the fault's journal record to the plugin's ListAndWatch update (its "
+            "log line) to the node's allocatable in the API server, over the faults that "
+            "reached each layer "
+        )
+        + (
+            "(API times are when the first slice list that showed the change arrived: "
+            f"late by up to a {interval:.0f} ms interval and the list's own time, never early)."
+            if rec.dra
+            else f"(API times are the first sample that showed the change: ±{interval:.0f} ms)."
+        ),
         "",
-        _stats(trs),
+        _stats(trs, rec.dra),
         "",
         "## Faults",
         "",
         _faults(rec, trs),
         "",
-        "## Plugin and API activity per node",
+        "## Driver and API activity per node" if rec.dra else "## Plugin and API activity per node",
         "",
         _activity(rec, trs),
     ]
@@ -130,8 +146,9 @@ def markdown(rec: Recording, trs: list[Trace], outcomes: list[Outcome]) -> str:
             "",
             "## Node disruptions",
             "",
-            "The node's allocatable in the API after the action: its first change, its "
-            "lowest value and where it settled (its last change in the run).",
+            f"The node's {'count of tainted devices' if rec.dra else 'allocatable'} in the "
+            "API after the action: its first change, its lowest value and where it settled "
+            "(its last change in the run).",
             "",
             _disruptions(rec, ds),
         ]
@@ -141,9 +158,9 @@ def markdown(rec: Recording, trs: list[Trace], outcomes: list[Outcome]) -> str:
     return "\n".join(parts)
 
 
-def _stats(trs: list[Trace]) -> str:
+def _stats(trs: list[Trace], dra: bool = False) -> str:
     rows = []
-    for name, st in layer_stats(trs).items():
+    for name, st in layer_stats(trs, dra).items():
         if st is None:
             rows.append([name, "0", "—", "—", "—"])
         else:
@@ -156,10 +173,13 @@ def _api_cell(tr: Trace) -> str:
     if tr.api is None:
         return "—"
     a, b = tr.api_value or (0, 0)
-    return f"{_t(tr.api)} ({a}→{b})"
+    taint = f" `{tr.taint}`" if tr.taint else ""
+    return f"{_t(tr.api)} ({a}→{b}){taint}"
 
 
 def _faults(rec: Recording, trs: list[Trace]) -> str:
+    if rec.dra:
+        return _dra_faults(rec, trs)
     rows = []
     for _, grp in groupby(trs, key=lambda t: (t.fault.action, t.fault.node, t.fault.gpu)):
         g = list(grp)
@@ -224,7 +244,38 @@ def _faults(rec: Recording, trs: list[Trace]) -> str:
     return (_table(head, rows) if rows else "No faults injected.") + note
 
 
+def _dra_faults(rec: Recording, trs: list[Trace]) -> str:
+    """A DRA lab's faults: the driver's Xid line and the device's taint, a burst one row."""
+    rows = []
+    for _, grp in groupby(trs, key=lambda t: (t.fault.action, t.fault.node, t.fault.gpu)):
+        g = list(grp)
+        f, last = g[0].fault, g[-1].fault
+        first = next((t for t in g if t.api is not None), g[0])
+        seen = [t.seen for t in g if t.seen is not None]
+        label = f"{len(g)}x {f.label()} in {_dur(last.t - f.t)}" if len(g) > 1 else f.label()
+        rows.append([
+            _t(f.t) if len(g) == 1 else f"{_t(f.t)}-{_t(last.t)}",
+            str(f.seq) if len(g) == 1 else f"{f.seq}-{last.seq}",
+            _short(f.node, rec), str(f.gpu), label,
+            _t(seen[0]) if len(seen) == 1 and len(g) == 1 else f"{len(seen)} lines",
+            _api_cell(first), _dur(first.total),
+        ])  # fmt: skip
+    head = ["t (s)", "seq (node journal)", "node", "GPU", "fault", "driver saw",
+            "device taint in API (tainted devices on the node)", "total"]  # fmt: skip
+    return _table(head, rows) if rows else "No faults injected."
+
+
 def _activity(rec: Recording, trs: list[Trace]) -> str:
+    if rec.dra:
+        rows = [
+            [_short(node, rec), str(sum(t.fault.node == node for t in trs)),
+             str(sum(x.event == "xid" and x.node == node and 0 <= x.t <= rec.end
+                     for x in rec.log)),
+             f"{len(ser) - 1} ({' → '.join(str(v) for _, v in ser)})" if (ser := rec.series(node))
+             else "—"]
+            for node in rec.nodes
+        ]  # fmt: skip
+        return _table(["node", "faults", "driver Xid lines", "tainted devices changes"], rows)
     rows = []
     for node in rec.nodes:
         mine = [x for x in rec.log if x.node == node and 0 <= x.t <= rec.end]
@@ -266,7 +317,7 @@ def _disruptions(rec: Recording, ds: list[Disruption]) -> str:
          "—" if d.low is None else str(d.low), at(d.settled), _t(d.registered)]
         for d in ds
     ]  # fmt: skip
-    head = ["t (s)", "action", "node", "allocatable before", "first change", "lowest",
+    head = ["t (s)", "action", "node", f"{rec.measure} before", "first change", "lowest",
             "settled", "plugin registered"]  # fmt: skip
     return _table(head, rows)
 
@@ -304,6 +355,20 @@ def _actions(rec: Recording) -> str:
 
 
 def _method(rec: Recording) -> str:
+    if rec.dra:
+        return (
+            "<details><summary>How this was measured</summary>\n\n"
+            "- All times are seconds since t=0 on the host's realtime clock, which the kind "
+            "nodes share: faults by their fakenvml journal record, driver lines by "
+            "containerd's log timestamp, API values by the middle of the sampler's node list "
+            "request (the ResourceSlices are listed right after it).\n"
+            "- *driver saw*: the driver's `Sending XID=N health event for device <uuid>` "
+            "line (its chart's verbosity 4), matched in order per GPU. *device taint in "
+            "API*: the first sample after the fault in which the GPU's device had a taint it "
+            "did not have at the fault (a recovery: none left).\n"
+            f"- {rec.plugin}; {len(rec.log)} driver lines matched a layer.\n"
+            "</details>"
+        )
     return (
         "<details><summary>How this was measured</summary>\n\n"
         "- All times are seconds since t=0 on the host's realtime clock, which the kind nodes "
@@ -388,7 +453,7 @@ def timeline_png(rec: Recording, trs: list[Trace], outcomes: list[Outcome], path
     end = max(rec.end, rec.spec.duration)
     ok = all(o.passed for o in outcomes)
     fig.suptitle(
-        f"{rec.spec.name} · {rec.plugin} plugin · "
+        f"{rec.spec.name} · {_served(rec)} · "
         f"{'PASS' if ok else 'FAIL'} ({sum(o.passed for o in outcomes)}/{len(outcomes)})",
         fontsize=13,
         fontweight="bold",
@@ -477,7 +542,7 @@ def timeline_png(rec: Recording, trs: list[Trace], outcomes: list[Outcome], path
     # Panel 2: allocatable per node as step lines, capacity dashed.
     top = 1
     for n in nodes:
-        al, cap = rec.series(n), rec.series(n, "capacity")
+        al, cap = rec.series(n), rec.series(n, "tainted" if rec.dra else "capacity")
         if not al:
             continue
         xs, ys = [t for t, _ in al] + [rec.end], [v for _, v in al] + [al[-1][1]]
@@ -506,9 +571,12 @@ def timeline_png(rec: Recording, trs: list[Trace], outcomes: list[Outcome], path
             )
     ax_al.set_ylim(-0.4, top + 0.8)
     ax_al.yaxis.get_major_locator().set_params(integer=True)
-    ax_al.set_ylabel("nvidia.com/gpu")
+    ax_al.set_ylabel("tainted devices" if rec.dra else "nvidia.com/gpu")
     ax_al.set_title(
-        "allocatable per node in the API (solid) · capacity (dashed) · +latency from the fault",
+        "tainted devices per node in the ResourceSlices · +latency from the fault"
+        if rec.dra
+        else "allocatable per node in the API (solid) · capacity (dashed) · "
+        "+latency from the fault",
         fontsize=9,
         loc="left",
     )

@@ -23,7 +23,7 @@ pytestmark = pytest.mark.needs("cdi")
 def node_specs(lab: Lab, kind: str) -> dict[str, list[str]]:
     """CDI device name -> its device nodes' paths, over the node's specs of `kind`."""
     names = lab.node_exec(NODE, "sh", "-c", f"ls {SPEC_DIR}").split()
-    return cdi.device_nodes((lab.node_exec(NODE, "cat", f"{SPEC_DIR}/{n}") for n in names), kind)
+    return cdi.device_nodes((lab.node_read(NODE, f"{SPEC_DIR}/{n}") for n in names), kind)
 
 
 def test_the_plugin_wrote_a_spec_naming_every_gpu_with_its_device_node(

@@ -135,7 +135,7 @@ def test_the_node_has_each_slice_s_capability_minors_and_nodes(
     }
     verdict.expect(", ".join(f"{k} {v}, a node c {driver.CAPS_MAJOR}:{v}" for k, v in want.items()))
     root = "/run/fakenvml/driver"
-    lines = mig_lab.node_exec(NODE, "cat", f"{root}/proc/driver/nvidia-caps/mig-minors")
+    lines = mig_lab.node_read(NODE, f"{root}/proc/driver/nvidia-caps/mig-minors")
     listed = dict(line.rsplit(" ", 1) for line in lines.splitlines())
     nodes = {
         k: mig_lab.node_exec(

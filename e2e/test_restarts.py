@@ -1,6 +1,6 @@
 """Restart suites on the `seed` lab, for each whole-GPU plugin: the node's kubelet restarted
 $GPULAB_RESTARTS times (default 20), then the plugin's pod as often. Asserted from the
-kubelet's own metrics (e2e/kubelet_metrics.py): a registration for every restart, capacity
+kubelet's own metrics (clusters/kubelet_metrics.py): a registration for every restart, capacity
 and allocatable restored every time, Allocate served by the new plugin after each of its
 restarts, running pods untouched and no pod failing admission (UnexpectedAdmissionError).
 """
@@ -16,10 +16,10 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from clusters.kubelet_metrics import DeviceMetrics, scrape
 from clusters.lab import Lab
 from clusters.steps import poll
 from e2e import checkpoint
-from e2e.kubelet_metrics import DeviceMetrics, scrape
 from e2e.pods import Pods
 from e2e.verdict import Verdict
 
@@ -69,14 +69,14 @@ def test_kubelet_restarts(lab: Lab, pods: Pods, verdict: Verdict) -> None:
     before = checkpoint.allocations(lab, NODE)[key]
     took, registered = [], 0
     for i in range(RESTARTS):
-        old = scrape(lab, NODE, resource)
+        old = scrape(lab.core, NODE, resource)
         t0 = time.monotonic()
         lab.node_exec(NODE, "systemctl", "restart", "kubelet")
         restarted = datetime.now(UTC).replace(microsecond=0)
 
         def reregistered(old: DeviceMetrics = old) -> tuple[bool, str]:
             try:
-                now = scrape(lab, NODE, resource)
+                now = scrape(lab.core, NODE, resource)
             except ApiException as e:  # the kubelet is restarting
                 return False, f"kubelet not answering ({e.status})"
             if now.started == old.started:
@@ -91,7 +91,7 @@ def test_kubelet_restarts(lab: Lab, pods: Pods, verdict: Verdict) -> None:
     # The last kubelet allocates for a new pod through the plugin that registered with it.
     pods.create(pods.gpu_pod("after", 1, NODE))
     pods.wait_running("after")
-    allocs = scrape(lab, NODE, resource).allocations
+    allocs = scrape(lab.core, NODE, resource).allocations
     kept = checkpoint.allocations(lab, NODE)[key] == before == sorted(pods.devices("keeper"))
     refused = admission_failures(pods)
     verdict.saw(f"keeper {'kept' if kept else 'lost'} its devices; {allocs} Allocate after; "
@@ -108,13 +108,13 @@ def test_plugin_restarts(lab: Lab, pods: Pods, verdict: Verdict) -> None:
     resource = pods.resource
     pods.create(pods.gpu_pod("keeper", 2, NODE))
     pods.wait_running("keeper")
-    start = scrape(lab, NODE, resource)
+    start = scrape(lab.core, NODE, resource)
     took, allocated = [], 0
     for i in range(RESTARTS):
         t0 = time.monotonic()
         lab.restart_plugin()  # new pods Ready and full capacity
         took.append(time.monotonic() - t0)
-        now = scrape(lab, NODE, resource)
+        now = scrape(lab.core, NODE, resource)
         assert now.started == start.started, "the kubelet restarted during the suite"
         assert now.registrations == start.registrations + i + 1, (
             f"restart {i + 1}: {now.registrations - start.registrations} registrations"
@@ -123,11 +123,11 @@ def test_plugin_restarts(lab: Lab, pods: Pods, verdict: Verdict) -> None:
         name = f"probe-{i}"
         pods.create(pods.gpu_pod(name, 1, NODE))
         pods.wait_running(name)
-        got = scrape(lab, NODE, resource).allocations - start.allocations
+        got = scrape(lab.core, NODE, resource).allocations - start.allocations
         assert got == i + 1, f"restart {i + 1}: {got} Allocate calls in all"
         allocated += 1
         pods.delete(name)
-    end = scrape(lab, NODE, resource)
+    end = scrape(lab.core, NODE, resource)
     mean_ms = 1000 * (end.alloc_seconds - start.alloc_seconds) / max(allocated, 1)
     refused = admission_failures(pods)
     verdict.saw(f"{end.registrations - start.registrations}/{RESTARTS} registrations, "

@@ -9,6 +9,12 @@
     lists them (every GPU minor 0-31, GPU instance 0-14, compute instance 0-7)
     <root>/dev/nvidia-caps/nvidia-cap<minor>: config (1), monitor (2), and each GPU
     instance's and compute instance's access node of every MIG-capable GPU
+    <root>/proc/driver/nvidia/capabilities/: the driver's per-capability procfs files
+    (mig/config, mig/monitor, gpu<minor>/mig/gi<N>/access, gpu<minor>/mig/gi<N>/ci<M>/access),
+    each `DeviceFileMinor`, `DeviceFileMode`, `DeviceFileModify` as the kernel module
+    prints them, for every instance that could exist on each MIG-capable GPU
+    <root>/proc/devices: the kernel's /proc/devices with the majors the driver registers
+    (nvidia, nvidia-uvm, nvidia-caps) added to its character devices
     <root>/sys/bus/pci/devices/<address>/: vendor, device, class, subsystem ids, numa_node,
     resource per GPU: what go-nvlib's nvpci reads (GFD's nvidia.com/gpu.mode label)
     <root>/usr/bin/nvidia-smi: NVIDIA's real one, when given (`--nvidia-smi PATH`): a
@@ -26,7 +32,10 @@ Labs bind-mount <root>/sys/bus/pci/devices over /sys/bus/pci/devices in the cont
 that read PCI sysfs (gpu-feature-discovery); the host's sysfs is never written.
 NVIDIA's plugin reads mig-minors at /proc/driver/nvidia-caps (for every MIG device it
 serves, or it refuses the device), nvidia-container-toolkit under the driver root; a pod
-sees the root's proc/driver at /proc/driver when the lab bind-mounts it there.
+sees the root's proc/driver at /proc/driver when the lab bind-mounts it there. NVIDIA's DRA
+driver reads a MIG device's two capability files at /proc/driver/nvidia/capabilities when
+it prepares a claim, and the nvidia-caps major from /proc/devices, or from the file its
+ALT_PROC_DEVICES_PATH names (the root's proc/devices here).
 The nodes are only stat'ed (for type, major and minor) and re-created in containers; no
 driver answers them, so opening one fails as on a machine whose driver is not loaded.
 Making them needs CAP_MKNOD and a device cgroup that allows it (a privileged driver
@@ -61,6 +70,14 @@ UVM_MAJOR = 509
 CAPS_MAJOR = 508
 CAPS_DIR = "nvidia-caps"
 MIG_MINORS = Path("proc/driver/nvidia-caps/mig-minors")
+CAPABILITIES = Path("proc/driver/nvidia/capabilities")
+PROC_DEVICES = Path("proc/devices")
+# Capability files' DeviceFileMode: mig/config is root's alone (0400), the rest readable by
+# all (0444), as a MIG host's procfs shows them; the driver may change the nodes (Modify 1).
+CONFIG_MODE, ACCESS_MODE = 0o400, 0o444
+# The GPU's character device is "nvidia-frontend" in /proc/devices before driver 550.40
+# and "nvidia" since (nvidia-container-toolkit's proc/devices reader knows both names).
+GPU_DEVICE_RENAMED = (550, 40)
 # The driver's fixed table: minors for every capability that could exist, whether or not
 # it does (NVIDIA's MIG user guide: "config 1" ... "gpu31/gi14/ci7/access 4322").
 CAPS_GPUS, CAPS_GIS, CAPS_CIS = 32, 15, 8
@@ -185,6 +202,88 @@ def write_mig_minors(root: Path) -> Path:
     return path
 
 
+def _write_if_changed(path: Path, text: str, mode: int = 0o444) -> None:
+    if path.is_file() and path.read_text() == text:
+        return
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+    os.chmod(tmp, mode)
+    os.replace(tmp, path)
+
+
+def capability_file(minor: int, mode: int = ACCESS_MODE) -> str:
+    """A capability's procfs file, as the kernel module prints it (mode in decimal)."""
+    return f"DeviceFileMinor: {minor}\nDeviceFileMode: {mode}\nDeviceFileModify: 1\n"
+
+
+def capability_files(node: Node) -> dict[str, str]:
+    """Every capability file under proc/driver/nvidia/capabilities, by relative path: none
+    without a MIG-capable GPU; else config, monitor and, as for the /dev/nvidia-caps
+    nodes, the access file of every GPU and compute instance that could exist (a layout
+    changed at run time finds its files)."""
+    minors = [g.minor if g.minor >= 0 else g.index for g in node.gpus if g.mig_profiles]
+    if not minors:
+        return {}
+    out = {"mig/config": capability_file(1, CONFIG_MODE), "mig/monitor": capability_file(2)}
+    for m in (m for m in minors if m < CAPS_GPUS):
+        for gi in range(CAPS_GIS):
+            out[f"gpu{m}/mig/gi{gi}/access"] = capability_file(cap_minor(m, gi))
+            for ci in range(CAPS_CIS):
+                out[f"gpu{m}/mig/gi{gi}/ci{ci}/access"] = capability_file(cap_minor(m, gi, ci))
+    return out
+
+
+def write_capabilities(root: Path, node: Node) -> Path:
+    """<root>/proc/driver/nvidia/capabilities as capability_files(node) says; files of GPUs
+    the state no longer has are removed."""
+    top = root / CAPABILITIES
+    wanted = capability_files(node)
+    dirs = {str(d) for k in wanted for d in Path(k).parents}
+    if top.is_dir():
+        for old in sorted(top.rglob("*"), reverse=True):  # files before their dirs
+            rel = str(old.relative_to(top))
+            if old.is_dir() and rel not in dirs:
+                shutil.rmtree(old)
+            elif old.is_file() and rel not in wanted:
+                old.unlink()
+    for rel, text in wanted.items():
+        path = top / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        _write_if_changed(path, text)
+    return top
+
+
+def proc_devices(node: Node, kernel: str) -> str:
+    """`kernel` (a /proc/devices) with the majors the driver registers, in major order
+    among the character devices."""
+    version = tuple(int(p) for p in node.driver_version.split(".")[:2] if p.isdigit())
+    gpu = "nvidia" if version >= GPU_DEVICE_RENAMED else "nvidia-frontend"
+    ours = {GPU_MAJOR: gpu, UVM_MAJOR: "nvidia-uvm", CAPS_MAJOR: "nvidia-caps"}
+    head, sep, block = kernel.partition("\nBlock devices:")
+    chars: list[tuple[int, str]] = []
+    for line in head.splitlines()[1:]:
+        major, _, name = line.strip().partition(" ")
+        if major.isdigit() and name and int(major) not in ours and not name.startswith("nvidia"):
+            chars.append((int(major), name))
+    chars = sorted(chars + list(ours.items()), key=lambda c: c[0])
+    lines = ["Character devices:", *(f"{major:3d} {name}" for major, name in chars)]
+    return "\n".join(lines) + "\n\nBlock devices:" + (block if sep else "\n")
+
+
+def write_proc_devices(root: Path, node: Node, kernel: Path = Path("/proc/devices")) -> Path:
+    """<root>/proc/devices: this kernel's list with the driver's majors (what a process
+    reads at /proc/devices on a host whose driver is loaded)."""
+    try:
+        text = kernel.read_text()
+    except OSError:
+        text = "Character devices:\n\nBlock devices:\n"
+    path = root / PROC_DEVICES
+    path.parent.mkdir(parents=True, exist_ok=True)
+    _write_if_changed(path, proc_devices(node, text))
+    return path
+
+
 def pci_address(gpu: Gpu) -> str:
     """The sysfs name: lower case, a 4-digit domain (NVML's busId has 8)."""
     return f"{gpu.pci_domain:04x}:{gpu.pci_bus:02x}:{gpu.pci_device:02x}.{gpu.pci_function:x}"
@@ -269,6 +368,8 @@ def install(root: Path, node: Node | None = None, nvidia_smi: Path | None = None
         out = Installed(lib)
         if node is not None:
             write_mig_minors(root)
+            write_capabilities(root, node)
+            write_proc_devices(root, node)
             _write_pci_sysfs(root, node)
             out.device_nodes, out.no_device_nodes = _make_device_nodes(root / DEV_DIR, node)
     except OSError as e:

@@ -13,6 +13,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <stdio.h>
 #include <string.h>
 #include <stdlib.h>
 #include <sys/inotify.h>
@@ -100,6 +101,14 @@ nvmlReturn_t nvmlEventSetCreate(nvmlEventSet_t *set) {
     if (s->notify_fd >= 0 && inotify_add_watch(s->notify_fd, fnv_g->journal_path, IN_MODIFY) < 0) {
         close(s->notify_fd);
         s->notify_fd = -1;
+    }
+    if (s->notify_fd >= 0) {
+        /* A writer appends, then commits in journal.gen: a waiter that scanned in between
+         * found nothing readable, and only the commit can wake it before its timeout. No
+         * journal.gen (an older state): readers go by the journal's size alone. */
+        char gen[PATH_MAX + sizeof "/" FNV_GEN_FILE];
+        snprintf(gen, sizeof gen, "%s/" FNV_GEN_FILE, fnv_g->dir);
+        inotify_add_watch(s->notify_fd, gen, IN_MODIFY);
     }
     if (s->notify_fd < 0) fnv_log("inotify unavailable (%s): event waits poll every 1 ms", strerror(errno));
     s->magic = SET_MAGIC;

@@ -12,7 +12,9 @@ import pytest
 from docker.models.containers import Container
 from rich.console import Console
 
-from clusters.lab import Lab
+from clusters import features
+from clusters.lab import RESOURCE, Lab
+from clusters.registration import registrations
 from clusters.steps import StepError
 from e2e.fixtures import bring_up
 
@@ -37,10 +39,71 @@ def test_both_workers_report_10_gpus_capacity_and_allocatable(seed: Lab, subject
 
 def test_host_side_injection_reaches_the_node(seed: Lab) -> None:
     seed.use_subject("gpulab")
-    seed.fake_gpus("seed-worker2").inject_xid(7, 79)
+    gpus = seed.fake_gpus("seed-worker2")
+    gpus.inject_xid(7, 79)
+    try:
+        seed.wait_allocatable("seed-worker2", 9, 10, deadline_s=30)
+        assert seed.capacity("seed-worker") == (10, 10)
+    finally:
+        gpus.recover(7)  # gpulab's plugin returns a recovered GPU to Healthy
+    seed.wait_allocatable("seed-worker2", 10, 10, deadline_s=30)
 
-    seed.wait_allocatable("seed-worker2", 9, 10, deadline_s=30)
-    assert seed.capacity("seed-worker") == (10, 10)
+
+def test_a_node_file_reads_through_the_engine(seed: Lab) -> None:
+    assert seed.node_read("seed-worker", "/etc/hostname") == "seed-worker\n"
+    checkpoint = "/var/lib/kubelet/device-plugins/kubelet_internal_checkpoint"
+    assert '"Checksum"' in seed.node_read("seed-worker", checkpoint)
+    # /run is a tmpfs the archive API cannot see into.
+    assert seed.node_read("seed-worker", "/run/systemd/container") == "docker\n"
+    with pytest.raises(StepError, match=r"^cat /no/such on seed-worker exited 1: "):
+        seed.node_read("seed-worker", "/no/such")
+    with pytest.raises(StepError, match=r"^/etc on seed-worker is not a regular file$"):
+        seed.node_read("seed-worker", "/etc")
+
+
+def test_a_stalled_label_wait_restarts_nfd_master_and_gfd(seed: Lab) -> None:
+    """nfd-master frozen (SIGSTOP) and a worker's GFD label removed: nothing puts it back
+    until the wait's stall restarts nfd-master and GFD; it says so on the console."""
+    (master,) = seed.kube.pods(features.NAMESPACE, features.MASTER)
+    seed.node_exec(master.spec.node_name, "pkill", "-STOP", "-x", "nfd-master")
+    seed.core.patch_node("seed-worker", {"metadata": {"labels": {features.LABEL: None}}})
+    out, console = io.StringIO(), seed.console
+    seed.console = Console(file=out, width=1000)
+    try:
+        features.wait_labels(seed, deadline_s=150, stall_s=10)
+    finally:
+        seed.console = console
+    assert "seed-worker': None" in out.getvalue()
+    assert out.getvalue().rstrip().endswith("restarting nfd-master and GFD")
+    assert "nfd-node-feature-discovery-master" in out.getvalue()  # the diagnosis names it
+    (now,) = seed.kube.pods(features.NAMESPACE, features.MASTER)
+    assert now.metadata.uid != master.metadata.uid
+    assert seed.core.read_node("seed-worker").metadata.labels[features.LABEL] == "10"
+
+
+@pytest.mark.parametrize("subject", ["gpulab", "nvidia"])
+def test_a_switched_subject_registers_before_capacity_is_read(seed: Lab, subject: str) -> None:
+    """The Node still shows the old plugin's devices for a moment after a switch (CI read
+    10/10 there, then 10/0): use_subject returns only once each kubelet counted the new
+    plugin's registration, so the capacity read right after it is the new plugin's."""
+    seed.use_subject("nvidia" if subject == "gpulab" else "gpulab")
+    before = {w: registrations(seed.core, w, RESOURCE) for w in WORKERS}
+    seed.use_subject(subject)
+    for worker in WORKERS:
+        assert registrations(seed.core, worker, RESOURCE) > before[worker]
+        assert seed.capacity(worker) == (10, 10)
+    assert registrations(seed.core, "seed-control-plane", RESOURCE) == 0
+
+
+def test_a_restart_of_the_same_plugin_waits_for_its_registration(seed: Lab) -> None:
+    seed.use_subject("gpulab")
+    mark = seed.mark_plugin()
+    assert sorted(mark.counts) == list(WORKERS) and all(mark.counts.values())
+    # Nothing restarted since the mark: no node waits.
+    assert mark.pending(seed.core, seed.plugin_pods()) == []
+    seed.restart_plugin()
+    for worker in WORKERS:
+        assert registrations(seed.core, worker, RESOURCE) > mark.counts[worker]
 
 
 def test_a_lab_left_by_an_interrupted_run_comes_back_at_full_capacity(seed: Lab) -> None:

@@ -11,8 +11,18 @@ import pytest
 
 from e2e import experiments as ex
 from e2e import report
-from e2e.cli import main
-from e2e.recording import Fault, LogLine, PodInfo, Recording, Sample, evaluate, traces
+from e2e.cli import main, report_dir
+from e2e.recording import (
+    ActionRun,
+    Fault,
+    LogLine,
+    PodInfo,
+    Recording,
+    Sample,
+    evaluate,
+    layer_stats,
+    traces,
+)
 from e2e.runner import faulted, parse_log
 from fakenvml.journal import ECC, Kind, Record
 
@@ -60,8 +70,12 @@ def _with(**changes: object) -> dict:
          "expect[0].changes: give `equals:`, `min:` or `max:`"),
         (_with(expect=[{"check": "pod", "name": "p", "phase": "Running", "during": [1]}]),
          "expect[0].pod.during: [1]: expected [from, to]"),
-        (_with(timeline=[{"at": 0, "do": "create_pod", "name": "p"}]),
-         "timeline[0].create_pod: give exactly one of `spec:`"),
+        (_with(timeline=[{"at": 0, "do": "create_pod", "name": "p", "spec": "s", "pod": {}}]),
+         "timeline[0].create_pod: give one of `spec:` (a file under e2e/specs) or `pod:`, not"),
+        (_with(expect=[{"check": "taints", "node": "n"}]),
+         "expect[0].taints.equals: required key missing"),
+        (_with(expect=[{"check": "changes", "node": "n", "of": "taints", "equals": 1}]),
+         "expect[0].changes.of: expected 'allocatable', 'capacity' or 'tainted', found 'taints'"),
         (_with(expect=[{"check": "capacity", "node": "n", "equals": 1, "at": 2, "during": [1, 3]}]),
          "expect[0].capacity: give `at:` or `during:`, not both"),
         (_with(expect=[{"check": "capacity", "node": "n", "equals": 1, "during": [3, 1]}]),
@@ -98,6 +112,57 @@ def test_experiment_naming_what_the_lab_lacks_is_refused(
     exp = ex.from_dict(_with(timeline=timeline, expect=expect))
     with pytest.raises(ex.ExperimentError, match=message.replace("(", r"\(").replace(")", r"\)")):
         ex.check_lab(exp, "bad.yaml")
+
+
+XID = {"at": 1, "do": "xid", "node": "dra-worker", "gpu": 1, "code": 79}
+
+
+@pytest.mark.parametrize(
+    ("lab", "timeline", "expect", "message"),
+    [
+        ("dra", [XID], [{"check": "allocatable", "node": "dra-worker", "equals": 4}],
+         "expect[0] (allocatable): lab dra runs NVIDIA's DRA driver: no device plugin"),
+        ("dra", [XID], [{"check": "plugin_log", "node": "dra-worker", "event": "xid", "min": 1}],
+         "expect[0] (plugin_log): lab dra runs NVIDIA's DRA driver"),
+        ("dra", [XID], [{"check": "devices_healthy"}], "expect[0] (devices_healthy): lab dra runs"),
+        ("dra", [XID, {"at": 2, "do": "stop_plugin", "node": "dra-worker"}], [],
+         "timeline[1] (stop_plugin): lab dra runs NVIDIA's DRA driver"),
+        ("dra", [XID], [{"check": "changes", "node": "dra-worker", "equals": 1}],
+         "expect[0] (changes): lab dra runs NVIDIA's DRA driver: count changes `of: tainted`"),
+        ("dra", [{"at": 0, "do": "create_pod", "name": "p", "gpus": 0}], [],
+         "timeline[0] (create_pod): `gpus: 0` on a DRA lab"),
+        ("dra", [XID], [{"check": "taints", "node": "dra-worker", "gpu": 4, "equals": 1}],
+         "expect[0] (taints): GPU 4 not in inventory of node dra-worker (0-3)"),
+        ("dra", [XID], [{"check": "taints", "node": "dra-control-plane", "equals": 0}],
+         "node 'dra-control-plane' has no fake GPUs in lab dra"),
+        ("hetero", MINIMAL["timeline"], [{"check": "taints", "node": "hetero-worker", "equals": 0}],
+         "expect[0] (taints): lab hetero runs a device plugin: no device taints"),
+        ("hetero", MINIMAL["timeline"],
+         [{"check": "changes", "node": "hetero-worker", "of": "tainted", "equals": 0}],
+         "expect[0] (changes): lab hetero runs a device plugin: no device taints to count"),
+        ("hetero", [{"at": 0, "do": "create_pod", "name": "p", "selector": "true"}], [],
+         "timeline[0] (create_pod): lab hetero runs a device plugin: `selector:` needs"),
+    ],
+)  # fmt: skip
+def test_a_lab_refuses_what_its_kind_of_driver_cannot_show(
+    lab: str, timeline: list, expect: list, message: str
+) -> None:
+    """A DRA lab has no extended resource and no plugin per node; a device-plugin lab no
+    ResourceSlices, so no taints and no claims to select with."""
+    exp = ex.from_dict(_with(lab=lab, timeline=timeline, expect=expect))
+    with pytest.raises(ex.ExperimentError) as err:
+        ex.check_lab(exp, "bad.yaml")
+    assert str(err.value).startswith("bad.yaml: ") and message in str(err.value)
+
+
+def test_a_taints_check_matches_a_key_whole_or_by_its_last_part() -> None:
+    t = ex.Taints(check="taints", node="n", key="xid", equals=1)
+    assert t.matches("gpu.nvidia.com/xid=79:NoSchedule")
+    assert not t.matches("gpu.nvidia.com/gpu-lost:NoSchedule")
+    full = ex.Taints(check="taints", node="n", key="gpu.nvidia.com/gpu-lost", equals=1)
+    assert full.matches("gpu.nvidia.com/gpu-lost:NoSchedule")
+    assert not full.matches("example.com/gpu-lost:NoSchedule")
+    assert ex.Taints(check="taints", node="n", equals=0).matches("anything:None")
 
 
 def test_unknown_experiment_names_the_shipped_ones() -> None:
@@ -275,6 +340,90 @@ def test_report_renders_markdown_csv_and_png(tmp_path: Path) -> None:
     assert Recording.load(tmp_path / "recording.json") == sample_recording()
 
 
+def dra_recording() -> Recording:
+    """A DRA lab: Xid 79 on lab-a GPU 1 at 2.0 s, the driver's line 5 ms later and the
+    device's taint in the 2.2 s sample; Xid 13 (ignored: effect None) on GPU 2 at 3.0 s; a
+    recovery at 5 s that lifts nothing, and the plugin's restart clearing both at 7 s."""
+    exp = ex.from_dict({
+        "name": "dra", "lab": "dra", "duration": "8s", "sample_interval": "100ms",
+        "timeline": [
+            {"at": 2, "do": "xid", "node": "dra-worker", "gpu": 1, "code": 79},
+            {"at": 3, "do": "xid", "node": "dra-worker", "gpu": 2, "code": 13},
+            {"at": 5, "do": "recover", "node": "dra-worker", "gpu": 1},
+            {"at": 6, "do": "restart_plugin"},
+        ],
+        "expect": [
+            {"check": "taints", "node": "dra-worker", "gpu": 1, "key": "xid", "equals": 1,
+             "during": ["2.5s", "6.5s"]},
+            {"check": "taints", "node": "dra-worker", "key": "gpu-lost", "equals": 0,
+             "during": [0, "end"]},
+            {"check": "taints", "node": "dra-worker", "equals": 2, "at": "4s"},
+            {"check": "taints", "node": "dra-worker", "equals": 0},
+            {"check": "changes", "node": "dra-worker", "of": "tainted", "equals": 3},
+        ],
+    })  # fmt: skip
+    uuids = [f"GPU-d{i}" for i in range(4)]
+    devices = {f"gpu-{i}": i for i in range(4)}
+    rec = Recording(exp.model_dump(mode="json"), "NVIDIA's DRA driver v0.4.1",
+                    "2026-01-01T00:00:00+00:00", 0,
+                    {"dra-worker": {"gpus": 4, "product": "H100", "uuids": uuids,
+                                    "devices": devices}})  # fmt: skip
+    rec.faults += [Fault(3, 2.0, "dra-worker", 1, "GPU-d1", "xid", 79, 0),
+                   Fault(5, 3.0, "dra-worker", 2, "GPU-d2", "xid", 13, 1),
+                   Fault(6, 5.0, "dra-worker", 1, "GPU-d1", "recover", 0, 2)]  # fmt: skip
+    rec.log += [LogLine(2.005, "dra-worker", "xid", "GPU-d1", xid=79),
+                LogLine(3.004, "dra-worker", "xid", "GPU-d2", xid=13)]  # fmt: skip
+    for i in range(81):
+        t = i / 10
+        taints: dict[str, list[str]] = {}
+        if 2.2 <= t < 7.0:
+            taints["gpu-1"] = ["gpu.nvidia.com/xid=79:NoSchedule"]
+        if 3.1 <= t < 7.0:
+            taints["gpu-2"] = ["gpu.nvidia.com/xid=13:None"]
+        rec.samples.append(Sample(t, {"dra-worker": [0, 0, "1"]}, {},
+                                  {"dra-worker": taints} if taints else {}))  # fmt: skip
+    rec.actions.append(ActionRun(3, "restart_plugin", "restart the plugin's pods", 6, 6, 6.9))
+    return rec
+
+
+def test_a_dra_recordings_layers_are_the_drivers_line_and_the_devices_taint() -> None:
+    xid79, xid13, recover = traces(dra_recording())
+    assert (xid79.seen, xid79.api, xid79.taint) == (
+        2.005, 2.2, "gpu.nvidia.com/xid=79:NoSchedule")  # fmt: skip
+    assert xid79.total == pytest.approx(0.2) and xid79.update is None
+    assert (xid13.api, xid13.taint, xid13.api_value) == (3.1, "gpu.nvidia.com/xid=13:None", (1, 2))
+    # v0.4.1 lifts nothing on recovery: the taint goes with the restart, 2 s later.
+    assert (recover.api, recover.taint) == (7.0, "none")
+    stats = layer_stats(traces(dra_recording()), dra=True)
+    assert list(stats) == ["injected → driver's Xid line", "injected → device taint in API"]
+    assert stats["injected → device taint in API"][0] == 3
+
+
+def test_every_expectation_of_the_dra_sample_passes_and_a_wrong_one_fails() -> None:
+    assert [o.text for o in evaluate(dra_recording()) if not o.passed] == []
+    rec = dra_recording()
+    rec.samples[50].taints = {}  # at 5.0 s the taints are gone for one sample
+    failed = [o for o in evaluate(rec) if not o.passed]
+    assert [o.text for o in failed] == [
+        "tainted GPU 1 of dra-worker (xid) = 1 during [2.5s, 6.5s]",
+        "tainted devices of dra-worker changes = 3 times",
+    ]
+    assert failed[0].observed == "0, 1 (first 0 at 5.00s)"
+
+
+def test_a_dra_report_shows_taints_not_allocatable(tmp_path: Path) -> None:
+    outcomes = report.write(dra_recording(), tmp_path)
+    assert all(o.passed for o in outcomes)
+    md = (tmp_path / "report.md").read_text()
+    assert md.startswith("# dra · NVIDIA's DRA driver v0.4.1 · ✅ PASS (5/5 expectations)")
+    assert ("| 2.000 | 3 | worker | 1 | Xid 79 | 2.005 | "
+            "2.200 (0→1) `gpu.nvidia.com/xid=79:NoSchedule` | 200 ms |") in md  # fmt: skip
+    assert "| injected → device taint in API | 3 |" in md
+    assert "| worker | 3 | 2 | 3 (0 → 1 → 2 → 0) |" in md
+    assert "| tainted before |" in md and "allocatable" not in md.split("## Faults")[1]
+    assert Recording.load(tmp_path / "recording.json") == dra_recording()
+
+
 def test_a_failed_expectation_makes_the_report_say_fail_and_the_cli_exit_1(
     tmp_path: Path,
 ) -> None:
@@ -303,6 +452,16 @@ def test_e2e_summary_splits_scenario_params_from_the_plugin() -> None:
         "test_p [Tesla-T4-hetero-worker3]", "gpulab",
     )  # fmt: skip
     assert summary_key("tests/x.py::test_y[gpulab]", plugins) is None
+    # The DRA suites have no subject: their column is the driver, every parameter a scenario's.
+    assert summary_key("e2e/test_dra.py::test_sel[memory-80G]", plugins) == (
+        "test_sel [memory-80G]",
+        "nvidia-dra-driver",
+    )
+    assert summary_key("e2e/test_dra.py::test_one", plugins) == ("test_one", "nvidia-dra-driver")
+    assert summary_key("e2e/test_experiment_run.py::test_dra_taints_x", plugins) == (
+        "test_dra_taints_x",
+        "nvidia-dra-driver",
+    )
 
 
 def test_a_recording_that_spelled_ecc_dbe_reads_as_ecc_double(tmp_path: Path) -> None:
@@ -314,3 +473,8 @@ def test_a_recording_that_spelled_ecc_dbe_reads_as_ecc_double(tmp_path: Path) ->
     again = Recording.load(tmp_path / "recording.json")
     assert again == rec
     assert again.faults[-1].label() == "ECC double-bit"
+
+
+def test_a_report_is_named_by_experiment_and_subject_on_a_dra_lab_by_experiment_alone() -> None:
+    assert report_dir("xid-storm", "nvidia", dra=False).name == "xid-storm-nvidia"
+    assert report_dir("dra-taints", "gpulab", dra=True).name == "dra-taints"

@@ -587,6 +587,68 @@ def test_install_driver_makes_the_mig_capability_nodes(
     assert list(caps.iterdir()) == []  # no MIG-capable GPU: the old nodes are gone
 
 
+def test_install_driver_writes_the_mig_capability_files_of_procfs(
+    tmp_path: Path, node: Path, run: Run
+) -> None:
+    """proc/driver/nvidia/capabilities as a MIG host's procfs has it, where NVIDIA's DRA
+    driver reads a MIG device's two access files when it prepares a claim: the same minors
+    as mig-minors, mode 0444 (0400 for mig/config) in decimal, Modify 1."""
+    code, _, err = run("install-driver", tmp_path / "driver", "--state-dir", node)
+    assert code == 0, err
+    caps = tmp_path / "driver/proc/driver/nvidia/capabilities"
+    assert (caps / "gpu3/mig/gi3/ci3/access").read_text() == (
+        "DeviceFileMinor: 439\nDeviceFileMode: 292\nDeviceFileModify: 1\n"
+    )
+    assert (caps / "gpu0/mig/gi0/access").read_text().startswith("DeviceFileMinor: 3\n")
+    assert (caps / "mig/config").read_text().splitlines()[:2] == [
+        "DeviceFileMinor: 1",
+        "DeviceFileMode: 256",
+    ]
+    assert (caps / "mig/monitor").read_text().splitlines()[0] == "DeviceFileMinor: 2"
+    files = [p for p in caps.rglob("*") if p.is_file()]
+    assert len(files) == 2 + 8 * 15 * 9  # 8 GPUs, 15 GIs, GI + 8 CIs each
+    t4 = tmp_path / "t4.yaml"
+    t4.write_text("node: t4\ngpus: [{profile: T4, count: 1}]\n")
+    assert run("init", t4, "--state-dir", tmp_path / "t4")[0] == 0
+    assert run("install-driver", tmp_path / "driver", "--state-dir", tmp_path / "t4")[0] == 0
+    assert list(caps.rglob("*")) == []  # no MIG-capable GPU: nothing left
+
+
+def test_install_driver_lists_the_drivers_majors_in_proc_devices(
+    tmp_path: Path, node: Path, run: Run
+) -> None:
+    """proc/devices: the kernel's list with nvidia (195), nvidia-uvm and nvidia-caps among
+    the character devices, what NVIDIA's DRA driver reads the nvidia-caps major from."""
+    code, _, err = run("install-driver", tmp_path / "driver", "--state-dir", node)
+    assert code == 0, err
+    text = (tmp_path / "driver/proc/devices").read_text()
+    chars, block = text.split("\n\nBlock devices:\n")
+    lines = chars.splitlines()
+    assert lines[0] == "Character devices:"
+    majors = [int(line.split()[0]) for line in lines[1:]]
+    assert majors == sorted(majors)
+    assert {"195 nvidia", "508 nvidia-caps", "509 nvidia-uvm"} <= set(lines)
+    caps = re.search(r"(?s)Character devices:.*?([0-9]+) nvidia-caps\n.*Block devices:", text)
+    assert caps and caps[1] == "508"  # the DRA driver's own pattern
+    assert "nvidia" not in block
+
+
+def test_proc_devices_names_the_gpu_device_as_the_drivers_branch_does() -> None:
+    from fakenvml import driver, inventory
+
+    kernel = "Character devices:\n  1 mem\n203 cpu/cpuid\n\nBlock devices:\n  7 loop\n"
+    old = inventory.from_dict({"gpus": [{"profile": "T4"}], "driver_version": "535.104.05"}, "a")
+    new = inventory.from_dict({"gpus": [{"profile": "T4"}], "driver_version": "550.54.15"}, "b")
+    assert driver.proc_devices(old, kernel) == (
+        "Character devices:\n  1 mem\n195 nvidia-frontend\n203 cpu/cpuid\n508 nvidia-caps\n"
+        "509 nvidia-uvm\n\nBlock devices:\n  7 loop\n"
+    )
+    assert "\n195 nvidia\n203 cpu/cpuid\n" in driver.proc_devices(new, kernel)
+    # Installed again over its own output: the same list, no second copy.
+    once = driver.proc_devices(new, kernel)
+    assert driver.proc_devices(new, once) == once
+
+
 def test_mig_from_the_command_line_as_nvidia_smi_mig(node: Path, run: Run) -> None:
     s = ("--state-dir", node)
     assert run("mig", "enable", "1", *s)[0] == 0

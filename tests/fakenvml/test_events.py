@@ -7,6 +7,7 @@ import itertools
 import json
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -149,6 +150,32 @@ def test_an_event_is_read_only_once_its_writer_committed_it(
     event = nv.nvmlEventSetWait_v2(es, 5000)
     assert event.eventType == nv.nvmlEventTypeGpuRecoveryAction
     assert nv.nvmlDeviceGetUUID(event.device) == nv.nvmlDeviceGetUUID(handle)  # not lost
+    nv.nvmlEventSetFree(es)
+
+
+def test_a_commit_wakes_a_waiter_that_met_the_record_uncommitted(
+    nvml: object, state: NodeDir, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The append wakes a blocked waiter; if it scans before the writer committed, only
+    the commit can wake it again. Watching the journal alone, it slept out its timeout: an
+    Xid reached NVIDIA's DRA driver 5 s late (its wait is 5000 ms; seen in an experiment
+    with two Xids 1 ms apart)."""
+    es = nv.nvmlEventSetCreate()
+    nv.nvmlDeviceRegisterEvents(nv.nvmlDeviceGetHandleByIndex(1), XID, es)
+    store = journal._store_committed
+    monkeypatch.setattr(journal, "_store_committed", lambda *a: None)
+    got: list[tuple[float, object]] = []
+    waiter = threading.Thread(target=lambda: got.append((0.0, nv.nvmlEventSetWait_v2(es, 5000))))
+    waiter.start()
+    time.sleep(0.2)  # the waiter is blocked
+    rec = state.inject_xid(1, 79)  # appended: the waiter wakes, finds it uncommitted
+    time.sleep(0.3)
+    committed = time.monotonic()
+    store(state.path, rec.seq)
+    waiter.join(timeout=10)
+    late = time.monotonic() - committed
+    assert got and got[0][1].eventData == 79
+    assert late < 1.0, f"the event came {late:.2f}s after its commit"
     nv.nvmlEventSetFree(es)
 
 

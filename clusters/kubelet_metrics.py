@@ -1,11 +1,12 @@
 """The kubelet's own metrics of a node, read through the API server's node proxy: what the
-restart suites assert on, plugin-agnostic (no log line to agree on)."""
+restart suites assert on and how a lab knows a plugin registered, plugin-agnostic (no log
+line to agree on)."""
 
 from __future__ import annotations
 
 from typing import NamedTuple
 
-from clusters.lab import Lab
+from kubernetes import client
 
 
 class DeviceMetrics(NamedTuple):
@@ -15,9 +16,10 @@ class DeviceMetrics(NamedTuple):
     alloc_seconds: float  # ..._sum: time the kubelet spent in the plugin's Allocate
 
 
-def scrape(lab: Lab, node: str, resource: str) -> DeviceMetrics:
+def scrape(core: client.CoreV1Api, node: str, resource: str) -> DeviceMetrics:
     """`resource`'s device-plugin metrics since the node's kubelet started."""
-    return parse(lab.core.connect_get_node_proxy_with_path(node, "metrics"), resource)
+    return parse(core.connect_get_node_proxy_with_path(node, "metrics", _request_timeout=(5, 10)),
+                 resource)  # fmt: skip
 
 
 def parse(text: str, resource: str) -> DeviceMetrics:
