@@ -288,8 +288,9 @@ class Lab:
                      lambda: self._registered(since), min(deadline_s, 90),
                      interval_s=0.25)  # fmt: skip
             except StepError as e:
-                self.console.print(f"[yellow]![/] {e}; waiting on capacity alone",
-                                   highlight=False)  # fmt: skip
+                self.console.print(f"[yellow]![/] {e}; waiting on capacity alone\n"
+                                   f"{self._registration_diagnosis(since)}",
+                                   highlight=False, markup=False)  # fmt: skip
         want = {n.name: self.expected_devices(n.name) for n in self.lab.gpu_nodes
                 if n.spec.plugin.start}  # fmt: skip
 
@@ -302,6 +303,25 @@ class Lab:
     def _registered(self, since: registration.Mark) -> tuple[bool, str]:
         pending = since.pending(self.core, self.plugin_pods())
         return not pending, f"not yet registered on {', '.join(pending)}"
+
+    def _registration_diagnosis(self, since: registration.Mark, lines: int = 8) -> str:
+        """For a registration wait that timed out: each node's plugin log tail and its
+        kubelet's device-manager lines (which side stopped short)."""
+        out = []
+        for node in since.seen:
+            try:
+                log = (self.plugin_log(node) or "no plugin pod").strip().splitlines()[-lines:]
+            except Exception as e:  # a diagnosis must not hide the failure it explains
+                log = [f"unreadable ({e.__class__.__name__})"]
+            try:
+                journal = self.node_exec(node, "journalctl", "-u", "kubelet", "-n", "3000",
+                                         "--no-pager", "-o", "cat").splitlines()  # fmt: skip
+                kubelet = [x[:300] for x in journal if "evice" in x and "lugin" in x][-lines:]
+            except Exception as e:
+                kubelet = [f"unreadable ({e.__class__.__name__})"]
+            out.append(f"  {node} plugin: " + "\n    ".join(log)
+                       + f"\n  {node} kubelet: " + "\n    ".join(kubelet))  # fmt: skip
+        return "\n".join(out)
 
     def mig_resources(self, node: str) -> dict[str, list[mig.MigDevice]]:
         """The node's MIG devices by the resource the subject's MIG strategy names them

@@ -163,12 +163,16 @@ def test_a_pod_with_a_claim_for_one_gpu_runs_and_sees_its_device(dra_lab: Lab, d
     ("device.attributes['gpu.nvidia.com'].architecture == 'Hopper'", {H100_NODE}),
 ], ids=["memory-80G", "product-A100", "product-T4", "architecture-hopper"])  # fmt: skip
 def test_a_claim_selecting_by_attribute_lands_on_the_right_node(
-    dra_lab: Lab, dpods: Pods, selector: str, nodes: set[str]
+    dra_lab: Lab, dpods: Pods, selector: str, nodes: set[str], request: pytest.FixtureRequest
 ) -> None:
     """On hetero's three products (A100 80 GB x8, H100 80 GB x4, T4 x2), two pods of one
     template, each on a node the selector allows."""
-    create_template(dra_lab, "picky", selector)
-    names = [claim_pod(dpods, f"dra-picky-{i}", template="picky") for i in range(2)]
+    # A name of its own per case: the claim controller makes a pod's claim from its cached
+    # copy of the template, and a template deleted and made again under the same name can
+    # still be the previous case's there (CI: the T4 pod got the A100 selector).
+    case = request.node.callspec.id.lower()
+    create_template(dra_lab, f"picky-{case}", selector)
+    names = [claim_pod(dpods, f"dra-{case}-{i}", template=f"picky-{case}") for i in range(2)]
     for name in names:
         assert dpods.wait_running(name, deadline_s=START_S).spec.node_name in nodes
 

@@ -188,37 +188,56 @@ class ResourcePlugin:
         self.dir = plugin_dir
         self.socket = plugin_dir / socket_name(self.resource)
         self.server: grpc.Server | None = None
+        self.inode = 0  # of the socket this server bound
 
     def serve(self) -> None:
         log.info("Starting GRPC server for '%s'", self.resource)
-        self.socket.unlink(missing_ok=True)
         self.service.stopping.clear()
         server = grpc.server(futures.ThreadPoolExecutor(max_workers=8))
         rpc.add_DevicePluginServicer_to_server(self.service, server)
-        server.add_insecure_port(f"unix://{self.socket}")
+        # gRPC unlinks the path it bound when it shuts down, even if a successor (a new pod
+        # while this one stops) serves there by then. Bind a scratch name and link the
+        # listening socket into place: gRPC's unlink then hits only the scratch name, and
+        # the kubelet never dials a socket that is bound but not yet listening.
+        scratch = self.socket.with_name(f".{self.socket.name}.{os.getpid()}")
+        scratch.unlink(missing_ok=True)
+        server.add_insecure_port(f"unix://{scratch}")
         server.start()
+        self.socket.unlink(missing_ok=True)
+        os.link(scratch, self.socket)
+        scratch.unlink()
         self.server = server
+        self.inode = self.socket.stat().st_ino
         log.info("Starting to serve '%s' on %s", self.resource, self.socket)
 
-    def register(self, stop: threading.Event, deadline_s: float = 60.0) -> bool:
-        """Register with kubelet, retrying with exponential backoff (0.1 s .. 5 s)."""
+    def register(self, stop: threading.Event, warn_after_s: float = 60.0) -> bool:
+        """Register with kubelet, retrying with exponential backoff (0.1 s .. 5 s) until it
+        answers or `stop`: a plugin that gives up keeps serving while the kubelet never
+        lists its devices (its pod stays Ready, its node reads allocatable 0). Past
+        `warn_after_s`, each failure is logged as an error. False only when stopped."""
         kubelet = self.dir / "kubelet.sock"
         delay, t0 = 0.1, time.monotonic()
         while not stop.is_set():
+            if not self.socket.exists():  # a kubelet started meanwhile and cleared the dir
+                log.info("'%s' socket %s is gone, serving again", self.resource, self.socket)
+                self.stop()
+                self.serve()
             try:
                 with grpc.insecure_channel(f"unix://{kubelet}") as channel:
+                    # The kubelet dials the plugin back (10 s) before it answers: a shorter
+                    # deadline under load would retry into a second registration.
                     rpc.RegistrationStub(channel).Register(pb.RegisterRequest(
                         version=API_VERSION, endpoint=self.socket.name,
                         resource_name=self.resource,
                         options=self.service.GetDevicePluginOptions(pb.Empty(), None),  # type: ignore[arg-type]
-                    ), timeout=5)  # fmt: skip
+                    ), timeout=30)  # fmt: skip
                 log.info("Registered device plugin for '%s' with Kubelet", self.resource)
                 self.service.metrics.registrations.labels(self.resource).inc()
                 return True
             except grpc.RpcError as e:
-                if time.monotonic() - t0 > deadline_s:
-                    log.error("Could not register '%s': %s", self.resource, e.details())
-                    return False
+                if time.monotonic() - t0 > warn_after_s:
+                    log.error("Could not register '%s' for %.0fs, still trying: %s",
+                              self.resource, time.monotonic() - t0, e.details())  # fmt: skip
                 stop.wait(delay)
                 delay = min(delay * 2, 5.0)
         return False
@@ -228,5 +247,10 @@ class ResourcePlugin:
         if self.server is not None:
             self.server.stop(grace=0.5).wait()
             self.server = None
-        if self.socket.exists() and os.path.samefile(self.socket, self.socket):
-            self.socket.unlink(missing_ok=True)
+        # Only the socket this server bound: a successor (a new pod while this one still
+        # shuts down) may already serve at the same path.
+        try:
+            if self.socket.stat().st_ino == self.inode:
+                self.socket.unlink()
+        except FileNotFoundError:
+            pass

@@ -1,0 +1,66 @@
+"""ResourcePlugin's registration and socket lifecycle, in process against the kubelet
+stand-in: the cases a whole plugin process cannot time (a kubelet absent past the warning
+deadline, a successor serving at the same path)."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from plugin.config import Config
+from plugin.metrics import Metrics
+from plugin.server import DevicePluginService, ResourcePlugin
+from plugin.standin import Kubelet
+from plugin.state import Device, ResourceState
+
+R = "gpulab.dev/gpu"
+
+
+def plugin(directory: Path) -> ResourcePlugin:
+    state = ResourceState(R, [Device(f"gpu-{i}") for i in range(2)])
+    return ResourcePlugin(DevicePluginService(state, Config(resource=R), Metrics(), None,
+                                              Path("/nonexistent")), directory)  # fmt: skip
+
+
+def test_registration_keeps_trying_past_its_warning_and_serves_again_if_its_socket_went(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """No kubelet for longer than the warning deadline, then one that cleans the directory
+    (deleting the plugin's socket) as it starts: the plugin still registers, serving again."""
+    caplog.set_level(logging.INFO, logger="gpulab-plugin")
+    kubelet = Kubelet()
+    p = plugin(kubelet.dir)
+    p.serve()
+    stop, result = threading.Event(), []
+    t = threading.Thread(target=lambda: result.append(p.register(stop, warn_after_s=0.2)))
+    t.start()
+    try:
+        time.sleep(1.0)
+        assert t.is_alive() and not result, "gave up while the kubelet was away"
+        with kubelet:
+            t.join(timeout=30)
+            assert result == [True]
+            res = kubelet.wait_devices(R, 2, timeout=10)
+            assert res.registrations == 1
+    finally:
+        stop.set()
+        t.join(timeout=10)
+        p.stop()
+    assert "still trying" in caplog.text
+    assert "is gone, serving again" in caplog.text
+
+
+def test_stop_leaves_a_successors_socket_at_the_same_path(tmp_path: Path) -> None:
+    old, new = plugin(tmp_path), plugin(tmp_path)
+    old.serve()
+    new.serve()  # unlinks the old path and binds its own
+    try:
+        old.stop()
+        assert new.socket.exists() and new.socket.stat().st_ino == new.inode
+    finally:
+        new.stop()
+    assert not new.socket.exists()
