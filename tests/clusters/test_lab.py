@@ -14,7 +14,7 @@ from rich.console import Console
 
 from clusters import features
 from clusters.lab import RESOURCE, Lab
-from clusters.registration import registrations
+from clusters.registration import Mark, registrations
 from clusters.steps import StepError
 from e2e.fixtures import bring_up
 
@@ -104,6 +104,28 @@ def test_a_restart_of_the_same_plugin_waits_for_its_registration(seed: Lab) -> N
     seed.restart_plugin()
     for worker in WORKERS:
         assert registrations(seed.core, worker, RESOURCE) > mark.counts[worker]
+
+
+def test_a_registration_that_never_comes_is_reported_with_both_sides_logs(seed: Lab) -> None:
+    """A mark no kubelet can pass (a count no registration reaches, every pod new): the
+    wait gives up at its bound, prints each node's plugin log and kubelet device-plugin
+    lines, and still returns once capacity is whole."""
+    seed.use_subject("gpulab")
+    real = seed.mark_plugin()
+    beyond = {n: m and m._replace(registrations=10**9) for n, m in real.seen.items()}
+    impossible = Mark(real.resource, frozenset(), beyond)
+    out, console = io.StringIO(), seed.console
+    seed.console = Console(file=out, width=1000)
+    try:
+        seed.wait_capacity(deadline_s=5, since=impossible)
+    finally:
+        seed.console = console
+    text = out.getvalue()
+    assert f"not yet registered on {', '.join(WORKERS)}; waiting on capacity alone" in text
+    for worker in WORKERS:
+        assert f"{worker} plugin: " in text and f"{worker} kubelet: " in text
+    assert text.count("Registered device plugin for 'nvidia.com/gpu' with Kubelet") >= 2
+    assert text.count("Got registration request from device plugin") >= 2
 
 
 def test_a_lab_left_by_an_interrupted_run_comes_back_at_full_capacity(seed: Lab) -> None:
