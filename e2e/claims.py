@@ -32,7 +32,9 @@ def request(selector: str | None = None, count: int = 1,
 
 def create_template(lab: Lab, namespace: str, name: str, selector: str | None = None,
                     count: int = 1, device_class: str = dra.DEVICE_CLASS) -> None:  # fmt: skip
-    """A ResourceClaimTemplate `name` (made again if one is left from an earlier run)."""
+    """A ResourceClaimTemplate `name` (made again if one is left from an earlier run). Give
+    each selector a name of its own: the claim controller makes claims from its cached copy,
+    which can still hold the template deleted a moment ago under the same name."""
     body = {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate",
             "metadata": {"name": name},
             "spec": {"spec": request(selector, count, device_class)}}  # fmt: skip
