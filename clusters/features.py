@@ -120,14 +120,7 @@ def log_tails(lab: Lab, lines: int = 4) -> str:
     """The last lines of nfd-master's log and of one GFD pod's (which side stalled)."""
     out = []
     for p in lab.kube.pods(NAMESPACE, MASTER) + lab.kube.pods(NAMESPACE, GFD)[:1]:
-        name = p.metadata.name
-        try:
-            text = lab.core.read_namespaced_pod_log(
-                name, NAMESPACE, tail_lines=lines, container=p.spec.containers[0].name
-            )
-        except Exception as e:
-            text = f"unreadable ({e.__class__.__name__})"
-        out.append(f"{name} log: " + " | ".join(text.strip().splitlines()))
+        out.append(f"{p.metadata.name} log: " + " | ".join(lab.kube.log_tail(p, lines)))
     return "; ".join(out)
 
 

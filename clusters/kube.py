@@ -129,6 +129,17 @@ class Kube:
             pod.metadata.name, pod.metadata.namespace, container=pod.spec.containers[0].name,
             timestamps=timestamps)  # fmt: skip
 
+    def log_tail(self, pod: client.V1Pod, lines: int) -> list[str]:
+        """The last lines of a pod's first container, for a diagnosis: never raises (a
+        diagnosis must not hide the failure it explains)."""
+        try:
+            text = self.core.read_namespaced_pod_log(
+                pod.metadata.name, pod.metadata.namespace, container=pod.spec.containers[0].name,
+                tail_lines=lines)  # fmt: skip
+        except Exception as e:
+            return [f"unreadable ({e.__class__.__name__})"]
+        return text.strip().splitlines()
+
     def restart_pods(self, namespace: str, labels: str, what: str, deadline_s: float = 180) -> None:
         """Delete the pods (their controller recreates them) and wait for as many *new*
         pods, Ready (a DaemonSet's status still counts the old ones for a moment).

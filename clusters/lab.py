@@ -310,14 +310,15 @@ class Lab:
         kubelet's device-manager lines (which side stopped short)."""
         out = []
         for node in since.seen:
-            try:
-                log = (self.plugin_log(node) or "no plugin pod").strip().splitlines()[-lines:]
-            except Exception as e:  # a diagnosis must not hide the failure it explains
+            try:  # a diagnosis must not hide the failure it explains
+                pods = self.plugin_pods(node)
+                log = self.kube.log_tail(pods[0], lines) if pods else ["no plugin pod"]
+            except Exception as e:
                 log = [f"unreadable ({e.__class__.__name__})"]
             try:
                 journal = self.node_exec(node, "journalctl", "-u", "kubelet", "-n", "3000",
                                          "--no-pager", "-o", "cat").splitlines()  # fmt: skip
-                kubelet = [x[:300] for x in journal if "evice" in x and "lugin" in x][-lines:]
+                kubelet = [x[:300] for x in journal if "device plugin" in x.lower()][-lines:]
             except Exception as e:
                 kubelet = [f"unreadable ({e.__class__.__name__})"]
             out.append(f"  {node} plugin: " + "\n    ".join(log)
