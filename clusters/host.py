@@ -52,7 +52,10 @@ class Host:
                    str(cfg_file), "--kubeconfig", str(self.kubeconfig), "--wait", "0s")  # fmt: skip
 
     def delete(self) -> None:
-        steps.kind(self.kind, "delete", "cluster", "--name", self.name)
+        # Its own kubeconfig: labs deleted beside others being created never share a file
+        # (and ~/.kube/config.lock, which two `kind delete`s once raced on).
+        steps.kind(self.kind, "delete", "cluster", "--name", self.name,
+                   "--kubeconfig", str(self.kubeconfig))  # fmt: skip
         shutil.rmtree(self.dir, ignore_errors=True)
 
     def load(self, images: list[str], nodes: list[str]) -> None:

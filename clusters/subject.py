@@ -242,6 +242,19 @@ class Subject:
         return kube.selector(self.daemonset["spec"]["selector"]["matchLabels"])
 
     @property
+    def plugin(self) -> str:
+        """Which plugin program runs: its image (lab image, ref, or build directory).
+        Subjects that configure one binary differently (nvidia, nvidia-cdi,
+        nvidia-timeslicing) share it."""
+        img = self.spec.image
+        return img.infra or img.ref or str(self.path(img.build or "."))
+
+    def trait(self, key: str) -> str:
+        """An expectation's value, or a subject property's (`plugin`, `cdi`), as text."""
+        have = getattr(self.expects, key) if hasattr(self.expects, key) else getattr(self, key)
+        return str(have)
+
+    @property
     def cdi(self) -> bool:
         """Allocate names CDI devices (the runtime makes the device nodes)."""
         return self.spec.device_ids.cdi is not None
@@ -251,8 +264,8 @@ class Subject:
         `lost_gpu=that-device` style, equal)."""
         for need in needs:
             key, _, want = need.partition("=")
-            have = getattr(self.expects, key) if hasattr(self.expects, key) else getattr(self, key)
-            if (str(have) != want) if want else (not have or have == "none"):
+            have = self.trait(key)
+            if (have != want) if want else have in ("False", "None", "none", "0", ""):
                 return False
         return True
 

@@ -54,6 +54,17 @@ def pytest_configure(config: pytest.Config) -> None:
         "needs(*expectations): run only for subjects whose `expects` has them, e.g. "
         "needs('recovers') or needs('lost_gpu=that-device')",
     )
+    config.addinivalue_line(
+        "markers",
+        "varies_with(*traits): the scenario's outcome depends on the subject only through "
+        "these expectations or properties (`plugin`: the program that runs); it runs for the "
+        "first subject of each distinct combination, the others are deselected",
+    )
+    config.addinivalue_line(
+        "markers",
+        "smoke: the older Kubernetes pass's set (`-m smoke`): the seeds' scenario, one fault "
+        "and the restarts, once per plugin family",
+    )
 
 
 _SUBJECTS = pytest.StashKey[list[Subject]]()
@@ -81,6 +92,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         metafunc.parametrize("subject", found, ids=[s.name for s in found], scope="session")
 
 
+@pytest.hookimpl(trylast=True)  # after pytest grouped the items by subject
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Tests marked needs(...) are not generated for subjects that lack it (deselected,
     never skipped: a scenario that a plugin cannot have is not a scenario for it). A
@@ -97,9 +109,39 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             (drop if mig_only or not s.needs_met(needs) else keep).append(item)
         else:
             keep.append(item)
+    marked = any(i.get_closest_marker("varies_with") for i in keep)
+    covered = {id(i) for i in covered_elsewhere(keep, subjects(config))} if marked else set()
+    drop += [i for i in keep if id(i) in covered]
+    keep = by_lab([i for i in keep if id(i) not in covered], config)
     if drop:
         config.hook.pytest_deselected(items=drop)
-        items[:] = keep
+    items[:] = keep
+
+
+def covered_elsewhere(items: list[pytest.Item], order: list[Subject]) -> list[pytest.Item]:
+    """Items marked varies_with(...) whose scenario already runs for an earlier subject
+    (in --subjects order) with the same traits: each claim is checked once per behaviour
+    that can change its outcome, not once per subject (a run of one subject keeps all)."""
+    rank = {id(s): i for i, s in enumerate(order)}
+    first: dict[tuple[object, ...], pytest.Item] = {}
+    marked: list[pytest.Item] = []
+    for item in sorted(items, key=lambda i: rank.get(id(_subject_of(i)), len(rank))):
+        s = _subject_of(item)
+        traits = tuple(t for m in item.iter_markers("varies_with") for t in m.args)
+        if s is None or item.get_closest_marker("varies_with") is None:
+            continue
+        marked.append(item)
+        params = item.callspec.params  # type: ignore[attr-defined]
+        others = tuple(sorted((k, repr(v)) for k, v in params.items() if k != "subject"))
+        first.setdefault((item.path, item.originalname, others,
+                          tuple(s.trait(t) for t in traits)), item)  # fmt: skip
+    kept = {id(i) for i in first.values()}
+    return [i for i in marked if id(i) not in kept]
+
+
+def _subject_of(item: pytest.Item) -> Subject | None:
+    s = getattr(getattr(item, "callspec", None), "params", {}).get("subject")
+    return s if isinstance(s, Subject) else None
 
 
 # The DRA suites' column: NVIDIA's DRA driver serves their labs, no subject does.
@@ -191,42 +233,121 @@ def bring_up(lab: Lab) -> Lab:
 LAB_FIXTURES = {"hetero": "hetero", "mig_lab": "mig", "dra_lab": "dra", "dra_mig_lab": "dra-mig"}
 
 
+def labs_of(item: pytest.Item, config: pytest.Config) -> list[str]:
+    """The labs one test uses (through LAB_FIXTURES or `lab`)."""
+    names = {**LAB_FIXTURES, "lab": config.getoption("--lab")}
+    return [names[f] for f in getattr(item, "fixturenames", ()) if f in names]
+
+
 def labs_wanted(items: list[pytest.Item], config: pytest.Config) -> list[str]:
     """The labs the selected tests use, in the order they first appear."""
-    names = {**LAB_FIXTURES, "lab": config.getoption("--lab")}
     out: list[str] = []
     for item in items:
-        for fixture in getattr(item, "fixturenames", ()):
-            if fixture in names and names[fixture] not in out:
-                out.append(names[fixture])
+        out += [n for n in labs_of(item, config) if n not in out]
     return out
+
+
+def by_lab(items: list[pytest.Item], config: pytest.Config) -> list[pytest.Item]:
+    """The items with each lab's tests together (a stable sort on the first use of the
+    first lab a test needs): a lab can then go down once its part is over, instead of
+    idling until an experiment at the end needs it again. The --lab lab and hetero go
+    together: the subject-grouped suites alternate between them."""
+    first: dict[str, int] = {}
+    for i, item in enumerate(items):
+        for name in labs_of(item, config):
+            first.setdefault(name, i)
+    together = {config.getoption("--lab"), "hetero"}
+    phase0 = min((first[n] for n in together if n in first), default=0)
+
+    def key(item: pytest.Item) -> int:
+        used = labs_of(item, config)
+        if not used:
+            return first_position[id(item)]
+        return min(phase0 if n in together else first[n] for n in used)
+
+    first_position = {id(item): i for i, item in enumerate(items)}
+    return sorted(items, key=key)
+
+
+class LabPool:
+    """The session's labs. They come up in the order the tests first use them, at most
+    `live` up or coming up at once (five clusters at once took the load average to 29 on
+    2 cores and slowed every suite), and each goes down after the last test that uses it,
+    unless kept. kind create and image loads mostly wait, so a lab comes up beside the
+    suites of the one before it."""
+
+    def __init__(self, order: list[str], last: dict[str, str], keep: bool, live: int) -> None:
+        self.order, self.last, self.keep, self.live = order, last, keep, live
+        self.pool = ThreadPoolExecutor(max_workers=max(live, 1))
+        self.deleting = ThreadPoolExecutor(max_workers=1)  # beside the suites, one at a time
+        self.coming: dict[str, Future[Lab]] = {}
+        self.done: set[str] = set()
+        self._fill()
+
+    def _fill(self) -> None:
+        for name in self.order:
+            active = [n for n in self.coming if n not in self.done]
+            if len(active) >= self.live:
+                return
+            if name not in self.coming:
+                self.coming[name] = self.pool.submit(bring_up, Lab(name))
+
+    def get(self, name: str, subject: Subject | None = None) -> Lab:
+        if name not in self.coming or name in self.done:  # not foreseen, or asked again
+            self.done.discard(name)
+            self.coming[name] = self.pool.submit(bring_up, Lab(name, subject=subject))
+        lab = self.coming[name].result()
+        if subject is not None and lab.subject.name != subject.name:
+            lab.use_subject(subject)
+        return lab
+
+    def finished(self, nodeid: str) -> None:
+        """After a test: labs whose last test it was go down, and the next come up."""
+        for name, last in self.last.items():
+            if last == nodeid and name not in self.done:
+                self._release(name)
+        self._fill()
+
+    def _release(self, name: str) -> None:
+        self.done.add(name)
+        f = self.coming.get(name)
+        if not self.keep and f is not None and f.done() and not f.exception():
+            self.deleting.submit(f.result().down)
+
+    def close(self) -> None:
+        for name in list(self.coming):
+            if name not in self.done:
+                self._release(name)
+        self.pool.shutdown()
+        self.deleting.shutdown()
+
+
+_POOL = pytest.StashKey[LabPool]()
+# Labs up or coming up at once: the --lab lab and hetero (their suites alternate), and the
+# next one coming up beside them.
+LIVE_LABS = int(os.environ.get("GPULAB_LIVE_LABS", "3"))
 
 
 @pytest.fixture(scope="session")
 def labs(request: pytest.FixtureRequest) -> Iterator[Callable[..., Lab]]:
     """labs(name, subject=None) -> that lab, up (re-used when it already runs) and running
-    `subject`. Every lab the selected tests use starts coming up at once, side by side
-    (kind create and image loads mostly wait: two labs take little longer than one); each
-    comes up once per session and goes down at the end unless --keep-lab."""
-    wanted = labs_wanted(request.session.items, request.config)
-    pool = ThreadPoolExecutor(max_workers=max(len(wanted), 1))
-    coming: dict[str, Future[Lab]] = {n: pool.submit(bring_up, Lab(n)) for n in wanted}
+    `subject`; the labs come and go as LabPool says."""
+    items = request.session.items
+    last = {n: item.nodeid for item in items for n in labs_of(item, request.config)}
+    pool = LabPool(labs_wanted(items, request.config), last,
+                   keep=request.config.getoption("--keep-lab"), live=LIVE_LABS)  # fmt: skip
+    request.config.stash[_POOL] = pool
+    yield pool.get
+    del request.config.stash[_POOL]
+    pool.close()
 
-    def get(name: str, subject: Subject | None = None) -> Lab:
-        if name not in coming:
-            coming[name] = pool.submit(bring_up, Lab(name, subject=subject))
-        lab = coming[name].result()
-        if subject is not None and lab.subject.name != subject.name:
-            lab.use_subject(subject)
-        return lab
 
-    yield get
-    up = [f.result() for f in coming.values() if f.done() and not f.exception()]
-    pool.shutdown()
-    if not request.config.getoption("--keep-lab"):
-        # One after the other: concurrent `kind delete`s race on ~/.kube/config.lock.
-        for lab in up:
-            lab.down()
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    yield
+    pool = item.config.stash.get(_POOL, None)
+    if pool is not None:
+        pool.finished(item.nodeid)
 
 
 @pytest.fixture(scope="session")

@@ -26,7 +26,9 @@ from fakenvml.node import NodeDir
 NODE = "seed-worker"
 N = 10
 # Whole GPUs: the numbers below count GPUs (time-sliced subjects: test_sharing.py).
-pytestmark = pytest.mark.needs("replicas=1")
+# nvidia-cdi runs nvidia's binary: its faults are nvidia's (only how a pod gets its
+# devices differs, which the pod-status scenario reads).
+pytestmark = [pytest.mark.needs("replicas=1"), pytest.mark.varies_with("plugin")]
 IGNORED = (13, 31, 43, 45, 68, 109)
 
 
@@ -35,6 +37,7 @@ def timed(verdict: Verdict, lab: Lab, rec: Record, allocatable: int,
     return fault_seen(verdict, lab, NODE, rec, allocatable, capacity)
 
 
+@pytest.mark.smoke
 def test_xid_79_lowers_allocatable_not_capacity_and_spares_running_pods(
     lab: Lab, pods: Pods, fake_gpus: Callable[[str], NodeDir], verdict: Verdict
 ) -> None:
@@ -55,6 +58,8 @@ def test_xid_79_lowers_allocatable_not_capacity_and_spares_running_pods(
     assert kept
 
 
+@pytest.mark.varies_with("cdi")
+@pytest.mark.smoke  # the kubelet writes it from 1.36 on; the smoke pass checks 1.34 does not
 def test_xid_79_shows_in_the_pod_status_of_the_pod_holding_the_gpu(
     subject: Subject,
     lab: Lab,

@@ -19,14 +19,29 @@ from kubernetes.client.exceptions import ApiException
 from clusters.kubelet_metrics import DeviceMetrics, scrape
 from clusters.lab import Lab
 from clusters.steps import poll
+from clusters.subject import Subject
 from e2e import checkpoint
+from e2e.fixtures import subjects
 from e2e.pods import Pods
 from e2e.verdict import Verdict
 
 NODE = "seed-worker"
 N = 10
+# Repetition is for finding flakes, so it goes where the code is the one under test: the
+# first subject of the run (gpulab in CI; a plugin team's own plugin in theirs) restarts
+# $GPULAB_RESTARTS times (20), every other subject $GPULAB_RESTARTS_OTHERS (3). gpulab's
+# 20 found the gRPC socket unlink race, the registration that gave up after 60 s and the
+# Register deadline shorter than the kubelet's dial-back.
 RESTARTS = int(os.environ.get("GPULAB_RESTARTS", "20"))
-pytestmark = pytest.mark.needs("replicas=1")
+OTHERS = int(os.environ.get("GPULAB_RESTARTS_OTHERS", "3"))
+# nvidia-cdi runs nvidia's binary: its restarts are nvidia's.
+pytestmark = [pytest.mark.needs("replicas=1"), pytest.mark.varies_with("plugin"),
+              pytest.mark.smoke]  # fmt: skip
+
+
+@pytest.fixture
+def restarts(subject: Subject, request: pytest.FixtureRequest) -> int:
+    return RESTARTS if subject is subjects(request.config)[0] else min(OTHERS, RESTARTS)
 
 
 def admission_failures(pods: Pods) -> list[str]:
@@ -59,8 +74,8 @@ def summary(seconds: list[float]) -> str:
     return f"median {statistics.median(seconds):.1f}s, max {max(seconds):.1f}s"
 
 
-def test_kubelet_restarts(lab: Lab, pods: Pods, verdict: Verdict) -> None:
-    verdict.expect(f"{RESTARTS}/{RESTARTS} re-registrations, {N}/{N} each time; "
+def test_kubelet_restarts(lab: Lab, pods: Pods, verdict: Verdict, restarts: int) -> None:
+    verdict.expect(f"{restarts}/{restarts} re-registrations, {N}/{N} each time; "
                    "pod keeps its devices; no admission errors")  # fmt: skip
     resource = pods.resource
     pods.create(pods.gpu_pod("keeper", 3, NODE))
@@ -68,7 +83,7 @@ def test_kubelet_restarts(lab: Lab, pods: Pods, verdict: Verdict) -> None:
     key = (pod.metadata.uid, "main", resource)
     before = checkpoint.allocations(lab, NODE)[key]
     took, registered = [], 0
-    for i in range(RESTARTS):
+    for i in range(restarts):
         old = scrape(lab.core, NODE, resource)
         t0 = time.monotonic()
         lab.node_exec(NODE, "systemctl", "restart", "kubelet")
@@ -87,7 +102,7 @@ def test_kubelet_restarts(lab: Lab, pods: Pods, verdict: Verdict) -> None:
         status_from_new_kubelet(lab, resource, since=restarted)
         took.append(time.monotonic() - t0)
         registered += 1
-    verdict.saw(f"{registered}/{RESTARTS} re-registered, {N}/{N} each: {summary(took)}")
+    verdict.saw(f"{registered}/{restarts} re-registered, {N}/{N} each: {summary(took)}")
     # The last kubelet allocates for a new pod through the plugin that registered with it.
     pods.create(pods.gpu_pod("after", 1, NODE))
     pods.wait_running("after")
@@ -106,15 +121,15 @@ def test_kubelet_restarts(lab: Lab, pods: Pods, verdict: Verdict) -> None:
 # CI, where other labs come up beside them: pytest's 300 s default cut the v1.37.0 pass
 # short twice, leaving new plugin pods mid-start for the next test.
 @pytest.mark.timeout(120 + 30 * RESTARTS)
-def test_plugin_restarts(lab: Lab, pods: Pods, verdict: Verdict) -> None:
-    verdict.expect(f"{RESTARTS}/{RESTARTS} registrations, {N}/{N} and an Allocate each time; "
+def test_plugin_restarts(lab: Lab, pods: Pods, verdict: Verdict, restarts: int) -> None:
+    verdict.expect(f"{restarts}/{restarts} registrations, {N}/{N} and an Allocate each time; "
                    "no admission errors")  # fmt: skip
     resource = pods.resource
     pods.create(pods.gpu_pod("keeper", 2, NODE))
     pods.wait_running("keeper")
     start = scrape(lab.core, NODE, resource)
     took, allocated = [], 0
-    for i in range(RESTARTS):
+    for i in range(restarts):
         t0 = time.monotonic()
         lab.restart_plugin()  # new pods Ready and full capacity
         took.append(time.monotonic() - t0)
@@ -134,8 +149,8 @@ def test_plugin_restarts(lab: Lab, pods: Pods, verdict: Verdict) -> None:
     end = scrape(lab.core, NODE, resource)
     mean_ms = 1000 * (end.alloc_seconds - start.alloc_seconds) / max(allocated, 1)
     refused = admission_failures(pods)
-    verdict.saw(f"{end.registrations - start.registrations}/{RESTARTS} registrations, "
-                f"{allocated}/{RESTARTS} Allocates (mean {mean_ms:.1f} ms), restart to "
+    verdict.saw(f"{end.registrations - start.registrations}/{restarts} registrations, "
+                f"{allocated}/{restarts} Allocates (mean {mean_ms:.1f} ms), restart to "
                 f"{N}/{N}: {summary(took)}; admission errors: {refused or 'none'}")  # fmt: skip
     assert pods.get("keeper").status.phase == "Running"
     assert refused == []

@@ -33,6 +33,7 @@ def uuids_of(lab: Lab, node: str) -> set[str]:
     return {g.uuid for g in lab.fake_gpus(node).node().gpus}
 
 
+@pytest.mark.smoke
 def test_both_workers_report_capacity_equal_allocatable_10(
     subject: Subject, lab: Lab, verdict: Verdict
 ) -> None:
@@ -44,6 +45,7 @@ def test_both_workers_report_capacity_equal_allocatable_10(
 
 
 @pytest.mark.needs("replicas=1")  # the seeds' scenario counts whole GPUs
+@pytest.mark.smoke
 def test_gpu8_runs_gpu3_pends_then_runs_when_the_plugin_starts_on_b(
     lab: Lab, pods: Pods, plugin_on_a_only: None, verdict: Verdict
 ) -> None:

@@ -1,0 +1,162 @@
+"""Which cluster-tier tests run, in what order, and when their labs come and go: the
+gpulab_e2e plugin's collection rules (varies_with, smoke, the by-lab order) on a throwaway
+suite collected by pytest itself, and LabPool's schedule with a stand-in for bringing a
+lab up (no cluster: what is checked is the order of calls)."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from e2e import fixtures
+
+pytest_plugins = ["pytester"]
+
+SUITE = """
+import pytest
+
+@pytest.mark.varies_with("plugin")
+def test_per_program(subject): pass
+
+@pytest.mark.varies_with()
+def test_once(subject): pass
+
+@pytest.mark.varies_with("cdi")
+@pytest.mark.parametrize("n", [1, 2])
+def test_per_delivery(subject, n): pass
+
+def test_every_subject(subject): pass
+
+@pytest.mark.smoke
+def test_smoke(subject): pass
+"""
+
+
+def collected(pytester: pytest.Pytester, *args: str) -> list[str]:
+    pytester.makepyfile(test_suite=SUITE)
+    result = pytester.runpytest("--collect-only", "-q", "-p", "no:cacheprovider", *args)
+    return [line for line in result.outlines if "::" in line]
+
+
+def test_varies_with_keeps_the_first_subject_of_each_trait_combination(
+    pytester: pytest.Pytester,
+) -> None:
+    ids = collected(pytester, "--subjects", "gpulab,nvidia,nvidia-cdi")
+    per_program = [i for i in ids if "test_per_program" in i]
+    # nvidia-cdi runs nvidia's binary: covered by nvidia.
+    assert per_program == ["test_suite.py::test_per_program[gpulab]",
+                           "test_suite.py::test_per_program[nvidia-v0.19.3]"]  # fmt: skip
+    assert [i for i in ids if "test_once" in i] == ["test_suite.py::test_once[gpulab]"]
+    # CDI delivery differs: gpulab (env) and nvidia-cdi (cdi), each parameter kept.
+    delivery = sorted(i.split("[")[1] for i in ids if "test_per_delivery" in i)
+    assert delivery == ["gpulab-1]", "gpulab-2]", "nvidia-cdi-v0.19.3-1]", "nvidia-cdi-v0.19.3-2]"]
+    assert len([i for i in ids if "test_every_subject" in i]) == 3
+
+
+def test_one_subject_keeps_every_scenario(pytester: pytest.Pytester) -> None:
+    ids = collected(pytester, "--subjects", "nvidia-cdi")
+    assert len(ids) == 6  # 1 + 1 + 2 + 1 + 1
+
+
+def test_smoke_selects_the_marked_scenarios(pytester: pytest.Pytester) -> None:
+    ids = collected(pytester, "--subjects", "gpulab,nvidia", "-m", "smoke")
+    assert ids == ["test_suite.py::test_smoke[gpulab]", "test_suite.py::test_smoke[nvidia-v0.19.3]"]
+
+
+LABS_SUITE = """
+import pytest
+
+@pytest.fixture
+def mig_lab(): pass
+
+@pytest.fixture
+def hetero(): pass
+
+@pytest.fixture
+def lab(): pass
+
+def test_a_mig(mig_lab): pass
+def test_b_seed(lab): pass
+def test_c_free(): pass
+def test_d_hetero(hetero): pass
+def test_e_mig(mig_lab): pass
+def test_f_seed_again(lab): pass
+"""
+
+
+def test_tests_of_one_lab_run_together(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_labs=LABS_SUITE)
+    result = pytester.runpytest("--collect-only", "-q", "-p", "no:cacheprovider")
+    names = [line.split("::")[1] for line in result.outlines if "::" in line]
+    # mig's tests together; seed and hetero (one phase: their suites alternate) together;
+    # a test with no lab keeps its place relative to the others.
+    # mig's tests together first; seed and hetero (one phase: their suites alternate)
+    # together; a test with no lab keeps its place.
+    assert names == ["test_a_mig", "test_e_mig", "test_b_seed", "test_d_hetero",
+                     "test_f_seed_again", "test_c_free"]  # fmt: skip
+
+
+class Recorder:
+    """Stands in for bring_up/Lab.down: records the order, never starts a cluster."""
+
+    def __init__(self) -> None:
+        self.events: list[str] = []
+        self.lock = threading.Lock()
+
+    def lab(self, name: str, subject: object = None) -> object:
+        rec = self
+
+        class Fake:
+            def __init__(self) -> None:
+                self.name = name
+                self.subject = subject
+
+            def down(self) -> None:
+                with rec.lock:
+                    rec.events.append(f"down {name}")
+
+        return Fake()
+
+    def bring_up(self, lab: object) -> object:
+        with self.lock:
+            self.events.append(f"up {lab.name}")  # type: ignore[attr-defined]
+        return lab
+
+
+def test_the_pool_keeps_at_most_live_labs_and_drops_each_after_its_last_test(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    rec = Recorder()
+    monkeypatch.setattr(fixtures, "Lab", rec.lab)
+    monkeypatch.setattr(fixtures, "bring_up", rec.bring_up)
+    last = {"seed": "t2", "hetero": "t3", "mig": "t4", "dra": "t5"}
+    pool = fixtures.LabPool(["seed", "hetero", "mig", "dra"], last, keep=False, live=2)
+    assert set(pool.coming) == {"seed", "hetero"}  # mig waits for a place
+    pool.get("seed")
+    pool.finished("t1")
+    assert set(pool.coming) == {"seed", "hetero"}
+    pool.finished("t2")  # seed's last test: it goes, mig comes
+    assert set(pool.coming) == {"seed", "hetero", "mig"}
+    pool.get("mig")
+    pool.finished("t3")
+    assert "dra" in pool.coming
+    pool.get("dra")
+    pool.finished("t4")
+    pool.finished("t5")
+    pool.close()
+    assert sorted(e for e in rec.events if e.startswith("down")) == [
+        "down dra", "down hetero", "down mig", "down seed"]  # fmt: skip
+    assert rec.events.count("up seed") == 1
+    assert rec.events.index("down seed") > rec.events.index("up seed")
+
+
+def test_a_kept_pool_takes_nothing_down(monkeypatch: pytest.MonkeyPatch) -> None:
+    rec = Recorder()
+    monkeypatch.setattr(fixtures, "Lab", rec.lab)
+    monkeypatch.setattr(fixtures, "bring_up", rec.bring_up)
+    pool = fixtures.LabPool(["seed"], {"seed": "t1"}, keep=True, live=3)
+    pool.get("seed")
+    pool.finished("t1")
+    pool.close()
+    assert rec.events == ["up seed"]
