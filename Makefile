@@ -82,6 +82,10 @@ LAB ?= seed
 # not in the default list until its one unexplained cluster-tier failure is (README).
 SUBJECT ?= gpulab,nvidia,gpulab-timeslicing,nvidia-timeslicing,nvidia-cdi,gpulab-mig,nvidia-mig,gpulab-mig-single,nvidia-mig-single
 export GPULAB_SUBJECTS := $(SUBJECT)
+# `make e2e SUBJECT=mine` runs the suites that test the subjects (SUITES=subject); with
+# the default SUBJECT, or SUITES=all, gpulab's own run too (DRA, the chart on a plain
+# cluster, the experiments).
+SUITES ?= $(if $(filter file,$(origin SUBJECT)),all,subject)
 comma := ,
 
 # A lab up (re-using what exists), fakenvml and the first SUBJECT deployed, capacity checked.
@@ -99,7 +103,7 @@ e2e: infra
 
 e2e-suites:
 	@echo "==> e2e: cluster-tier suites for $(SUBJECT) (seed, hetero, mig, dra and dra-mig labs), Kubernetes $${GPULAB_KUBE_VERSION:-$$($(PY) -c 'from clusters import versions; print(versions.kube_version())')}"
-	@KEEP=$(KEEP) $(PY) -m pytest -q -p no:cacheprovider e2e --junitxml=$(E2E_JUNIT) $(E2E_ARGS)
+	@KEEP=$(KEEP) $(PY) -m pytest -q -p no:cacheprovider e2e --suites $(SUITES) --junitxml=$(E2E_JUNIT) $(E2E_ARGS)
 
 include ci/cluster.mk
 

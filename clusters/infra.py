@@ -29,6 +29,7 @@ import sys
 import time
 import tomllib
 from collections.abc import Callable, Iterable
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TypeVar
@@ -58,7 +59,11 @@ STEPS = {  # group -> the scripts its steps run (`--list`)
     "kind": ["clusters/scripts/kind.sh"],
     "helm": ["clusters/scripts/helm.sh"],
     "nvidia-plugins": ["clusters/scripts/nvidia-plugin.sh"],
-    "node-image": ["clusters/scripts/node-image.sh", "clusters/nodeimage/build.sh"],
+    "node-image": [
+        "clusters/scripts/node-image.sh",
+        "clusters/nodeimage/build.sh",
+        "clusters/nodeimage/rootfs.sh",
+    ],
     "lab-images": ["clusters/images/build.sh", "clusters/scripts/dra-driver.sh"],
 }
 
@@ -175,6 +180,12 @@ class Runner:
         self.console = console or Console(stderr=True, soft_wrap=True)
         self.logs = cache_dir() / "logs"
         self.products = Products.load()
+        self.running: set[subprocess.Popen[str]] = set()  # steps in flight, in any lane
+
+    def stop(self) -> None:
+        """Kill every step still running (another lane's, when this one failed)."""
+        for proc in list(self.running):
+            _kill_group(proc)
 
     def step(self, title: str, fn: Callable[[], T]) -> T:
         t0 = time.monotonic()
@@ -215,11 +226,14 @@ class Runner:
                 start_new_session=True,
                 cwd=paths.checkout() or self.logs,
             )
+            self.running.add(proc)
             try:
                 self._wait(proc, title, log, t0)
             except BaseException:
                 _kill_group(proc)
                 raise
+            finally:
+                self.running.discard(proc)
         if proc.returncode != 0:
             tail = "\n".join("    " + line for line in _tail(log, 8))
             raise InfraError(
@@ -275,10 +289,53 @@ def run(groups: Iterable[str] = GROUPS, console: Console | None = None) -> Produ
     if unknown:
         raise ValueError(f"unknown group(s) {', '.join(sorted(unknown))} ({', '.join(GROUPS)})")
     r = Runner(console)
-    p = r.products
     t0 = time.monotonic()
     if want & {"engine", "node-image", "lab-images"}:
         r.step("Docker engine", lambda: _engine(r))
+    # The debootstraps (disk and network bound) run beside the Go builds (CPU bound, at
+    # nice 10): on 2 cores they hide behind the first compiles.
+    chosen = _choose_node_images(r) if "node-image" in want else {}
+    local = any(not c.startswith("upstream ") for c in chosen.values())
+    beside = ThreadPoolExecutor(max_workers=1)
+    lane = beside.submit(_debootstraps, r, want, local)
+    try:
+        _run(r, want, chosen, lane)
+    except BaseException:
+        r.stop()
+        raise
+    finally:
+        beside.shutdown(wait=True)
+    r.console.print(
+        f"[bold green]Infrastructure ready[/] in {time.monotonic() - t0:.1f}s "
+        f"[dim](recorded in {manifest_path()}, logs in {r.logs})[/]",
+        highlight=False,
+    )
+    return r.products
+
+
+def _debootstraps(r: Runner, want: set[str], node_rootfs: bool) -> dict[str, str]:
+    """The node root filesystem (when a node image is built here) and the lab base and
+    workload images: what needs Docker and Debian's packages but no Go build."""
+    made: dict[str, str] = {}
+    if node_rootfs:
+        rootfs = "clusters/nodeimage/rootfs.sh"
+        r.step("Node root filesystem (debootstrap)",
+               lambda: r.script("node rootfs", "node-rootfs", rootfs))  # fmt: skip
+    if "lab-images" in want:
+        for which, title in (("base", "Lab base image (debootstrap)"),
+                             ("workload", "Workload image (busybox)")):  # fmt: skip
+            made.update(r.step(title, lambda w=which: _image(r, w)))
+    return made
+
+
+def _image(r: Runner, which: str, env: dict[str, str] | None = None) -> dict[str, str]:
+    out = r.script(f"{which} image", f"image-{which}", "clusters/images/build.sh", which, env=env)
+    return dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
+
+
+def _run(r: Runner, want: set[str], chosen: dict[str, str],
+         lane: Future[dict[str, str]]) -> None:  # fmt: skip
+    p = r.products
     if "kind" in want:
         p.kind = r.step(
             f"kind {versions.get('KIND_VERSION')}",
@@ -308,9 +365,11 @@ def run(groups: Iterable[str] = GROUPS, console: Console | None = None) -> Produ
             )
             p.save()
     if "node-image" in want:
-        _node_image(r, p)
-        p.save()
+        for kube, choice in chosen.items():
+            p.node_images[kube] = _node_image_of(r, kube, choice, lane)
+            p.save()
     if "lab-images" in want:
+        p.images.update(lane.result())
         _lab_images(r, p)
         p.save()
         # Subjects whose image is built from a Dockerfile: the examples, and those named in
@@ -318,12 +377,6 @@ def run(groups: Iterable[str] = GROUPS, console: Console | None = None) -> Produ
         for s in subjects_wanted():
             if s.spec.image.build is not None:
                 r.step(f"Subject {s.name}'s image", lambda s=s: _build_subject(r, s, p))
-    r.console.print(
-        f"[bold green]Infrastructure ready[/] in {time.monotonic() - t0:.1f}s "
-        f"[dim](recorded in {manifest_path()}, logs in {r.logs})[/]",
-        highlight=False,
-    )
-    return p
 
 
 def _engine(r: Runner) -> str:
@@ -337,29 +390,29 @@ def _engine(r: Runner) -> str:
     return f"Docker {out.stdout.strip()}"
 
 
-def _node_image(r: Runner, p: Products) -> None:
-    for kube in versions.kube_versions():
-        p.node_images[kube] = _node_image_of(r, kube)
-        p.save()
-
-
-def _node_image_of(r: Runner, kube: str) -> str:
-    """kind's own image of `kube` where it is here or can be pulled, else built here."""
-    env = {"GPULAB_KUBE_VERSION": kube}
+def _choose_node_images(r: Runner) -> dict[str, str]:
+    """Per Kubernetes version: `upstream <image>` (kind's own, here or pulled) or `local`
+    (built here)."""
     choose = ("clusters/scripts/node-image.sh", "--choose")
-    source = r.step(
-        f"Node image {kube}: pull or build",
-        lambda: r.script("node image", f"node-image-choose-{kube}", *choose, env=env),
-    )
+    return {kube: r.step(f"Node image {kube}: pull or build",
+                         lambda k=kube: r.script("node image", f"node-image-choose-{k}", *choose,
+                                                 env={"GPULAB_KUBE_VERSION": k}))
+            for kube in versions.kube_versions()}  # fmt: skip
+
+
+def _node_image_of(r: Runner, kube: str, source: str, lane: Future[dict[str, str]]) -> str:
+    """kind's own image of `kube` (chosen), else built here."""
+    env = {"GPULAB_KUBE_VERSION": kube}
     if source.startswith("upstream "):
         return source.split(" ", 1)[1]
     build = "clusters/nodeimage/build.sh"
     for name, title in (
         ("kubernetes", f"Kubernetes {kube} binaries (Go)"),
         ("components", f"etcd, CoreDNS, crictl (Go), pause (C) for {kube}"),
-        ("rootfs", "Node root filesystem (debootstrap)"),
         ("images", f"Control-plane images {kube}"),
     ):
+        if name == "images":
+            lane.result()  # the root filesystem they go into
         r.step(title, lambda n=name, t=title: r.script(t, f"node-{n}-{kube}", build, n, env=env))
 
     def node() -> str:  # the script's last line names the image
@@ -370,12 +423,6 @@ def _node_image_of(r: Runner, kube: str) -> str:
 
 
 def _lab_images(r: Runner, p: Products) -> None:
-    def image(which: str, env: dict[str, str] | None = None) -> dict[str, str]:
-        out = r.script(
-            f"{which} image", f"image-{which}", "clusters/images/build.sh", which, env=env
-        )
-        return dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
-
     if paths.checkout() is None and not library.default_path().is_file():
         # An installed package builds its library here (a checkout's is `make install`'s).
         from fakenvml.native import build
@@ -383,14 +430,12 @@ def _lab_images(r: Runner, p: Products) -> None:
         r.step("fakenvml library (gcc)", lambda: str(build.build("release", library.build_dir())))
     key = tree_key()
     for which, title, env in (
-        ("base", "Lab base image (debootstrap)", None),
-        ("workload", "Workload image (busybox)", None),
         ("gpulab", "gpulab image (fakenvml + plugin)", image_env(key)),
         ("nvidia", "NVIDIA plugin images", None),
         ("nfd", f"node-feature-discovery {versions.get('NFD_VERSION')} image (Go)", None),
         ("dra", f"NVIDIA DRA driver {versions.get('DRA_DRIVER_VERSION')} image (Go)", None),
     ):
-        p.images.update(r.step(title, lambda w=which, e=env: image(w, e)))
+        p.images.update(r.step(title, lambda w=which, e=env: _image(r, w, e)))
     p.tree_key = key
 
 

@@ -46,6 +46,14 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="plugins under test: shipped subject names or subject files, comma-separated",
     )
     g.addoption("--keep-lab", action="store_true", default=bool(os.environ.get("KEEP")))
+    g.addoption(
+        "--suites",
+        dest="gpulab_suites",
+        choices=("subject", "all"),
+        default=os.environ.get("GPULAB_E2E_SUITES") or "all",
+        help="subject: only the suites that test the subjects (a plugin team's run); "
+        "all: gpulab's own too (DRA, the chart on a plain cluster, experiments)",
+    )
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -99,6 +107,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     subject configured for MIG (expects.mig single/mixed) runs only the MIG scenarios,
     which need `mig=...`: the whole-GPU suites are the same plugin's without MIG."""
     keep, drop = [], []
+    only_subjects = config.getoption("gpulab_suites") == "subject"
     for item in items:
         # Every needs marker counts: the module's (e.g. replicas=1) and the test's own.
         needs = tuple(a for m in item.iter_markers("needs") for a in m.args)
@@ -108,7 +117,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             mig_only = s.expects.mig != "none" and not any(n.startswith("mig") for n in needs)
             (drop if mig_only or not s.needs_met(needs) else keep).append(item)
         else:
-            keep.append(item)
+            # gpulab's own suites (the shipped e2e package's tests with no subject).
+            own = getattr(getattr(item, "module", None), "__name__", "").startswith("e2e.")
+            (drop if only_subjects and own else keep).append(item)
     marked = any(i.get_closest_marker("varies_with") for i in keep)
     covered = {id(i) for i in covered_elsewhere(keep, subjects(config))} if marked else set()
     drop += [i for i in keep if id(i) in covered]

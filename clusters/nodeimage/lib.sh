@@ -117,10 +117,14 @@ tar_image() {
 
 # Removes what killed builds leave behind: gpulab/partial tags, import tars.
 clean_partials() {
-  local refs
-  refs=$(docker images -q gpulab/partial 2>/dev/null || true)
-  # shellcheck disable=SC2086
-  [[ -z $refs ]] || docker rmi -f $refs >/dev/null 2>&1 || true
+  # Only partials of builds that are gone: their tag starts with the builder's pid, and
+  # `make infra` builds lab images beside the node image (two builders at once).
+  local tag pid stale=()
+  for tag in $(docker images --format '{{.Tag}}' gpulab/partial 2>/dev/null || true); do
+    pid=${tag%%-*}
+    [[ $pid =~ ^[0-9]+$ && -d /proc/$pid ]] || stale+=("gpulab/partial:$tag")
+  done
+  ((${#stale[@]} == 0)) || docker rmi -f "${stale[@]}" >/dev/null 2>&1 || true
   find "$GPULAB_CACHE" -maxdepth 1 -name '.import.*.tar' -mmin +60 -delete 2>/dev/null || true
 }
 

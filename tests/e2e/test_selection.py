@@ -5,7 +5,10 @@ lab up (no cluster: what is checked is the order of calls)."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import threading
+from pathlib import Path
 
 import pytest
 
@@ -160,3 +163,22 @@ def test_a_kept_pool_takes_nothing_down(monkeypatch: pytest.MonkeyPatch) -> None
     pool.finished("t1")
     pool.close()
     assert rec.events == ["up seed"]
+
+
+def test_a_subject_run_leaves_gpulabs_own_suites_out() -> None:
+    """`make e2e SUBJECT=mine` (--suites subject): the suites that test the subject, not
+    gpulab's DRA, chart-on-a-plain-cluster or experiment suites."""
+    root = Path(__file__).resolve().parents[2]
+
+    def ids(suites: str) -> list[str]:
+        out = subprocess.run(
+            [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--collect-only",
+             "e2e", "--subjects", "examples/tiny-gpu-plugin/subject.yaml", "--suites", suites],
+            cwd=root, capture_output=True, text=True, check=True,
+        ).stdout  # fmt: skip
+        return [line for line in out.splitlines() if "::" in line]
+
+    mine, every = ids("subject"), ids("all")
+    assert mine and all("[tiny-gpu-plugin" in i for i in mine)
+    assert any(i.startswith("e2e/test_dra.py") for i in every)
+    assert set(mine) < set(every)
