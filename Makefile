@@ -95,8 +95,8 @@ cluster: infra
 cluster-down: install
 	@$(PY) -m clusters down $(LAB)
 
-# The cluster tier: labs up, suites for every SUBJECT (JUnit XML + a scenario x subject
-# table), labs down unless KEEP=1.
+# The cluster tier: labs up, suites for every SUBJECT (JUnit XML, a scenario x subject
+# grid, an HTML report beside the XML), labs down unless KEEP=1.
 E2E_JUNIT ?= $(BUILD)/e2e-junit.xml
 e2e: infra
 	@$(MAKE) --no-print-directory e2e-suites

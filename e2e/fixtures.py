@@ -15,8 +15,10 @@ from __future__ import annotations
 
 import contextlib
 import os
+import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any
 
 import pytest
 
@@ -28,8 +30,9 @@ from clusters.steps import StepError
 from clusters.subject import Subject, SubjectError
 from clusters.subject import load as load_subject
 from clusters.subject import names as subject_names
+from e2e import htmlreport
 from e2e.pods import Pods
-from e2e.verdict import KUBERNETES, Cell, Verdict, table
+from e2e.verdict import KUBERNETES, Cell, Verdict, summary
 from fakenvml.node import NodeDir
 
 NAMESPACE = "gpulab-e2e"
@@ -177,33 +180,72 @@ def summary_key(nodeid: str, names: list[str]) -> tuple[str, str] | None:
     return None
 
 
-def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
-    """A table a person reads at a glance: scenario x subject -> result and seconds, and
-    under it what each subject was expected to do and what it did."""
-    names = [s.name for s in subjects(terminalreporter.config)]
+def summary_rows(stats: dict[str, list[Any]], names: list[str]) -> dict[str, dict[str, Cell]]:
+    """scenario -> subject -> Cell, from the terminal reporter's stats (test reports by
+    outcome): the calls that passed or failed, and the setups or teardowns that errored."""
     rows: dict[str, dict[str, Cell]] = {}
     for outcome in ("passed", "failed", "error"):
-        for rep in terminalreporter.stats.get(outcome, []):
-            if rep.when != "call" and outcome != "error":
+        for rep in stats.get(outcome, []):
+            if getattr(rep, "when", None) != "call" and outcome != "error":
                 continue
             key = summary_key(rep.nodeid, names)
             if key is None:
                 continue
-            failure = "" if outcome == "passed" else str(getattr(rep, "longreprtext", ""))
+            trace = "" if outcome == "passed" else str(getattr(rep, "longreprtext", ""))
+            # A collection error (CollectReport) has neither duration nor properties.
+            seconds, props = getattr(rep, "duration", 0.0), getattr(rep, "user_properties", [])
             rows.setdefault(key[0], {})[key[1]] = Cell.of(
-                outcome == "passed", rep.duration, rep.user_properties, _crash(rep) or failure
+                outcome == "passed", seconds, props, _crash(rep), trace=trace, nodeid=rep.nodeid
             )
-    width = max(terminalreporter._tw.fullwidth, 100)
+    return rows
+
+
+_STARTED = pytest.StashKey[float]()
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    # The HTML report's duration, and its cut-off for experiment reports of this run.
+    session.config.stash[_STARTED] = time.time()
+
+
+@pytest.hookimpl(trylast=True)  # its last line names the HTML report
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """A grid a person reads at a glance: scenario x subject -> PASS and seconds, FAIL or
+    `-`, and under it what each failed cell expected, saw and failed on. The whole of it,
+    with the failures' traces and the experiments' timelines, goes to an HTML file."""
+    config = terminalreporter.config
+    names = [s.name for s in subjects(config)]
+    rows = summary_rows(terminalreporter.stats, names)
+    if not rows:  # not an e2e run (the plugin is loaded into every pytest run)
+        return
+    width = terminalreporter._tw.fullwidth
     dra = {k: r for k, r in rows.items() if DRA_COLUMN in r}
     plugins = {k: r for k, r in rows.items() if k not in dra}
-    if plugins:
-        terminalreporter.section("gpulab e2e: scenario x subject (expected / seen)")
-        for line in table(plugins, names, width):
+    both: list[htmlreport.Section] = [
+        ("scenario x subject", plugins, names),
+        ("NVIDIA's DRA driver", dra, [DRA_COLUMN]),
+    ]
+    sections = [s for s in both if s[1]]
+    for title, r, columns in sections:
+        terminalreporter.section(f"gpulab e2e: {title}")
+        for line in summary(r, columns, width):
             terminalreporter.write_line(line)
-    if dra:
-        terminalreporter.section("gpulab e2e: NVIDIA's DRA driver (expected / seen)")
-        for line in table(dra, [DRA_COLUMN], width):
-            terminalreporter.write_line(line)
+    started = config.stash.get(_STARTED, time.time())
+    run = htmlreport.Run(
+        started=started,
+        seconds=time.time() - started,
+        subjects=names,
+        sections=sections,
+        totals=htmlreport.totals(terminalreporter.stats),
+        timelines=htmlreport.timelines(htmlreport.reports_root(), since=started),
+    )
+    path = htmlreport.path_for(getattr(config.option, "xmlpath", None))
+    try:
+        htmlreport.write(run, path)
+    except OSError as e:
+        terminalreporter.write_line(f"gpulab e2e report: not written: {e}")
+        return
+    terminalreporter.write_line(f"gpulab e2e report: {path}")
 
 
 def _crash(rep: pytest.TestReport) -> str:
