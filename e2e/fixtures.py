@@ -125,11 +125,15 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             (drop if only_subjects and own else keep).append(item)
     marked = any(i.get_closest_marker("varies_with") for i in keep)
     covered = {id(i) for i in covered_elsewhere(keep, subjects(config))} if marked else set()
+    config.stash[_COVERED] = len(covered)
     drop += [i for i in keep if id(i) in covered]
     keep = by_lab([i for i in keep if id(i) not in covered], config)
     if drop:
         config.hook.pytest_deselected(items=drop)
     items[:] = keep
+
+
+_COVERED = pytest.StashKey[int]()
 
 
 def covered_elsewhere(items: list[pytest.Item], order: list[Subject]) -> list[pytest.Item]:
@@ -230,6 +234,11 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
         terminalreporter.section(f"gpulab e2e: {title}")
         for line in summary(r, columns, width):
             terminalreporter.write_line(line)
+    if covered := config.stash.get(_COVERED, 0):
+        terminalreporter.write_line(
+            f"{covered} scenario x subject pairs not run: covered by an earlier subject whose "
+            "traits the scenario varies with (varies_with)"
+        )
     started = config.stash.get(_STARTED, time.time())
     run = htmlreport.Run(
         started=started,
