@@ -42,28 +42,54 @@ endif
 # CI's second Kubernetes: the newest minor that runs on cgroup v1 without failCgroupV1.
 CI_KUBE := v1.34.0
 
-# Every tier: unit and node tier, the fakenvml suite again under ASan+UBSan, a bounded
-# fuzz run, then the cluster tier (real kind labs) through `make e2e` on the newest
-# Kubernetes, and a smoke set on $(CI_KUBE): the seeds' scenario, one fault and one kubelet
-# and plugin restart, and device health in pod status (off before 1.36), for one plugin of
+# Every tier, timed (bench/budget.py, which holds each tier's budget): `make infra`, lint,
+# the unit and node tier, the fakenvml suite again under ASan+UBSan, a bounded fuzz run,
+# then the cluster tier (real kind labs) through `make e2e` on the newest Kubernetes, and
+# a smoke set on $(CI_KUBE) (e2e-old, below). A failed tier fails `make test` but the later
+# tiers still run (all but after `make infra`, which every tier needs), and the time report
+# always ends it: each tier's time and tests against its budget, the slowest tests,
+# build/budget.json and build/budget.md. Over budget is a warning, never a failure. JUnit
+# XML in build/junit/.
+JUNIT := $(BUILD)/junit
+export GPULAB_BUDGET_DIR ?= $(BUILD)/budget
+# python3, not the venv: `make infra`, the first tier timed, is what creates the venv.
+TIMED = python3 -m bench.budget time
+# The $(CI_KUBE) pass, a smoke set: the seeds' scenario, one fault and one kubelet and
+# plugin restart, and device health in pod status (off before 1.36), for one plugin of
 # each family (ours, NVIDIA's): what the kubelet's version changes. The rest of the matrix
 # exercises the plugins and the lab, which do not change with it (README: e2e).
+E2E_OLD_ARGS := -m smoke
+E2E_OLD_RESTARTS := 1
 CI_OLD_SUBJECTS := gpulab,nvidia
-test: infra lib-asan lint
-	@$(MAKE) --no-print-directory test-unit test-asan fuzz e2e-suites FUZZ_SECONDS=30
-	@GPULAB_RESTARTS=1 $(MAKE) --no-print-directory e2e-suites KUBE=$(CI_KUBE) \
-	  SUBJECT=$(CI_OLD_SUBJECTS) E2E_JUNIT=$(BUILD)/e2e-junit-$(CI_KUBE).xml E2E_ARGS="-m smoke"
+
+test:
+	@status=0; python3 -m bench.budget reset; \
+	$(TIMED) infra -- $(MAKE) --no-print-directory infra || status=1; \
+	if (( status == 0 )); then \
+	  $(TIMED) lint -- $(MAKE) --no-print-directory lint || status=1; \
+	  $(TIMED) unit --junit $(JUNIT)/unit.xml -- $(MAKE) --no-print-directory test-unit || status=1; \
+	  $(TIMED) asan --junit $(JUNIT)/asan.xml -- \
+	    $(MAKE) --no-print-directory lib-asan test-asan || status=1; \
+	  $(TIMED) fuzz -- $(MAKE) --no-print-directory fuzz FUZZ_SECONDS=30 || status=1; \
+	  $(TIMED) e2e --junit $(JUNIT)/e2e.xml -- \
+	    $(MAKE) --no-print-directory e2e-suites E2E_JUNIT=$(JUNIT)/e2e.xml || status=1; \
+	  GPULAB_RESTARTS=$(E2E_OLD_RESTARTS) $(TIMED) e2e-old --junit $(JUNIT)/e2e-old.xml -- \
+	    $(MAKE) --no-print-directory e2e-suites KUBE=$(CI_KUBE) SUBJECT=$(CI_OLD_SUBJECTS) \
+	    E2E_JUNIT=$(JUNIT)/e2e-old.xml E2E_ARGS="$(E2E_OLD_ARGS)" || status=1; \
+	fi; \
+	py=$(PY); [[ -x $$py ]] || py=python3; $$py -m bench.budget report || status=1; \
+	exit $$status
 
 test-unit:
 	@echo "==> tests (release library)"
-	@$(PY) -m pytest -q tests
+	@$(PY) -m pytest -q tests --junitxml=$(JUNIT)/unit.xml
 
 test-asan:
 	@echo "==> tests/fakenvml under -fsanitize=address,undefined"
 	@FAKENVML_LIBRARY=$(CURDIR)/$(BUILD)/asan/libnvidia-ml.so.1 \
 	  LD_PRELOAD="$(ASAN_RT)" ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 \
 	  UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
-	  $(PY) -m pytest -q -p no:cacheprovider tests/fakenvml
+	  $(PY) -m pytest -q -p no:cacheprovider tests/fakenvml --junitxml=$(JUNIT)/asan.xml
 
 fuzz: install
 	@$(PY) -m fakenvml.native.fuzz --seconds $(FUZZ_SECONDS) --out $(BUILD)
