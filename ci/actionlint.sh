@@ -23,8 +23,18 @@ if [[ ! -x $bin/actionlint ]]; then
   publish_dir "$tmp" "$bin"
 fi
 
-"$bin/actionlint" -shellcheck=shellcheck .github/workflows/*.yml
+# This repository's workflows (the one that runs `uses: ./` makes actionlint check
+# action.yml's inputs too) and the example of a plugin repository's.
+workflows=(.github/workflows/*.yml examples/*/.github/workflows/*.yml)
+"$bin/actionlint" -shellcheck=shellcheck "${workflows[@]}"
 # Every shell script of ours, at warning level (style notes are not failures).
 mapfile -t scripts < <(git ls-files '*.sh' .ci/run clusters/nodeimage/files/usr/local/bin/entrypoint)
 shellcheck -x -S warning "${scripts[@]}"
-echo "actionlint $ACTIONLINT_VERSION + shellcheck: ${#scripts[@]} scripts and $(ls .github/workflows/*.yml | wc -l) workflow(s) clean" >&2
+# action.yml's run: scripts, which actionlint does not shellcheck (it checks only the
+# inputs a workflow passes to it), as ci/run-action.py resolves them.
+[[ -x .venv/bin/python ]] || die "actionlint: no .venv to read action.yml with; run make install"
+steps=$(mktemp -d)
+trap 'rm -rf "$steps"' EXIT
+.venv/bin/python ci/run-action.py --input subject=subject.yaml --scripts "$steps"
+shellcheck -S warning "$steps"/*.sh
+echo "actionlint $ACTIONLINT_VERSION + shellcheck: ${#scripts[@]} scripts, ${#workflows[@]} workflow(s) and action.yml clean" >&2

@@ -4,6 +4,9 @@
     python -m clusters.infra nvidia-plugins   # only some groups (see GROUPS)
     python -m clusters.infra tree-key         # the gpulab image's input key
     python -m clusters.infra --list           # each group's scripts; runs nothing
+    python -m clusters.infra export DIR       # products + images for a CI cache (infracache)
+    python -m clusters.infra import DIR       # ... restored; then every step finds its product
+    python -m clusters.infra key              # the key an export must match
 
 Each step runs one script in a process group of its own, with the script's output in a
 log file under $GPULAB_CACHE/logs: one status line per step (✓ or ✗ and seconds), a line a
@@ -94,6 +97,7 @@ class Products:
     images: dict[str, str] = field(default_factory=dict)  # base, gpulab, workload, nvidia-<v>
     nvidia: dict[str, str] = field(default_factory=dict)  # version -> binary
     tree_key: str = ""  # the checkout state the gpulab image was built from
+    subjects: dict[str, str] = field(default_factory=dict)  # subject name -> image built
 
     @classmethod
     def load(cls) -> Products:
@@ -376,7 +380,10 @@ def _run(r: Runner, want: set[str], chosen: dict[str, str],
         # $GPULAB_SUBJECTS (`make infra SUBJECT=path/to/subject.yaml`).
         for s in subjects_wanted():
             if s.spec.image.build is not None:
-                r.step(f"Subject {s.name}'s image", lambda s=s: _build_subject(r, s, p))
+                p.subjects[s.name] = r.step(
+                    f"Subject {s.name}'s image", lambda s=s: _build_subject(r, s, p)
+                )
+                p.save()
 
 
 def _engine(r: Runner) -> str:
@@ -594,9 +601,16 @@ def main(argv: list[str] | None = None, prog: str = "python -m clusters.infra") 
         "groups",
         nargs="*",
         metavar="GROUP",
-        help=f"some of {', '.join(GROUPS)}, or tree-key (default: all)",
+        help=f"some of {', '.join(GROUPS)}, or tree-key (default: all); "
+        "or export DIR, import DIR, key (a cache for CI: `%(prog)s export --help`)",
     )
     ap.add_argument("--list", action="store_true", help="list the steps' scripts; run nothing")
+    if argv is None:
+        argv = sys.argv[1:]
+    if argv[:1] and argv[0] in ("export", "import", "key"):  # the CI cache's commands
+        from clusters import infracache  # it imports this module: not at the top
+
+        return infracache.main(argv, prog)
     args = ap.parse_args(argv)
     if args.list:
         if unknown := set(args.groups) - set(GROUPS):

@@ -4,6 +4,7 @@
     gpulab experiment validate e2e/experiments/*.yaml
     gpulab experiment report out/experiments/xid-storm-gpulab    # re-render from recording.json
     gpulab infra [GROUP...] [--list]     # what labs need, built (python -m clusters.infra)
+    gpulab infra export DIR | import DIR | key   # the same, as a directory a CI cache keeps
 
 `run` brings the experiment's lab up (re-using a running cluster), plays the scenario,
 writes report.md + timeline.png and exits 1 when an expectation fails (2: a bad file,
