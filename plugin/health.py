@@ -17,7 +17,7 @@ from plugin.config import XidPolicy
 from plugin.devices import Gpu
 
 log = logging.getLogger("gpulab-plugin")
-WAIT_MS = 1000  # short enough that stop() returns promptly; NVML wakes us on events
+WAIT_MS = 200  # how long stop() may wait on the thread (a pod's shutdown); NVML wakes us on events
 XID = nv.nvmlEventTypeXidCriticalError
 DBE = nv.nvmlEventTypeDoubleBitEccError
 SBE = nv.nvmlEventTypeSingleBitEccError
@@ -45,9 +45,11 @@ class HealthMonitor:
         log.info("Ignoring the following XIDs for health checks: %s", sorted(self.policy.ignored))
         self._thread.start()
 
-    def stop(self) -> None:
+    def stop(self, wait: bool = True) -> None:
+        """Stop watching; with wait=False only ask (its NVML wait ends within WAIT_MS), so a
+        caller can stop other things meanwhile and call stop() again to join."""
         self._stop.set()
-        if self._thread.is_alive():
+        if wait and self._thread.is_alive():
             self._thread.join(timeout=5)
 
     def _register(self) -> object:

@@ -27,7 +27,7 @@ from plugin.devices import Gpu, Topology, discover
 from plugin.health import HealthMonitor
 from plugin.metrics import Metrics
 from plugin.mig import MigDevice
-from plugin.server import DevicePluginService, ResourcePlugin
+from plugin.server import DevicePluginService, ResourcePlugin, stop_all
 from plugin.state import ANY, Device, ResourceState
 
 log = logging.getLogger("gpulab-plugin")
@@ -104,14 +104,15 @@ class Plugins:
 
     def reregister(self, stop: threading.Event) -> None:
         """kubelet restarted: serve again and register, keeping every device's health."""
+        stop_all(self.plugins)
         for p in self.plugins:
-            p.stop()
             p.serve()
         self.register(stop)
 
     def stop(self) -> None:
-        for p in self.plugins:
-            p.stop()
+        # All at once: the health thread's NVML wait and the servers' graces overlap.
+        self.health.stop(wait=False)
+        stop_all(self.plugins)
         self.health.stop()
 
 

@@ -243,10 +243,15 @@ class ResourcePlugin:
         return False
 
     def stop(self) -> None:
+        stop_all([self])
+
+    def _begin_stop(self) -> threading.Event | None:
         self.service.stopping.set()
-        if self.server is not None:
-            self.server.stop(grace=0.5).wait()
-            self.server = None
+        self.service.state.wake()  # ListAndWatch sees `stopping` now: the grace ends early
+        server, self.server = self.server, None
+        return server.stop(grace=0.5) if server is not None else None
+
+    def _unlink_own_socket(self) -> None:
         # Only the socket this server bound: a successor (a new pod while this one still
         # shuts down) may already serve at the same path.
         try:
@@ -254,3 +259,14 @@ class ResourcePlugin:
                 self.socket.unlink()
         except FileNotFoundError:
             pass
+
+
+def stop_all(plugins: list[ResourcePlugin]) -> None:
+    """Stop the resources' servers together: their 0.5 s graces (ListAndWatch streams end
+    at their next wake) run side by side, not one after another as each pod's shutdown and
+    every restart used to wait."""
+    for done in [p._begin_stop() for p in plugins]:
+        if done is not None:
+            done.wait()
+    for p in plugins:
+        p._unlink_own_socket()

@@ -78,6 +78,12 @@ class ResourceState:
         with self._cond:
             return self._version, [(d, self._healthy[d.id]) for d in self.devices]
 
+    def wake(self) -> None:
+        """Wake every wait_newer now (a stopping server's streams end at once, not at their
+        next timeout)."""
+        with self._cond:
+            self._cond.notify_all()
+
     def wait_newer(self, version: int, timeout: float) -> int:
         """Block until the version moves past `version` or the timeout; returns the version."""
         with self._cond:
