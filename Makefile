@@ -7,7 +7,7 @@ BUILD := build
 ASAN_RT := $(shell gcc -print-file-name=libasan.so) $(shell gcc -print-file-name=libubsan.so)
 FUZZ_SECONDS ?= 60
 
-.PHONY: install infra lib lib-asan test test-unit test-asan lint lint-workflows bench fuzz e2e \
+.PHONY: action-check install infra lib lib-asan test test-unit test-asan lint lint-workflows bench fuzz e2e \
 	cluster cluster-down clean e2e-suites
 
 # apt packages, the venv, the fake library, the gRPC code: what every tier needs.
@@ -73,12 +73,26 @@ test:
 	  $(TIMED) fuzz -- $(MAKE) --no-print-directory fuzz FUZZ_SECONDS=30 || status=1; \
 	  $(TIMED) e2e --junit $(JUNIT)/e2e.xml -- \
 	    $(MAKE) --no-print-directory e2e-suites E2E_JUNIT=$(JUNIT)/e2e.xml || status=1; \
+	  $(TIMED) action --junit $(BUILD)/action/temp/gpulab-results/e2e-junit.xml -- \
+	    $(MAKE) --no-print-directory action-check || status=1; \
 	  GPULAB_RESTARTS=$(E2E_OLD_RESTARTS) $(TIMED) e2e-old --junit $(JUNIT)/e2e-old.xml -- \
 	    $(MAKE) --no-print-directory e2e-suites KUBE=$(CI_KUBE) SUBJECT=$(CI_OLD_SUBJECTS) \
 	    E2E_JUNIT=$(JUNIT)/e2e-old.xml E2E_ARGS="$(E2E_OLD_ARGS)" || status=1; \
 	fi; \
 	py=$(PY); [[ -x $$py ]] || py=python3; $$py -m bench.budget report || status=1; \
 	exit $$status
+
+# The composite action (action.yml) run here step by step, in the runner's order
+# (ci/run-action.py): the example plugin gpulab never saw, its smoke set on the seed lab.
+# The infra cache is off: an export is a `docker save` of every image (minutes);
+# tests/clusters/test_infracache.py round-trips one instead. The runner's steps use sudo.
+action-check: install
+	@command -v sudo >/dev/null || DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+	  --no-install-recommends sudo >/dev/null
+	@rm -rf $(BUILD)/action
+	@GPULAB_RESTARTS=1 $(PY) ci/run-action.py --work $(BUILD)/action \
+	  --input subject=examples/tiny-gpu-plugin/subject.yaml --input infra-cache=false \
+	  --input "args=-m smoke"
 
 test-unit:
 	@echo "==> tests (release library)"

@@ -51,6 +51,7 @@ BUDGETS: dict[str, int] = {
     "fuzz": 45,  # 30 s of libFuzzer (FUZZ_SECONDS=30) plus its build
     "e2e": 900,  # the cluster tier on the newest Kubernetes: every lab, every subject
     "e2e-old": 300,  # the older Kubernetes (CI_KUBE) smoke set: gpulab and nvidia, -m smoke
+    "action": 240,  # action.yml run step by step (ci/run-action.py): the tiny plugin's smoke set
 }
 TOTAL_BUDGET = 30 * 60  # the whole warm run: what a reviewer waits for
 COLD_GOAL = 50 * 60  # a new machine, where `make infra` builds the node and lab images first
