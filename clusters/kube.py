@@ -62,14 +62,18 @@ class Kube:
     @property
     def api(self) -> client.ApiClient:
         if self._api is None:
-            cfg = client.Configuration()
-            config.load_kube_config(str(self.kubeconfig), client_configuration=cfg)
             # A busy two-core API server drops a connection now and then (EOF in the TLS
             # handshake): retry those with back-off instead of failing a test.
-            cfg.retries = urllib3.Retry(total=6, backoff_factor=0.5, allowed_methods=None,
-                                        raise_on_status=False)  # fmt: skip
-            self._api = TimedApiClient(cfg)
+            retry = urllib3.Retry(total=6, backoff_factor=0.5, allowed_methods=None,
+                                  raise_on_status=False)  # fmt: skip
+            self._api = self._client(retry)
         return self._api
+
+    def _client(self, retries: urllib3.Retry | bool) -> TimedApiClient:
+        cfg = client.Configuration()
+        config.load_kube_config(str(self.kubeconfig), client_configuration=cfg)
+        cfg.retries = retries
+        return TimedApiClient(cfg)
 
     @property
     def core(self) -> client.CoreV1Api:
@@ -209,7 +213,11 @@ class Kube:
         seen = "nothing yet"
         while True:
             try:
-                listed = list_fn(**query, _request_timeout=10)
+                # Never past the deadline by more than a second (a paused API server
+                # accepts connections and never answers).
+                listed = list_fn(
+                    **query, _request_timeout=max(1.0, min(10.0, end - time.monotonic()))
+                )
                 objects = {o.metadata.name: o for o in listed.items}
                 done, seen = check(objects)
                 if done:
@@ -246,8 +254,11 @@ class Kube:
                          for c in n.status.conditions or [])]  # fmt: skip
             return bool(nodes) and len(up) == len(nodes), f"{len(up)}/{len(nodes)} Ready"
 
+        # No retries: each attempt's timeout is bounded by the deadline, but 6 retries with
+        # back-off made a 5 s health deadline take 100 s against a paused control plane.
+        probe = client.CoreV1Api(self._client(False))
         try:
-            self.watch_until("the API server and Ready nodes", self.core.list_node, all_ready,
+            self.watch_until("the API server and Ready nodes", probe.list_node, all_ready,
                              deadline_s)  # fmt: skip
         except StepError as e:
             return False, str(e)

@@ -4,15 +4,18 @@ TLS handshake is cut at the connect deadline, a response at the read one."""
 
 from __future__ import annotations
 
+import re
 import socket
 import threading
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 import urllib3
+import yaml
 from kubernetes import client
 
-from clusters.kube import TimedApiClient
+from clusters.kube import Kube, TimedApiClient
 
 
 @pytest.fixture
@@ -62,3 +65,26 @@ def test_a_call_with_its_own_deadline_keeps_it(silent_server: str) -> None:
     with pytest.raises(urllib3.exceptions.MaxRetryError) as e:
         client.CoreV1Api(api).list_node(_request_timeout=0.25)
     assert "read timeout=0.25" in str(e.value.reason)
+
+
+def test_a_health_check_keeps_its_deadline_against_a_server_that_never_answers(
+    silent_server: str, tmp_path: Path
+) -> None:
+    """A paused control plane accepts connections and never answers. The check's calls get
+    no retries and no more than the time left: 6 retries with back-off once made a 5 s
+    health deadline take 100 s (a reused lab that never answers is made again)."""
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config", "current-context": "c",
+        "clusters": [{"name": "c", "cluster": {"server": silent_server,
+                                               "insecure-skip-tls-verify": True}}],
+        "users": [{"name": "u", "user": {"token": "t"}}],
+        "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}],
+    }))  # fmt: skip
+    ok, why = Kube(kubeconfig).healthy(deadline_s=2)
+    assert not ok
+    assert why.startswith("waited 2s for the API server and Ready nodes; last saw: ")
+    # One attempt, cut at what was left of the 2 s (urllib3 names the timeout it used).
+    assert "ReadTimeoutError" in why and "MaxRetryError" not in why
+    timeouts = [float(t) for t in re.findall(r"read timeout=([\d.]+)", why)]
+    assert timeouts and max(timeouts) <= 2
