@@ -95,9 +95,11 @@ action-check: install
 	  --input subject=examples/tiny-gpu-plugin/subject.yaml --input infra-cache=false \
 	  --input "args=-m smoke -k 'not kubelet_restarts'"
 
+# Two workers, a file each at a time (module fixtures such as test_lab.py's seed lab stay
+# in one): the lab tests mostly wait on kind while the node tier runs beside them.
 test-unit:
 	@echo "==> tests (release library)"
-	@$(PY) -m pytest -q tests --junitxml=$(JUNIT)/unit.xml
+	@$(PY) -m pytest -q -n 2 --dist loadfile tests --junitxml=$(JUNIT)/unit.xml
 
 test-asan:
 	@echo "==> tests/fakenvml under -fsanitize=address,undefined"
