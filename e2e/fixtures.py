@@ -275,6 +275,35 @@ def _kubernetes_version(request: pytest.FixtureRequest,
             return
 
 
+_CALL = pytest.StashKey[pytest.TestReport]()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    outcome = yield
+    rep = outcome.get_result()  # type: ignore[attr-defined]
+    if rep.when == "call":
+        item.stash[_CALL] = rep
+
+
+@pytest.fixture(autouse=True)
+def _fresh_plugin_after_a_failure(request: pytest.FixtureRequest) -> Iterator[None]:
+    """After a failed scenario, fresh plugin pods (and full capacity) before the next one: a
+    plugin that did not re-register after a kubelet restart would otherwise fail every
+    later test on that lab, each at its own deadline (a subject's one failure became five,
+    and minutes of waiting)."""
+    yield
+    rep = request.node.stash.get(_CALL, None)
+    if rep is None or not rep.failed:
+        return
+    values = getattr(request.node, "funcargs", None) or {}  # what the test was given
+    for name in ("lab", "hetero"):
+        lab = values.get(name)
+        if isinstance(lab, Lab) and lab.lab.spec.dra is None:
+            with contextlib.suppress(StepError):
+                lab.restart_plugin()
+
+
 @pytest.fixture
 def verdict(record_property: Callable[[str, object], None]) -> Verdict:
     """verdict.expect(text) / verdict.saw(text): the scenario's cell in the summary table

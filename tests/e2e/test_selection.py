@@ -182,3 +182,35 @@ def test_a_subject_run_leaves_gpulabs_own_suites_out() -> None:
     assert mine and all("[tiny-gpu-plugin" in i for i in mine)
     assert any(i.startswith("e2e/test_dra.py") for i in every)
     assert set(mine) < set(every)
+
+
+HEAL_SUITE = """
+import pytest
+from clusters.lab import Lab
+
+calls = []
+Lab.restart_plugin = lambda self: calls.append(self.name)
+
+
+@pytest.fixture
+def lab():
+    return Lab("seed", subject="gpulab")
+
+
+def test_a_fails(lab):
+    assert False
+
+
+def test_b_passes(lab):
+    pass
+
+
+def test_c_after():
+    assert calls == ["seed"]
+"""
+
+
+def test_a_failed_scenario_leaves_fresh_plugin_pods_for_the_next(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_heal=HEAL_SUITE)
+    result = pytester.runpytest("-p", "no:cacheprovider")
+    result.assert_outcomes(passed=2, failed=1)
