@@ -145,7 +145,7 @@ e2e: infra
 	@$(MAKE) --no-print-directory e2e-suites
 
 e2e-suites:
-	@echo "==> e2e: cluster-tier suites for $(SUBJECT) (seed, hetero, mig, dra and dra-mig labs), Kubernetes $${GPULAB_KUBE_VERSION:-$$($(PY) -c 'from clusters import versions; print(versions.kube_version())')}"
+	@echo "==> e2e: cluster-tier suites ($(SUITES)) for $(SUBJECT), Kubernetes $${GPULAB_KUBE_VERSION:-$$($(PY) -c 'from clusters import versions; print(versions.kube_version())')}"
 	@KEEP=$(KEEP) $(PY) -m pytest -q -p no:cacheprovider e2e --suites $(SUITES) --junitxml=$(E2E_JUNIT) $(E2E_ARGS)
 
 include ci/cluster.mk
