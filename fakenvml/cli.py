@@ -131,7 +131,8 @@ def _install_driver(args: argparse.Namespace) -> None:
     d = NodeDir(_state_dir(args))
     node = d.node() if d.exists() else None
     smi = Path(args.nvidia_smi) if args.nvidia_smi else None
-    got = driver.install(Path(args.root), node, smi)
+    node_dev = Path(args.dev) if args.dev else None
+    got = driver.install(Path(args.root), node, smi, node_dev)
     print(f"installed {got.library}")
     if smi is not None:
         print(f"installed {Path(args.root) / driver.BIN_DIR / 'nvidia-smi'}")
@@ -142,6 +143,11 @@ def _install_driver(args: argparse.Namespace) -> None:
     else:
         names = ", ".join(p.name for p in got.device_nodes)
         print(f"device nodes under {Path(args.root) / driver.DEV_DIR}: {names}")
+    if node is not None and node_dev is not None:
+        if got.no_node_dev_nodes:
+            print(f"no device nodes in {node_dev}: {got.no_node_dev_nodes}")
+        else:
+            print(f"device nodes in {node_dev}: {len(got.node_dev_nodes)}")
 
 
 def _smi(args: argparse.Namespace) -> None:
@@ -471,6 +477,9 @@ def _parser(only: str | None = None) -> argparse.ArgumentParser:
     c.add_argument("root", metavar="DIR", help="e.g. /run/fakenvml/driver")
     c.add_argument("--nvidia-smi", metavar="PATH",
                    help="also this nvidia-smi binary, as <root>/usr/bin/nvidia-smi")  # fmt: skip
+    c.add_argument("--dev", metavar="DIR",
+                   help="also the device nodes in DIR, the node's own /dev (left alone where "
+                   "a real NVIDIA driver is loaded)")  # fmt: skip
     c.set_defaults(run=_install_driver)
 
     c = sub.add_parser("smi", parents=[on_node], help="nvidia-smi-like view, read through NVML")

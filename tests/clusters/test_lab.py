@@ -12,7 +12,7 @@ import pytest
 from docker.models.containers import Container
 from rich.console import Console
 
-from clusters import features
+from clusters import actions, features
 from clusters.lab import RESOURCE, Lab
 from clusters.registration import Mark, registrations
 from clusters.steps import StepError
@@ -126,6 +126,21 @@ def test_a_registration_that_never_comes_is_reported_with_both_sides_logs(seed: 
         assert f"{worker} plugin: " in text and f"{worker} kubelet: " in text
     assert text.count("Registered device plugin for 'nvidia.com/gpu' with Kubelet") >= 2
     assert text.count("Got registration request from device plugin") >= 2
+
+
+def test_a_lab_comes_up_with_fake_gpus_and_no_plugin(seed: Lab) -> None:
+    """`subject: none`: the fake GPUs (state, driver root, the nodes' /dev) and no plugin
+    under test, for a suite that installs its own; the plugin an earlier run left is gone."""
+    out = io.StringIO()
+    bare = bring_up(Lab("seed", subject="none", console=Console(file=out, width=200)))
+    assert "no plugin (subject: none)" in out.getvalue()
+    assert bare.apps.list_daemon_set_for_all_namespaces(
+        label_selector=actions.SUBJECT_LABEL).items == []  # fmt: skip
+    for worker in WORKERS:
+        assert len(bare.fake_gpus(worker).node().gpus) == 10
+        assert "character special" in bare.node_exec(worker, "stat", "-c", "%F", "/dev/nvidia9")
+    with pytest.raises(ValueError, match="runs no plugin under test"):
+        bare.plugin_pods()
 
 
 def test_a_lab_left_by_an_interrupted_run_comes_back_at_full_capacity(seed: Lab) -> None:

@@ -714,3 +714,47 @@ def test_install_driver_refuses_a_missing_nvidia_smi_and_installs_nothing(
     code, _, err = run("install-driver", tmp_path / "driver", "--nvidia-smi", tmp_path / "none")
     assert code == 2 and err.count("\n") == 1 and "--nvidia-smi" in err
     assert not (tmp_path / "driver").exists()
+
+
+def test_install_driver_dev_makes_the_gpus_device_nodes_in_the_nodes_own_dev(
+    tmp_path: Path, node: Path, run: Run
+) -> None:
+    """`--dev`: the same character devices a driver install leaves in the node's /dev
+    (c 195:<minor> per GPU, nvidiactl 195:255, nvidia-uvm), which device-spec plugins name
+    as host paths; a stale GPU's node is removed, other files are kept."""
+    dev = tmp_path / "node-dev"
+    dev.mkdir()
+    (dev / "null-ish").write_text("not ours")
+    code, out, err = run("install-driver", tmp_path / "driver", "--state-dir", node,
+                         "--dev", dev)  # fmt: skip
+    assert code == 0, err
+    assert f"device nodes in {dev}: " in out
+    for name, (major, minor) in {"nvidia0": (195, 0), "nvidia7": (195, 7),
+                                 "nvidiactl": (195, 255)}.items():  # fmt: skip
+        st = (dev / name).stat()
+        assert stat.S_ISCHR(st.st_mode) and os.major(st.st_rdev) == major, name
+        assert os.minor(st.st_rdev) == minor, name
+    assert (dev / "nvidia-uvm").exists() and (dev / "nvidia-caps").is_dir()
+    assert not (dev / "nvidia8").exists() and (dev / "null-ish").read_text() == "not ours"
+
+
+def test_install_driver_dev_leaves_a_real_drivers_dev_alone(tmp_path: Path, node: Path) -> None:
+    from fakenvml import driver
+    from fakenvml.node import NodeDir
+
+    version = tmp_path / "proc-driver-nvidia-version"
+    version.write_text("NVRM version: NVIDIA UNIX x86_64 Kernel Module  580.159.04\n")
+    dev = tmp_path / "dev"
+    dev.mkdir()
+    made, why = driver.node_device_nodes(dev, NodeDir(node).node(), real_driver=version)
+    assert made == [] and "a real NVIDIA driver is loaded" in why
+    assert list(dev.iterdir()) == []
+
+
+def test_install_driver_dev_that_is_no_directory_is_one_line(
+    tmp_path: Path, node: Path, run: Run
+) -> None:
+    code, out, _ = run("install-driver", tmp_path / "driver", "--state-dir", node,
+                       "--dev", tmp_path / "missing")  # fmt: skip
+    assert code == 0 and f"no device nodes in {tmp_path / 'missing'}: " in out
+    assert "is not a directory" in out
