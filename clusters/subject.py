@@ -17,7 +17,7 @@ or any path a user passes with SUBJECT= / --subjects).
     expects:                          # what the suites assert for it
       recovers: true                  # Healthy again after `fakenvml recover`, no restart
       lost_gpu: that-device           # GPU_IS_LOST marks: that-device | every-device
-      double_bit_ecc: unhealthy       # unhealthy | ignored (acts on Xid 48 only)
+      double_bit_ecc: unhealthy       # the ECC event alone (no Xid 48): unhealthy | ignored
       replicas: 1                     # time-slicing: each GPU advertised N times
       ...
 
@@ -91,6 +91,10 @@ class Expects(Strict):
 
     recovers: bool  # Healthy again after `fakenvml recover`, without a restart
     lost_gpu: Literal["that-device", "every-device"]
+    # What the double-bit ECC *event* alone does (`fakenvml inject ecc --double --no-xid`):
+    # unhealthy (ours), or ignored (NVIDIA's registers for it but acts on Xids only). A DBE
+    # as the driver reports it also logs Xid 48, which the suites expect every subject to
+    # act on.
     double_bit_ecc: Literal["unhealthy", "ignored"]
     preferred_allocation_on_64_gpus: bool  # answers GetPreferredAllocation on 64 GPUs
     health_across_kubelet_restarts: bool  # an Unhealthy GPU stays so after re-registering

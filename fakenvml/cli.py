@@ -171,7 +171,12 @@ def _inject(args: argparse.Namespace) -> None:
     if args.fault == Kind.XID.spelling:
         rec = d.inject_xid(args.gpu, args.code, args.gpu_instance, args.compute_instance)
     elif args.fault == ECC:
-        rec = d.inject_ecc(args.gpu, args.double, args.count)
+        if args.no_xid and not args.double:
+            raise FakeNvmlError("--no-xid: only with --double (a single-bit error has no Xid)")
+        rec = d.inject_ecc(args.gpu, args.double, args.count, xid=not args.no_xid)
+        if args.double and not args.no_xid:
+            print(_describe(rec, d))
+            rec = next(d.events(rec.seq))  # its Xid 48: the next record, from the same append
     elif args.fault == Kind.LOST.spelling:
         rec = d.lose(args.gpu)
     else:
@@ -503,6 +508,9 @@ def _parser(only: str | None = None) -> argparse.ArgumentParser:
     bits.add_argument("--single", action="store_true", help="single-bit (corrected)")
     bits.add_argument("--double", action="store_true", help="double-bit (uncorrected)")
     f.add_argument("--count", metavar="N", type=_positive, default=1)
+    f.add_argument("--no-xid", action="store_true",
+                   help="double-bit without the Xid 48 the driver always logs with it "
+                        "(to isolate a plugin's reaction to the ECC event itself)")  # fmt: skip
     f = faults.add_parser(Kind.LOST.spelling, parents=[on_node], help="the GPU answers GPU_IS_LOST")
     f.add_argument("gpu", metavar="GPU", help="index, UUID or PCI bus id")
     f = faults.add_parser(Kind.FALLEN_OFF_BUS.spelling, parents=[on_node], help="Xid 79, then lost")
