@@ -168,6 +168,11 @@ def test_double_bit_ecc(subject: Subject, lab: Lab, fake_gpus: Callable[[str], N
     node.inject_ecc(4, double=True, xid=False)
     rec = node.inject_xid(6, 79)  # sentinel
     timed(verdict, lab, rec, want)
+    if not counted:
+        # A plugin that wrongly counts the ECC event passes through N-2 on its way to N-3:
+        # two node-status periods later it would show.
+        time.sleep(4)
+        assert lab.capacity(NODE) == (N, want)
 
 
 def test_recovery(subject: Subject, lab: Lab, fake_gpus: Callable[[str], NodeDir],
