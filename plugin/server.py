@@ -7,6 +7,7 @@ topology come from ResourceState.
 
 from __future__ import annotations
 
+import itertools
 import logging
 import os
 import threading
@@ -26,6 +27,11 @@ from plugin.state import Device, ResourceState
 
 log = logging.getLogger("gpulab-plugin")
 API_VERSION = "v1beta1"
+# Scratch socket names, unique in this process (two resources serve from one process). Short
+# and not derived from the socket's name: a Unix socket path has 107 bytes, and a scratch
+# name longer than the real one failed to bind where the real one fit (a flaky test under
+# pytest-xdist's long tmp paths caught it).
+_SCRATCH = itertools.count()
 HEALTHY, UNHEALTHY = "Healthy", "Unhealthy"
 
 
@@ -199,7 +205,7 @@ class ResourcePlugin:
         # while this one stops) serves there by then. Bind a scratch name and link the
         # listening socket into place: gRPC's unlink then hits only the scratch name, and
         # the kubelet never dials a socket that is bound but not yet listening.
-        scratch = self.socket.with_name(f".{self.socket.name}.{os.getpid()}")
+        scratch = self.socket.with_name(f".{os.getpid()}-{next(_SCRATCH)}")
         scratch.unlink(missing_ok=True)
         server.add_insecure_port(f"unix://{scratch}")
         server.start()

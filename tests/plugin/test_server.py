@@ -64,3 +64,18 @@ def test_stop_leaves_a_successors_socket_at_the_same_path(tmp_path: Path) -> Non
     finally:
         new.stop()
     assert not new.socket.exists()
+
+
+def test_a_socket_path_near_the_unix_limit_is_served(tmp_path: Path) -> None:
+    """The scratch name the server binds first is no longer than the socket's own: a path
+    that fits the 107-byte limit serves, however long the directory."""
+    p = plugin(tmp_path)
+    deep = tmp_path / ("d" * (105 - len(str(p.socket))))  # the socket's path: 106 bytes
+    deep.mkdir()
+    p = plugin(deep)
+    assert len(str(p.socket)) == 106
+    p.serve()
+    try:
+        assert p.socket.exists() and p.socket.stat().st_ino == p.inode
+    finally:
+        p.stop()
