@@ -286,12 +286,20 @@ class Lab:
         """Until `node` reports that allocatable (and capacity, if given) of `resource`
         (the subject's); the time.time_ns() at which the API server's update arrived."""
 
-        def check(seen: dict[str, tuple[int, int]]) -> bool:
-            cap, alloc = seen.get(node, (-1, -1))
-            return alloc == allocatable and (capacity is None or cap == capacity)
-
         want = f"{allocatable}" + (f" of {capacity}" if capacity is not None else "")
         what = f"{node} {resource or self.subject.spec.resource} allocatable {want}"
+
+        def check(seen: dict[str, tuple[int, int]]) -> bool:
+            cap, alloc = seen.get(node, (-1, -1))
+            if capacity is not None and cap > capacity:
+                # No fault adds a device: a plugin advertising more than the node has (an
+                # id it could not read, say) will not come back by itself. Say so now
+                # rather than at the deadline.
+                raise StepError(f"waiting for {what}: capacity {cap}, more devices than the "
+                                f"node has ({capacity}): the plugin advertises a device "
+                                "that is not there")  # fmt: skip
+            return alloc == allocatable and (capacity is None or cap == capacity)
+
         return self.wait_nodes(what, {node}, check, deadline_s, resource)
 
     def mark_plugin(self) -> registration.Mark:

@@ -9,6 +9,7 @@ import yaml
 
 from clusters import actions, infra, kindconfig, spec, versions
 from clusters.lab import Lab
+from clusters.steps import StepError
 
 
 @pytest.mark.parametrize(
@@ -161,3 +162,24 @@ def test_a_lab_with_subject_none_brings_up_fake_gpus_and_no_plugin(tmp_path: Pat
     assert not any("Deploy {subject}" in t or "capacity" in t for t in titles)
     with pytest.raises(ValueError, match="lab bare runs no plugin under test"):
         lab.subject  # noqa: B018
+
+
+def test_a_wait_for_allocatable_stops_at_once_when_capacity_exceeds_the_node(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No fault adds a device: capacity 11 on a 10-GPU node (a plugin that advertised an
+    id it could not read) fails the wait now, not at its deadline."""
+    path = tmp_path / "l.yaml"
+    path.write_text("name: l\nnodes:\n  - role: control-plane\n"
+                    "  - gpus: [{profile: T4, count: 10}]\n")  # fmt: skip
+    lab = Lab(path)
+    seen = iter([{"l-worker": (10, 10)}, {"l-worker": (11, 9)}])
+
+    def fake_wait(what, names, check, deadline_s, resource=None):  # type: ignore[no-untyped-def]
+        while not check(next(seen)):
+            pass
+        return 0
+
+    monkeypatch.setattr(lab, "wait_nodes", fake_wait)
+    with pytest.raises(StepError, match=r"capacity 11, more devices than the node has \(10\)"):
+        lab.wait_allocatable("l-worker", 9, 10)
