@@ -13,6 +13,8 @@ or any path a user passes with SUBJECT= / --subjects).
     socket: my-plugin.sock            # the socket it creates in the device-plugins dir
     device_ids: {env: NVIDIA_VISIBLE_DEVICES}   # where Allocate puts the device ids
                                       # or {cdi: vendor/class}: CDI devices -> /dev nodes
+                                      # or {device_specs: /dev/nvidia{minor}}: DeviceSpecs
+                                      # and `id: nvidia{minor}` (default {uuid}, or {index})
     ready_log: "serving \\d+ devices"            # a line it logs once it serves its devices
     expects:                          # what the suites assert for it
       recovers: true                  # Healthy again after `fakenvml recover`, no restart
@@ -27,14 +29,26 @@ name stands for the first (newest) one. Paths are relative to the subject file.
 
 Suites read a subject's `expects` instead of branching on plugin names; a scenario whose
 `needs` a subject lacks is deselected for it (never skipped).
+
+Device ids: the suites compare what the kubelet holds (its checkpoint, a pod's
+allocatedResourcesStatus: the plugin's own ids) with the GPUs a container got and the GPUs
+they fault, so every id goes through one mapping, `DeviceIds.gpu_of`: `id:` says where the
+GPU is in an id — {uuid} (NVIDIA's, ours; MIG-... UUIDs too), {minor} (/dev/nvidia<minor>:
+GKE's `nvidia<minor>`), {index} (NVML's) — with a time-slicing replica as a `::<k>` suffix
+or where {replica} says. Opaque ids (no GPU in them) are refused: which GPU an id stands
+for could only be guessed from a container's devices one allocation at a time, and a pod
+of several GPUs would leave the pairing unknown, so the checkpoint and pod-status checks
+would get weaker for everyone to cover them; a plugin with such ids can put the GPU in them.
 """
 
 from __future__ import annotations
 
 import re
-from functools import cached_property
-from pathlib import Path
-from typing import Annotated, Any, Literal
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import cached_property, lru_cache
+from pathlib import Path, PurePosixPath
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import yaml
 from pydantic import AfterValidator, Field, model_validator
@@ -42,6 +56,10 @@ from pydantic import AfterValidator, Field, model_validator
 from clusters import chart, kube, versions
 from fakenvml import yamlmodel
 from fakenvml.yamlmodel import LoadError, Strict
+
+if TYPE_CHECKING:
+    from fakenvml.mig import MigDevice
+    from fakenvml.model import Gpu
 
 SUBJECTS_DIR = Path(__file__).resolve().parent / "subjects"
 EXAMPLES_DIR = Path(__file__).resolve().parents[1] / "examples"
@@ -71,19 +89,143 @@ class Image(Strict):
         return self
 
 
+# A device id pattern's placeholders: the one that names the GPU, and the replica.
+GPU_KEYS = ("uuid", "minor", "index")
+REPLICA = "replica"
+_PLACEHOLDER = re.compile(r"\{([^{}]*)\}")
+_VALUE = {"uuid": r".+?", "minor": r"\d+", "index": r"\d+", REPLICA: r"\d+"}
+
+
+@dataclass(frozen=True)
+class IdForm:
+    """A compiled `id` or `device_specs` pattern: which GPU a device id (or a device node's
+    path) names, and which replica of it."""
+
+    pattern: str
+    key: str  # uuid | minor | index
+    regex: re.Pattern[str]
+
+    def parse(self, text: str) -> tuple[str, int | None] | None:
+        """(the GPU's uuid, minor or index as written, the replica or None), or None when
+        `text` is not of this form."""
+        m = self.regex.fullmatch(text)
+        if m is None:
+            return None
+        replica = m.groupdict().get(REPLICA)
+        return m.group(self.key), None if replica is None else int(replica)
+
+    def gpu_of(self, text: str, gpus: Sequence[Gpu], mig: Sequence[MigDevice] = ()) -> str | None:
+        """The UUID of the GPU (or MIG device: `{uuid}` only) that `text` names, or None."""
+        found = self.parse(text)
+        if found is None:
+            return None
+        value = found[0]
+        if self.key == "uuid":
+            return value if any(d.uuid == value for d in (*gpus, *mig)) else None
+        if self.key == "index":
+            return next((g.uuid for g in gpus if g.index == int(value)), None)
+        # A device node's number is the GPU's minor, its index where the inventory sets none.
+        minor = {g.minor if g.minor >= 0 else g.index: g.uuid for g in gpus}
+        return minor.get(int(value))
+
+
+@lru_cache(maxsize=64)
+def id_form(pattern: str, keys: tuple[str, ...] = GPU_KEYS, replica: bool = True) -> IdForm:
+    """`pattern` compiled: literal text, exactly one of `keys` ({uuid}, {minor}, {index}),
+    and where `replica`, an optional {replica}; without one, a `::<k>` suffix (NVIDIA's
+    time-slicing ids, <uuid>::<k>) is accepted after the id. ValueError, in one line, for
+    a pattern that cannot be read back."""
+    found = _PLACEHOLDER.findall(pattern)
+    allowed = (*keys, REPLICA) if replica else keys
+    shown = ", ".join(f"{{{k}}}" for k in allowed)
+    for name in found:
+        if name not in allowed:
+            raise ValueError(f"{pattern!r}: unknown placeholder {{{name}}} (expected {shown})")
+    gpu = [k for k in found if k in keys]
+    if not gpu:
+        gpus = ", ".join(f"{{{k}}}" for k in keys)
+        raise ValueError(f"{pattern!r} names no GPU: give one of {gpus} (opaque ids are "
+                         "not supported: clusters/subject.py says why)")  # fmt: skip
+    if len(gpu) > 1 or found.count(REPLICA) > 1:
+        raise ValueError(f"{pattern!r}: each placeholder once, and one GPU placeholder only")
+    if "}{" in pattern:
+        raise ValueError(f"{pattern!r}: placeholders must be separated by text")
+    out, at = "", 0
+    for m in _PLACEHOLDER.finditer(pattern):
+        out += re.escape(pattern[at : m.start()]) + f"(?P<{m[1]}>{_VALUE[m[1]]})"
+        at = m.end()
+    out += re.escape(pattern[at:])
+    if replica and REPLICA not in found:
+        out += rf"(?:::(?P<{REPLICA}>\d+))?"
+    return IdForm(pattern, gpu[0], re.compile(out))
+
+
+# How a container shows the GPUs of a CDI device (the runtime makes them from the spec).
+CDI_NODES = "/dev/nvidia{minor}"
+
+
 class DeviceIds(Strict):
-    """How a container learns which GPUs it got: an env var Allocate fills with the device
-    ids, or CDI devices Allocate names (`cdi: <vendor>/<class>`), which the runtime turns
-    into the GPUs' device nodes (/dev/nvidia<minor>) in the container."""
+    """How a container learns which GPUs it got — exactly one of: an env var Allocate fills
+    with the device ids (`env:`); CDI devices Allocate names (`cdi: <vendor>/<class>`,
+    the device's name after `=` is its id), which the runtime turns into the GPUs'
+    /dev/nvidia<minor> nodes; or device specs Allocate returns (`device_specs:`, the
+    container path of each GPU's device node, e.g. /dev/nvidia{minor}). And how a device
+    id names its GPU (`id:`, default {uuid}): the ids the plugin lists are what the
+    kubelet's checkpoint and a pod's status hold."""
 
     env: str | None = None
     cdi: str | None = None  # e.g. k8s.device-plugin.nvidia.com/gpu
+    device_specs: str | None = None  # e.g. /dev/nvidia{minor}
+    id: str = "{uuid}"  # e.g. nvidia{minor}, {uuid}, gpu{index}::{replica}
 
     @model_validator(mode="after")
     def _one(self) -> DeviceIds:
-        if (self.env is None) == (self.cdi is None):
-            raise ValueError("give exactly one of env, cdi")
+        if sum(v is not None for v in (self.env, self.cdi, self.device_specs)) != 1:
+            raise ValueError("give exactly one of env, cdi, device_specs")
+        try:
+            id_form(self.id)
+        except ValueError as e:
+            raise ValueError(f"id: {e}") from None
+        if self.device_specs is not None:
+            path = PurePosixPath(self.device_specs)
+            if path.parent != PurePosixPath("/dev") or "{" not in path.name:
+                raise ValueError(f"device_specs: expected a device node in /dev named by the GPU, "
+                                 f"e.g. {CDI_NODES}, found {self.device_specs!r}")  # fmt: skip
+            try:
+                id_form(self.device_specs, ("minor", "index"), replica=False)
+            except ValueError as e:
+                raise ValueError(f"device_specs: {e}") from None
         return self
+
+    @property
+    def form(self) -> IdForm:
+        """How a device id names its GPU."""
+        return id_form(self.id)
+
+    @property
+    def nodes(self) -> IdForm | None:
+        """How a container's device node names its GPU (CDI, device specs), or None (env)."""
+        if self.env is not None:
+            return None
+        return id_form(self.device_specs or CDI_NODES, ("minor", "index"), replica=False)
+
+    def gpu_of(
+        self, device_id: str, gpus: Sequence[Gpu], mig: Sequence[MigDevice] = ()
+    ) -> str | None:
+        """The UUID of the GPU (a MIG device's own, for `{uuid}` ids) `device_id` names,
+        replica suffix or not; None if it names none of `gpus` / `mig`."""
+        return self.form.gpu_of(device_id, gpus, mig)
+
+    def replica_of(self, device_id: str) -> int | None:
+        """The replica a time-sliced id names (<uuid>::<k>, or the `{replica}` of `id`)."""
+        found = self.form.parse(device_id)
+        return None if found is None else found[1]
+
+    def describe(self) -> str:
+        """One line: how the ids reach the container and how they name GPUs."""
+        how = (f"env {self.env}" if self.env else f"cdi {self.cdi}" if self.cdi
+               else f"device_specs {self.device_specs}")  # fmt: skip
+        return f"{how}, id {self.id}"
 
 
 class Expects(Strict):
@@ -250,7 +392,8 @@ class Subject:
         return img.infra or img.ref or str(self.path(img.build or "."))
 
     def trait(self, key: str) -> str:
-        """An expectation's value, or a subject property's (`plugin`, `cdi`), as text."""
+        """An expectation's value, or a subject property's (`plugin`, `cdi`, `device_ids`), as
+        text."""
         have = getattr(self.expects, key) if hasattr(self.expects, key) else getattr(self, key)
         return str(have)
 
@@ -258,6 +401,18 @@ class Subject:
     def cdi(self) -> bool:
         """Allocate names CDI devices (the runtime makes the device nodes)."""
         return self.spec.device_ids.cdi is not None
+
+    @property
+    def device_ids(self) -> str:
+        """How device ids reach a container and name GPUs, as one line (a trait)."""
+        return self.spec.device_ids.describe()
+
+    def gpu_of(
+        self, device_id: str, gpus: Sequence[Gpu], mig: Sequence[MigDevice] = ()
+    ) -> str | None:
+        """The UUID of the GPU (or MIG device) one of the plugin's device ids names, or
+        None: see DeviceIds.gpu_of."""
+        return self.spec.device_ids.gpu_of(device_id, gpus, mig)
 
     def needs_met(self, needs: tuple[str, ...]) -> bool:
         """Every named expectation (or subject property: `cdi`) is true (or, for

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -11,6 +12,9 @@ from clusters import chart, spec, subject
 from clusters.infra import InfraMissing
 from clusters.subject import SubjectError
 from e2e.fixtures import summary_key
+from fakenvml import inventory
+from fakenvml.mig import MigDevice, mig_uuid
+from fakenvml.model import Gpu
 
 DAEMONSET = """
 apiVersion: apps/v1
@@ -162,8 +166,47 @@ def test_needs_are_read_from_expects(tmp_path: Path) -> None:
         ),
         ({"name": "My Plugin"}, "name: 'My Plugin': expected lower-case"),
         ({"versions": "NOT_PINNED"}, "versions: NOT_PINNED is not pinned"),
-        ({"device_ids": {}}, "device_ids: give exactly one of env, cdi"),
-        ({"device_ids": {"env": "X", "cdi": "a/gpu"}}, "device_ids: give exactly one of env, cdi"),
+        ({"device_ids": {}}, "device_ids: give exactly one of env, cdi, device_specs"),
+        (
+            {"device_ids": {"env": "X", "cdi": "a/gpu"}},
+            "device_ids: give exactly one of env, cdi, device_specs",
+        ),
+        (
+            {"device_ids": {"env": "X", "device_specs": "/dev/nvidia{minor}"}},
+            "device_ids: give exactly one of env, cdi, device_specs",
+        ),
+        (
+            {"device_ids": {"env": "X", "id": "gpu-slot"}},
+            "device_ids: id: 'gpu-slot' names no GPU: give one of {uuid}, {minor}, {index} "
+            "(opaque ids are not supported",
+        ),
+        (
+            {"device_ids": {"env": "X", "id": "nvidia{gpu}"}},
+            "device_ids: id: 'nvidia{gpu}': unknown placeholder {gpu} (expected {uuid}, "
+            "{minor}, {index}, {replica})",
+        ),
+        (
+            {"device_ids": {"env": "X", "id": "{uuid}-{minor}"}},
+            "device_ids: id: '{uuid}-{minor}': each placeholder once, and one GPU placeholder",
+        ),
+        (
+            {"device_ids": {"env": "X", "id": "nvidia{minor}{replica}"}},
+            "device_ids: id: 'nvidia{minor}{replica}': placeholders must be separated by text",
+        ),
+        (
+            {"device_ids": {"device_specs": "/dev/nvidia{uuid}"}},
+            "device_ids: device_specs: '/dev/nvidia{uuid}': unknown placeholder {uuid} "
+            "(expected {minor}, {index})",
+        ),
+        (
+            {"device_ids": {"device_specs": "/dev/nvidia0"}},
+            "device_ids: device_specs: expected a device node in /dev named by the GPU, e.g. "
+            "/dev/nvidia{minor}, found '/dev/nvidia0'",
+        ),
+        (
+            {"device_ids": {"device_specs": "/dev/gpus/card{index}"}},
+            "device_ids: device_specs: expected a device node in /dev named by the GPU",
+        ),
     ],
 )
 def test_a_bad_subject_is_one_line_naming_the_file_and_key(
@@ -270,3 +313,78 @@ def test_a_chart_in_a_go_module_not_yet_fetched_names_make_infra(
 )
 def test_an_image_splits_into_repository_and_tag_for_charts(ref: str, parts: tuple) -> None:
     assert chart.split_image(ref) == parts
+
+
+# -- device ids: how a plugin's id names a GPU (DeviceIds.gpu_of)
+
+
+def gpus(count: int = 3, minors: tuple[int, ...] = ()) -> list[Gpu]:
+    """`count` H100s, with the device minors given (a node whose /dev/nvidia<minor> do not
+    follow the index), or the profile's (minor = index)."""
+    node = inventory.from_dict({"gpus": [{"profile": "H100-SXM5-80GB", "count": count}]}, "n")
+    return [replace(g, minor=m) for g, m in zip(node.gpus, minors, strict=True)] if minors \
+        else node.gpus  # fmt: skip
+
+
+def ids(**given: str) -> subject.DeviceIds:
+    return subject.DeviceIds.model_validate({"env": "X", **given})
+
+
+def test_uuid_ids_name_their_gpu_with_or_without_a_replica_suffix() -> None:
+    g = gpus()
+    form = ids()
+    assert form.id == "{uuid}"
+    assert form.gpu_of(g[1].uuid, g) == g[1].uuid
+    assert form.gpu_of(f"{g[1].uuid}::3", g) == g[1].uuid  # NVIDIA's time-slicing id
+    assert form.replica_of(f"{g[1].uuid}::3") == 3 and form.replica_of(g[1].uuid) is None
+    assert form.gpu_of("GPU-00000000-0000-0000-0000-000000000000", g) is None  # another node's
+    assert form.gpu_of("nvidia1", g) is None
+
+
+def test_mig_uuids_name_their_mig_device() -> None:
+    g = gpus(1)
+    slices = [MigDevice(0, 0, g[0].uuid, 1, 0, "1g.10gb", 9856, 16, mig_uuid(g[0].uuid, 1, 0))]
+    assert ids().gpu_of(slices[0].uuid, g, slices) == slices[0].uuid
+    assert ids().gpu_of(slices[0].uuid, g) is None  # not one of the GPUs given
+
+
+def test_minor_ids_name_the_gpu_of_that_device_node_not_that_index() -> None:
+    """GKE's plugin: `nvidia<minor>`; a GPU's device node is /dev/nvidia<minor>, which need
+    not follow NVML's index (a minor of -1 in an inventory means: the index)."""
+    g = gpus(3, minors=(4, 0, -1))
+    form = ids(id="nvidia{minor}")
+    assert [form.gpu_of(f"nvidia{m}", g) for m in (4, 0, 2)] == [g[0].uuid, g[1].uuid, g[2].uuid]
+    assert form.gpu_of("nvidia1", g) is None
+    assert form.gpu_of(g[0].uuid, g) is None
+    assert ids(id="gpu{index}").gpu_of("gpu0", g) == g[0].uuid
+
+
+def test_a_replica_placeholder_reads_time_sliced_ids_of_another_shape() -> None:
+    """GKE's time-sharing ids are nvidia<minor>/vgpu<k>."""
+    g = gpus()
+    form = ids(id="nvidia{minor}/vgpu{replica}")
+    assert form.gpu_of("nvidia2/vgpu5", g) == g[2].uuid and form.replica_of("nvidia2/vgpu5") == 5
+    assert form.gpu_of("nvidia2", g) is None  # the pattern says every id has a replica
+
+
+def test_device_specs_name_gpus_by_their_device_nodes() -> None:
+    g = gpus(2, minors=(7, 3))
+    specs = subject.DeviceIds.model_validate(
+        {"device_specs": "/dev/nvidia{minor}", "id": "nvidia{minor}"}
+    )
+    assert specs.nodes is not None
+    assert specs.nodes.gpu_of("/dev/nvidia3", g) == g[1].uuid
+    assert specs.nodes.gpu_of("/dev/nvidiactl", g) is None
+    assert specs.nodes.gpu_of("/dev/nvidia3::1", g) is None  # no replicas in a path
+    cdi = subject.DeviceIds.model_validate({"cdi": "k8s.device-plugin.nvidia.com/gpu"})
+    assert cdi.nodes is not None and cdi.nodes.gpu_of("/dev/nvidia7", g) == g[0].uuid
+    assert ids().nodes is None  # an env var names the GPUs itself
+
+
+def test_a_subject_with_nvidia_minor_ids_maps_them_and_is_its_own_trait(tmp_path: Path) -> None:
+    data = {**MINE, "device_ids": {"device_specs": "/dev/nvidia{minor}", "id": "nvidia{minor}"}}
+    s = subject.load(write(tmp_path, data))
+    g = gpus()
+    assert s.gpu_of("nvidia1", g) == g[1].uuid
+    assert s.trait("device_ids") == "device_specs /dev/nvidia{minor}, id nvidia{minor}"
+    assert s.trait("device_ids") != subject.load("gpulab").trait("device_ids")
