@@ -148,10 +148,18 @@ def test_dp_disable_and_enable_healthchecks(
 def test_gpu_lost(subject: Subject, lab: Lab, fake_gpus: Callable[[str], NodeDir],
                   verdict: Verdict) -> None:  # fmt: skip
     """`lost_gpu: every-device` (NVIDIA's: a GPU_IS_LOST wait names no GPU) marks every
-    device unhealthy; `that-device` (ours asks NVML) only the lost one."""
-    every = subject.expects.lost_gpu == "every-device"
-    verdict.expect(f"lost_gpu {subject.expects.lost_gpu}: {0 if every else N - 1}/{N}")
-    rec = fake_gpus(NODE).lose(4)
+    device unhealthy; `that-device` (ours asks NVML) only the lost one; `ignored` none: a
+    sentinel Xid 79 on another GPU, read after the loss, is the only one counted out."""
+    how = subject.expects.lost_gpu
+    node = fake_gpus(NODE)
+    if how == "ignored":
+        verdict.expect(f"lost_gpu ignored + sentinel: {N - 1}/{N} (the lost GPU still in)")
+        node.lose(4)
+        timed(verdict, lab, node.inject_xid(6, 79), N - 1)
+        return
+    every = how == "every-device"
+    verdict.expect(f"lost_gpu {how}: {0 if every else N - 1}/{N}")
+    rec = node.lose(4)
     timed(verdict, lab, rec, 0 if every else N - 1)
 
 

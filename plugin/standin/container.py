@@ -156,7 +156,7 @@ class SubjectContainer:
 
     def start(self, timeout_s: float = 60) -> None:
         """Start it and wait (testcontainers' log strategy) for the subject's ready line."""
-        ready = LogMessageWaitStrategy(re.compile(self.subject.spec.ready_log))
+        ready = LogMessageWaitStrategy(re.compile(self.subject.ready_log))
         self.container = self.build().waiting_for(ready.with_startup_timeout(int(timeout_s)))
         try:
             self.container.start()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
@@ -126,9 +127,75 @@ def test_a_users_subject_file_with_its_own_daemonset(tmp_path: Path) -> None:
 def test_needs_are_read_from_expects(tmp_path: Path) -> None:
     s = subject.load(write(tmp_path, MINE))
     assert s.needs_met(("recovers", "lost_gpu=that-device"))
-    assert not s.needs_met(("extra_resources",))
+    assert not s.needs_met(("extra_resources",))  # a default: it serves no more
     assert not s.needs_met(("lost_gpu=every-device",))
-    assert s.needs_met(("healthcheck_env",))  # a default
+    assert s.needs_met(("replicas=1",)) and not s.needs_met(("time_sliced",))
+
+
+def test_only_what_a_tier_reads_is_required(tmp_path: Path) -> None:
+    """A subject of its name, image, manifest and device ids loads: each tier asks for the
+    rest where it reads it."""
+    bare = {k: MINE[k] for k in ("name", "image", "daemonset", "device_ids")}
+    s = subject.load(write(tmp_path, bare))
+    assert s.spec.socket is None and s.spec.ready_log is None
+    assert s.expects.replicas == 1 and s.expects.mig == "none" and not s.expects.extra_resources
+    assert s.expects.out_per_faulted_gpu == 1  # one GPU, one device: xid_marks not read
+
+
+@pytest.mark.parametrize(
+    ("read", "line"),
+    [
+        (lambda s: s.expects.lost_gpu,
+         "expects.lost_gpu is not stated, and this scenario reads it: state one of "
+         "that-device | every-device | ignored"),
+        (lambda s: s.expects.recovers,
+         "expects.recovers is not stated, and this scenario reads it: state one of true | false"),
+        (lambda s: s.ready_log,
+         "ready_log is not stated, and the container tier reads it: state a regex of a line"),
+        (lambda s: s.serves_on("x.sock"),
+         "socket is not stated, and the container tier reads it: state its socket's name"),
+    ],
+    ids=["lost_gpu", "recovers", "ready_log", "socket"],
+)  # fmt: skip
+def test_reading_what_the_file_does_not_state_is_one_line_naming_file_key_and_values(
+    tmp_path: Path, read: Callable[[subject.Subject], object], line: str
+) -> None:
+    path = write(tmp_path, {**MINE, "socket": None, "ready_log": None, "expects": {}})
+    with pytest.raises(subject.Unstated) as e:
+        read(subject.load(path))
+    assert str(e.value).startswith(f"{path}: {line}")
+    assert "\n" not in str(e.value)
+
+
+def test_a_need_the_file_does_not_state_keeps_the_scenario_which_then_fails(
+    tmp_path: Path,
+) -> None:
+    """Neither deselected (a scenario silently gone) nor met by a guess: kept, and
+    `require` (the e2e plugin calls it at setup) fails it in one line."""
+    s = subject.load(write(tmp_path, {**MINE, "expects": {"recovers": False}}))
+    assert s.needs_met(("healthcheck_env",)) and s.needs_met(("lost_gpu=ignored",))
+    assert not s.needs_met(("recovers", "healthcheck_env"))  # a stated need still decides
+    assert s.unstated(("healthcheck_env", "recovers", "replicas=1")) == ["healthcheck_env"]
+    s.require(("recovers", "replicas=1"))
+    with pytest.raises(subject.Unstated, match=r"expects\.healthcheck_env is not stated"):
+        s.require(("recovers", "healthcheck_env"))
+    assert s.trait("healthcheck_env") == "None"  # varies_with groups unstated ones together
+
+
+@pytest.mark.parametrize(
+    ("socket", "endpoint", "match"),
+    [
+        ("nvidia-gpu.sock", "nvidia-gpu.sock", True),
+        ("nvidia-gpu.sock", "nvidia-gpu.sock.1", False),
+        ("nvidiaGPU-*.sock", "nvidiaGPU-1764230400.sock", True),
+        ("nvidiaGPU-*.sock", "nvidia-gpu.sock", False),
+        ("tiny-[0-9]?.sock", "tiny-42.sock", True),
+    ],
+)
+def test_socket_is_a_name_or_a_glob(tmp_path: Path, socket: str, endpoint: str,
+                                    match: bool) -> None:  # fmt: skip
+    s = subject.load(write(tmp_path, {**MINE, "socket": socket}))
+    assert s.serves_on(endpoint) is match
 
 
 @pytest.mark.parametrize(
@@ -136,11 +203,12 @@ def test_needs_are_read_from_expects(tmp_path: Path) -> None:
     [
         ({"image": {"ref": "a", "infra": "b"}}, "image: give exactly one of infra, ref, build"),
         ({"image": {}}, "image: give exactly one of infra, ref, build"),
-        ({"expects": {"recovers": True}}, "expects.lost_gpu: required key missing"),
+        ({"expects": {"recovers": "yes"}}, "expects.recovers: expected true or false, found 'yes'"),
         (
             {"expects": {**MINE["expects"], "lost_gpu": "some"}},
-            "expects.lost_gpu: expected 'that-device' or 'every-device', found 'some'",
+            "expects.lost_gpu: expected 'that-device', 'every-device' or 'ignored', found 'some'",
         ),
+        ({"device_ids": None}, "device_ids: required key missing"),
         ({"colour": "red"}, "colour: unknown key (expected one of: name, description, "),
         ({"daemonset": "absent.yaml"}, "daemonset: no file"),
         ({"chart": {"path": "chart"}}, "give exactly one of daemonset, chart"),
