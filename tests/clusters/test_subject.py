@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
+from typing import get_args
 
 import pytest
 import yaml
+from pydantic import BaseModel
 
 from clusters import chart, spec, subject
 from clusters.infra import InfraMissing
@@ -456,3 +459,39 @@ def test_a_subject_with_nvidia_minor_ids_maps_them_and_is_its_own_trait(tmp_path
     assert s.gpu_of("nvidia1", g) == g[1].uuid
     assert s.trait("device_ids") == "device_specs /dev/nvidia{minor}, id nvidia{minor}"
     assert s.trait("device_ids") != subject.load("gpulab").trait("device_ids")
+
+
+# -- the guide
+
+
+GUIDE = Path(__file__).resolve().parents[2] / "docs/subjects.md"
+
+
+def keys_of(model: type[BaseModel], prefix: str = "") -> set[str]:
+    """Every key a subject file may hold, dotted (`device_ids.id`), nested models too."""
+    out: set[str] = set()
+    for name, field in model.model_fields.items():
+        out.add(prefix + name)
+        for sub in (field.annotation, *get_args(field.annotation)):
+            if isinstance(sub, type) and issubclass(sub, BaseModel):
+                out |= keys_of(sub, f"{prefix}{name}.")
+    return out
+
+
+def test_the_guide_documents_every_key_of_the_model_and_no_other() -> None:
+    """docs/subjects.md's "Every key" table cannot drift from clusters/subject.py."""
+    section = GUIDE.read_text().split("## Every key", 1)[1].split("\n## ", 1)[0]
+    rows = re.findall(r"^\| `([a-z0-9_.]+)` \|", section, re.MULTILINE)
+    assert len(rows) == len(set(rows)), "a key has two rows"
+    assert set(rows) == keys_of(subject.SubjectSpec)
+
+
+def test_the_guides_examples_are_valid_subjects(tmp_path: Path) -> None:
+    """Its smallest subject loads; its device_ids lines validate."""
+    text = GUIDE.read_text()
+    smallest = text.split("## The smallest subject", 1)[1].split("```yaml\n", 1)[1]
+    data = yaml.safe_load(smallest.split("```", 1)[0])
+    assert data["daemonset"] == "daemonset.yaml"
+    assert subject.load(write(tmp_path, {**data, "daemonset": "ds.yaml"})).name == "my-plugin"
+    for line in re.findall(r"^device_ids: (\{.*\})", text, re.MULTILINE):
+        subject.DeviceIds.model_validate(yaml.safe_load(line))
