@@ -14,7 +14,7 @@ tests/plugin, shipped subjects only; all: C, K and N):
     # chart: {path: chart/, release: my-plugin, namespace: gpu, values: {...}}      # C K
     # chart: {go_module: github.com/NVIDIA/k8s-device-plugin@{version},
     #         dir: deployments/helm/nvidia-device-plugin, ...}
-    resource: nvidia.com/gpu          # all (default nvidia.com/gpu)
+    resource: nvidia.com/gpu          # C K (default nvidia.com/gpu)
     socket: my-plugin-*.sock          # C N: its socket in the device-plugins dir, or a glob
     device_ids:                       # C K: exactly one of env, cdi, device_specs
       env: NVIDIA_VISIBLE_DEVICES     #   Allocate puts the device ids in this env var
@@ -37,7 +37,8 @@ tests/plugin, shipped subjects only; all: C, K and N):
       mig: none                       # all: none | single | mixed (MIG suites only)
       mig_slice_xid: that-slice       # C K N, with mig: | one-per-gpu
 
-Required are only name, image, daemonset or chart, and device_ids, which every tier reads.
+Required are only name, image, daemonset or chart, and device_ids: both tiers a user runs
+(C, K) read them.
 The rest is read where a tier or scenario needs it: a behaviour left out is not stated,
 never a default — a scenario that reads one fails at once in one line naming the file, the
 key and its values (Unstated: at setup for a `needs(...)` marker, else where it is read),
