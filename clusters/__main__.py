@@ -16,7 +16,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("action", choices=["up", "down"])
     ap.add_argument("lab", help="a lab under clusters/ (seed, hetero, mig, dra, ...) or a path")
     ap.add_argument("--subject", help="the plugin under test: gpulab, nvidia, nvidia-v0.17.4 "
-                    "or a subject file (default: the lab's)")  # fmt: skip
+                    "or a subject file, or none: fake GPUs only (default: the lab's)")  # fmt: skip
     args = ap.parse_args(argv)
     try:
         lab = Lab(args.lab, subject=args.subject)

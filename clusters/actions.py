@@ -8,6 +8,9 @@ prints nothing.
             every node's capacity, NFD and GFD labels
     DRA     instead of SUBJECT where the lab spec says `dra:`: fake GPUs, NFD and GFD, NVIDIA's
             DRA driver (its chart), its pods, every GPU node's ResourceSlices
+    NO_PLUGIN  instead of SUBJECT for `subject: none`: images, fake GPUs, and no plugin (any
+            subject's DaemonSet removed): for a suite that installs its own, as a user's
+            chart would be on a cluster with a GPU driver and nothing else
 """
 
 from __future__ import annotations
@@ -141,7 +144,7 @@ def lab_images(lab: Lab) -> None:
     wanted = ["gpulab", "workload", newest, "nfd"] + (["dra"] if lab.lab.spec.dra else [])
     products = infra.require(wanted, lab.lab.kubernetes)
     lab.images = {k: products.images[k] for k in wanted}
-    if not lab.lab.spec.dra:
+    if lab.serves_plugin:
         lab.images["subject"] = infra.subject_image(lab.subject, products)
     lab.images["gfd"] = products.images[newest]  # GFD is a command of NVIDIA's image
 
@@ -189,6 +192,10 @@ def plugin_config(lab: Lab) -> dict:
             "data": data}  # fmt: skip
 
 
+def remove_plugins(lab: Lab) -> None:
+    delete_subjects(lab, keep=None)
+
+
 def wait_plugin(lab: Lab) -> None:
     lab.kube.wait_daemonset(lab.subject.daemonset_name, lab.subject.namespace)
 
@@ -213,6 +220,12 @@ SUBJECT = [
     Action("Wait for every GPU node's capacity", wait_capacity),
     Action("Deploy node-feature-discovery and gpu-feature-discovery", features.deploy),
     Action("Wait for GFD's labels on every GPU node", features.wait_labels),
+]
+NO_PLUGIN = [
+    Action("Lab images (built by `make infra`)", lab_images),
+    Action("Load images into the nodes", load_images),
+    Action("Fake GPUs through the fake-gpus Helm chart", fakegpus.deploy),
+    Action("No plugin under test: any subject's DaemonSet removed", remove_plugins),
 ]
 DRA = [
     Action("Lab images (built by `make infra`)", lab_images),

@@ -4,7 +4,9 @@ kind bind-mounts into the nodes."""
 
 from __future__ import annotations
 
+import fcntl
 import io
+import os
 import shutil
 import tarfile
 from pathlib import Path
@@ -12,6 +14,15 @@ from pathlib import Path
 import yaml
 
 from clusters import infra, steps
+
+
+class LabInUse(steps.StepError):
+    """Another process drives this lab (one line: who)."""
+
+
+# Labs this process has claimed: name -> the open lock file (flock is per open file, so a
+# second Lab object for the same lab in this process shares the first one's claim).
+_CLAIMS: dict[str, int] = {}
 
 
 class Host:
@@ -32,6 +43,32 @@ class Host:
     @kind.setter
     def kind(self, path: str) -> None:
         self._kind = path
+
+    def claim(self) -> None:
+        """This process alone drives the lab, until `release()` or its exit: two processes
+        on one machine (two `make e2e`s, a test run beside a lab in use) would switch each
+        other's plugins and delete each other's clusters. Refused at once, naming the
+        holder."""
+        if self.name in _CLAIMS:
+            return
+        path = self.dir.parent / f".{self.name}.lock"  # beside the lab dir, which down() removes
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 200, 0).decode(errors="replace").strip() or "unknown"
+            os.close(fd)
+            raise LabInUse(f"lab {self.name} is in use by another process ({holder}); "
+                           "wait for it, or stop it") from None  # fmt: skip
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"pid {os.getpid()}: {_cmdline()}".encode(), 0)
+        _CLAIMS[self.name] = fd
+
+    def release(self) -> None:
+        fd = _CLAIMS.pop(self.name, None)
+        if fd is not None:
+            os.close(fd)  # closing the last descriptor drops the flock
 
     def exists(self) -> bool:
         out = steps.kind(self.kind, "get", "clusters", capture=True)
@@ -91,3 +128,11 @@ class Host:
             if f is None:
                 raise steps.StepError(f"{path} on {node} is not a regular file")
             return f.read().decode()
+
+
+def _cmdline() -> str:
+    try:
+        raw = Path(f"/proc/{os.getpid()}/cmdline").read_bytes()
+    except OSError:
+        return "?"
+    return raw.replace(b"\0", b" ").decode(errors="replace").strip()[:150]

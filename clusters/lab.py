@@ -30,7 +30,7 @@ from clusters import actions, dra, kindconfig, registration, spec
 from clusters.host import Host
 from clusters.kube import Kube, ready
 from clusters.steps import StepError, poll
-from clusters.subject import Subject
+from clusters.subject import NONE, Subject
 from clusters.subject import load as load_subject
 from fakenvml import mig, paths
 from fakenvml.node import NodeDir
@@ -49,7 +49,9 @@ class Lab:
                  retain: bool | None = None) -> None:  # fmt: skip
         self.lab = lab if isinstance(lab, spec.Lab) else spec.load(lab)
         self.name = self.lab.spec.name
-        self.subject = load_subject(subject or self.lab.spec.subject)
+        chosen = subject or self.lab.spec.subject
+        # None: fake GPUs and no plugin under test (subject `none`).
+        self._subject = None if chosen == NONE else load_subject(chosen)
         self.keep = keep
         # Keep a cluster that failed to come up (kind's --retain); KEEP=1 by default.
         self.retain = os.environ.get("KEEP", "") not in ("", "0") if retain is None else retain
@@ -67,6 +69,25 @@ class Lab:
 
     # -- context manager
 
+    @property
+    def subject(self) -> Subject:
+        """The plugin under test (a lab with `subject: none` has none: a clear error)."""
+        if self._subject is None:
+            raise ValueError(f"lab {self.name} runs no plugin under test (subject: none)")
+        return self._subject
+
+    @property
+    def serves_plugin(self) -> bool:
+        """A device plugin under test serves the GPUs (not the DRA driver, not none)."""
+        return self._subject is not None and not self.lab.spec.dra
+
+    @property
+    def serves(self) -> str:
+        """What serves the lab's GPUs, in words."""
+        if self.lab.spec.dra:
+            return f"NVIDIA's DRA driver {dra.version()}"
+        return f"subject {self._subject.name}" if self._subject else "no plugin (subject: none)"
+
     def __enter__(self) -> Lab:
         return self.up()
 
@@ -81,8 +102,8 @@ class Lab:
         """The actions in order, one progress line each (prefixed with the lab's name:
         labs may come up side by side)."""
         for action in todo:
-            title = f"{self.name}: " + action.title.format(lab=self.name,
-                                                           subject=self.subject.name)  # fmt: skip
+            name = self._subject.name if self._subject else NONE
+            title = f"{self.name}: " + action.title.format(lab=self.name, subject=name)
             t0 = time.monotonic()
             try:
                 result = action.run(self)
@@ -100,8 +121,9 @@ class Lab:
         created is deleted again if a later action fails (unless retained)."""
         t0 = time.monotonic()
         self.created = False
+        self.host.claim()
         try:
-            self.run(actions.UP + (actions.DRA if self.lab.spec.dra else actions.SUBJECT))
+            self.run(actions.UP + self._serving())
         except BaseException:
             if self.created and not self.retain:
                 self.console.print(f"[yellow]![/] deleting the half-made cluster {self.name} "
@@ -112,31 +134,36 @@ class Lab:
                                    f"(KEEP=1): export KUBECONFIG={self.kubeconfig}")  # fmt: skip
             raise
         gpus = sum(n.gpu_count for n in self.lab.gpu_nodes)
-        served = (f"NVIDIA's DRA driver {dra.version()}" if self.lab.spec.dra
-                  else f"subject {self.subject.name}")  # fmt: skip
         self.console.print(
             f"[bold green]Lab {self.name} is up[/] in {time.monotonic() - t0:.0f}s: "
-            f"{len(self.lab.nodes)} nodes, {gpus} fake GPUs, {served}\n"
+            f"{len(self.lab.nodes)} nodes, {gpus} fake GPUs, {self.serves}\n"
             f"  export KUBECONFIG={self.kubeconfig}"
         )
         return self
 
+    def _serving(self) -> list[actions.Action]:
+        if self.lab.spec.dra:
+            return actions.DRA
+        return actions.SUBJECT if self._subject else actions.NO_PLUGIN
+
     def use_subject(self, subject: str | Path | Subject) -> None:
         """Deploy fakenvml and the plugin under test (removing any other subject's
         DaemonSet) and wait until every GPU node reports its inventory as capacity and
-        allocatable."""
+        allocatable; `none`: fake GPUs only, every subject's DaemonSet removed."""
         if self.lab.spec.dra:
             raise ValueError(f"lab {self.name} runs NVIDIA's DRA driver, not a device plugin")
-        self.subject = load_subject(subject)
-        self.run(actions.SUBJECT)
+        self._subject = None if subject == NONE else load_subject(subject)
+        self.run(self._serving())
 
     def exists(self) -> bool:
         return self.host.exists()
 
     def down(self) -> None:
+        self.host.claim()
         self.host.delete()
         self.kube.reset()  # a cluster made again listens on another port
         self.console.print(f"[green]✓[/] Lab {self.name} deleted")
+        self.host.release()
 
     # -- cluster access
 

@@ -2,7 +2,8 @@
 
     name: seed
     kubernetes: v1.36.1             # optional: the lab run's version (make e2e KUBE=...)
-    subject: gpulab                 # plugin under test by default: a subject name or path
+    subject: gpulab                 # plugin under test by default: a subject name or path,
+                                    # or none (fake GPUs only)
     dra: {feature_gates: {...}}     # or NVIDIA's DRA driver instead of a plugin (no subject)
     node_status_update_frequency: 2s
     nodes:

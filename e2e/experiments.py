@@ -89,15 +89,24 @@ class Xid(_OnGpu):
 
 
 class Ecc(_OnGpu):
-    """`fakenvml inject ecc --double` (or `double: false`: --single). `double_bit:`, the
-    key experiments had before, is read as `double:`."""
+    """`fakenvml inject ecc --double` (or `double: false`: --single), a double-bit error
+    with the driver's Xid 48 unless `xid: false` (--no-xid). `double_bit:`, the key
+    experiments had before, is read as `double:`."""
 
     do: Literal["ecc"]
     double: bool = Field(default=True, validation_alias=AliasChoices("double", "double_bit"))
     count: int = Field(default=1, ge=1)
+    xid: bool = True
+
+    @model_validator(mode="after")
+    def _xid_only_double(self) -> Ecc:
+        if not self.xid and not self.double:
+            raise ValueError("xid: false only with double: true (a single-bit error has no Xid)")
+        return self
 
     def describe(self) -> str:
-        return f"{'double' if self.double else 'single'}-bit ECC on {self.node} GPU {self.gpu}"
+        what = f"{'double' if self.double else 'single'}-bit ECC"
+        return f"{what}{'' if self.xid else ' (no Xid 48)'} on {self.node} GPU {self.gpu}"
 
 
 class Lost(_OnGpu):

@@ -233,7 +233,7 @@ class Runner:
         if isinstance(a, ex.Xid):
             self._burst(a, i, rec)
         elif isinstance(a, ex.Ecc):
-            r = self.lab.fake_gpus(a.node).inject_ecc(a.gpu, a.double, a.count)
+            r = self.lab.fake_gpus(a.node).inject_ecc(a.gpu, a.double, a.count, a.xid)
             rec.faults.append(self._fault(r, a.node, i, rec))
         elif isinstance(a, ex.Lost):
             rec.faults.append(self._fault(self.lab.fake_gpus(a.node).lose(a.gpu), a.node, i, rec))

@@ -165,15 +165,25 @@ def test_gpu_lost(subject: Subject, lab: Lab, fake_gpus: Callable[[str], NodeDir
 
 def test_double_bit_ecc(subject: Subject, lab: Lab, fake_gpus: Callable[[str], NodeDir],
                         verdict: Verdict) -> None:  # fmt: skip
-    """`double_bit_ecc: unhealthy` (ours) marks the GPU unhealthy; `ignored` (NVIDIA's
-    registers for the event but acts on Xids only, the driver's Xid 48) does not."""
+    """A DBE as the driver reports it, the ECC event and Xid 48, takes its GPU out for every
+    subject (NVIDIA's acts on the Xid, ours on either). Then the ECC event alone
+    (`--no-xid`): `double_bit_ecc: unhealthy` (ours) takes that GPU out too; `ignored`
+    (NVIDIA's registers for the event but acts on Xids only) does not, which a sentinel Xid
+    79 read after it shows."""
     counted = subject.expects.double_bit_ecc == "unhealthy"
-    want = N - 2 if counted else N - 1
-    verdict.expect(f"DBE {subject.expects.double_bit_ecc} + sentinel: {want}/{N}")
+    want = N - 3 if counted else N - 2
+    verdict.expect(f"DBE + Xid 48 {N - 1}/{N}; ECC alone "
+                   f"{subject.expects.double_bit_ecc} + sentinel: {want}/{N}")  # fmt: skip
     node = fake_gpus(NODE)
-    node.inject_ecc(5, double=True)
+    timed(verdict, lab, node.inject_ecc(5, double=True), N - 1)
+    node.inject_ecc(4, double=True, xid=False)
     rec = node.inject_xid(6, 79)  # sentinel
     timed(verdict, lab, rec, want)
+    if not counted:
+        # A plugin that wrongly counts the ECC event passes through N-2 on its way to N-3:
+        # two node-status periods later it would show.
+        time.sleep(4)
+        assert lab.capacity(NODE) == (N, want)
 
 
 def test_recovery(subject: Subject, lab: Lab, fake_gpus: Callable[[str], NodeDir],

@@ -9,6 +9,7 @@ exactly what each container got (the plugin's ids, each compared as the GPU it n
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -97,3 +98,29 @@ def test_gpu2_rdma10_gets_both_env_entries_and_checkpoint_entries(
     held = got[(pod.metadata.uid, "main", pods.resource)]
     assert sorted(pods.gpus_of(node, held)) == sorted(gpus)
     assert got[(pod.metadata.uid, "main", "example.com/rdma")] == sorted(rdma)
+
+
+@pytest.mark.varies_with()  # the lab's nodes (the fake-gpus chart), whichever plugin serves
+def test_each_gpu_node_has_its_gpus_device_nodes_in_its_own_dev(lab: Lab, verdict: Verdict) -> None:
+    """As after a driver install: /dev/nvidia<minor> (c 195:<minor>) per GPU, nvidiactl,
+    nvidia-uvm in the node's /dev, where stock deployments and device-spec plugins look;
+    the node's /dev is its container's own, so the host's stays untouched."""
+    verdict.expect("c 195:<minor> per GPU + nvidiactl + nvidia-uvm on both workers")
+    seen = {}
+    for node in (A, B):
+        minors = sorted(
+            g.minor if g.minor >= 0 else g.index for g in lab.fake_gpus(node).node().gpus
+        )
+        # stat: %t/%T are the major/minor in hex
+        out = lab.node_exec(node, "sh", "-c", "stat -c '%n %F %t:%T' /dev/nvidia*")
+        found = {line.split()[0]: line.split()[-1] for line in out.splitlines()
+                 if "character special" in line}  # fmt: skip
+        want = {f"/dev/nvidia{m}": f"c3:{m:x}" for m in minors}
+        seen[node] = len([k for k in want if found.get(k) == want[k]])
+        assert {k: found.get(k) for k in want} == want
+        assert found.get("/dev/nvidiactl") == "c3:ff" and "/dev/nvidia-uvm" in found
+    if not Path("/proc/driver/nvidia").exists():  # a GPU host has its own
+        assert not any(p.name.startswith("nvidia") for p in Path("/dev").iterdir())
+    verdict.saw(
+        ", ".join(f"{n}: {c} GPU device nodes" for n, c in seen.items()) + "; host /dev clean"
+    )

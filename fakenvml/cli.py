@@ -131,7 +131,8 @@ def _install_driver(args: argparse.Namespace) -> None:
     d = NodeDir(_state_dir(args))
     node = d.node() if d.exists() else None
     smi = Path(args.nvidia_smi) if args.nvidia_smi else None
-    got = driver.install(Path(args.root), node, smi)
+    node_dev = Path(args.dev) if args.dev else None
+    got = driver.install(Path(args.root), node, smi, node_dev)
     print(f"installed {got.library}")
     if smi is not None:
         print(f"installed {Path(args.root) / driver.BIN_DIR / 'nvidia-smi'}")
@@ -142,6 +143,11 @@ def _install_driver(args: argparse.Namespace) -> None:
     else:
         names = ", ".join(p.name for p in got.device_nodes)
         print(f"device nodes under {Path(args.root) / driver.DEV_DIR}: {names}")
+    if node is not None and node_dev is not None:
+        if got.no_node_dev_nodes:
+            print(f"no device nodes in {node_dev}: {got.no_node_dev_nodes}")
+        else:
+            print(f"device nodes in {node_dev}: {len(got.node_dev_nodes)}")
 
 
 def _smi(args: argparse.Namespace) -> None:
@@ -165,7 +171,12 @@ def _inject(args: argparse.Namespace) -> None:
     if args.fault == Kind.XID.spelling:
         rec = d.inject_xid(args.gpu, args.code, args.gpu_instance, args.compute_instance)
     elif args.fault == ECC:
-        rec = d.inject_ecc(args.gpu, args.double, args.count)
+        if args.no_xid and not args.double:
+            raise FakeNvmlError("--no-xid: only with --double (a single-bit error has no Xid)")
+        rec = d.inject_ecc(args.gpu, args.double, args.count, xid=not args.no_xid)
+        if args.double and not args.no_xid:
+            print(_describe(rec, d))
+            rec = next(d.events(rec.seq))  # its Xid 48: the next record, from the same append
     elif args.fault == Kind.LOST.spelling:
         rec = d.lose(args.gpu)
     else:
@@ -471,6 +482,9 @@ def _parser(only: str | None = None) -> argparse.ArgumentParser:
     c.add_argument("root", metavar="DIR", help="e.g. /run/fakenvml/driver")
     c.add_argument("--nvidia-smi", metavar="PATH",
                    help="also this nvidia-smi binary, as <root>/usr/bin/nvidia-smi")  # fmt: skip
+    c.add_argument("--dev", metavar="DIR",
+                   help="also the device nodes in DIR, the node's own /dev (left alone where "
+                   "a real NVIDIA driver is loaded)")  # fmt: skip
     c.set_defaults(run=_install_driver)
 
     c = sub.add_parser("smi", parents=[on_node], help="nvidia-smi-like view, read through NVML")
@@ -494,6 +508,9 @@ def _parser(only: str | None = None) -> argparse.ArgumentParser:
     bits.add_argument("--single", action="store_true", help="single-bit (corrected)")
     bits.add_argument("--double", action="store_true", help="double-bit (uncorrected)")
     f.add_argument("--count", metavar="N", type=_positive, default=1)
+    f.add_argument("--no-xid", action="store_true",
+                   help="double-bit without the Xid 48 the driver always logs with it "
+                        "(to isolate a plugin's reaction to the ECC event itself)")  # fmt: skip
     f = faults.add_parser(Kind.LOST.spelling, parents=[on_node], help="the GPU answers GPU_IS_LOST")
     f.add_argument("gpu", metavar="GPU", help="index, UUID or PCI bus id")
     f = faults.add_parser(Kind.FALLEN_OFF_BUS.spelling, parents=[on_node], help="Xid 79, then lost")

@@ -41,6 +41,14 @@ driver answers them, so opening one fails as on a machine whose driver is not lo
 Making them needs CAP_MKNOD and a device cgroup that allows it (a privileged driver
 container, or root on a host); where that is refused, `install` installs the libraries
 alone and says so.
+
+`node_dev` (`install-driver --dev DIR`): the same nodes in the node's own /dev too, as a
+driver install leaves them. Stock deployments need them there: a device plugin whose
+Allocate hands device specs names host paths (/dev/nvidia<minor>) that the runtime stats,
+and NVIDIA's plugin and container toolkit look for /dev/nvidiactl. A kind node's /dev is
+the node container's own tmpfs, never the host's. Where a real NVIDIA driver is loaded
+(the kernel's /proc/driver/nvidia/version, which every container sees) the node's /dev is
+left alone: those nodes are the real driver's.
 """
 
 from __future__ import annotations
@@ -69,6 +77,7 @@ CTL_MINOR = 255
 UVM_MAJOR = 509
 CAPS_MAJOR = 508
 CAPS_DIR = "nvidia-caps"
+REAL_DRIVER = Path("/proc/driver/nvidia/version")
 MIG_MINORS = Path("proc/driver/nvidia-caps/mig-minors")
 CAPABILITIES = Path("proc/driver/nvidia/capabilities")
 PROC_DEVICES = Path("proc/devices")
@@ -96,6 +105,8 @@ class Installed:
     library: Path
     device_nodes: list[Path] = field(default_factory=list)
     no_device_nodes: str = ""  # why none were made, when they were wanted
+    node_dev_nodes: list[Path] = field(default_factory=list)  # made in the node's /dev
+    no_node_dev_nodes: str = ""  # why none were made there, when asked
 
 
 def _atomic_symlink(target: str, link: Path) -> None:
@@ -176,6 +187,16 @@ def _make_device_nodes(dev: Path, node: Node) -> tuple[list[Path], str]:
         os.chmod(path, 0o666)  # mknod's mode is masked by the umask
         made.append(path)
     return made, ""
+
+
+def node_device_nodes(dev: Path, node: Node,
+                      real_driver: Path = REAL_DRIVER) -> tuple[list[Path], str]:  # fmt: skip
+    """The GPUs' device nodes in a node's own /dev (nodes made, why not)."""
+    if real_driver.exists():
+        return [], f"a real NVIDIA driver is loaded ({real_driver}): {dev} is left to it"
+    if not dev.is_dir():
+        return [], f"{dev} is not a directory (mount the node's /dev there)"
+    return _make_device_nodes(dev, node)
 
 
 def mig_minors() -> str:
@@ -337,9 +358,10 @@ def _write_pci_sysfs(root: Path, node: Node) -> None:
         (d / "config").write_bytes(_pci_config(gpu, int(files["class"], 16)))
 
 
-def install(root: Path, node: Node | None = None, nvidia_smi: Path | None = None) -> Installed:
+def install(root: Path, node: Node | None = None, nvidia_smi: Path | None = None,
+            node_dev: Path | None = None) -> Installed:  # fmt: skip
     """The library (and, given the node's state, its versioned name and device nodes;
-    given a binary, nvidia-smi) under `root`."""
+    given a binary, nvidia-smi) under `root`; given `node_dev`, the device nodes there too."""
     dest_dir = root / LIB_DIR
     if nvidia_smi is not None and not os.access(nvidia_smi, os.X_OK):
         raise FakeNvmlError(f"--nvidia-smi {nvidia_smi}: no such executable")
@@ -372,6 +394,8 @@ def install(root: Path, node: Node | None = None, nvidia_smi: Path | None = None
             write_proc_devices(root, node)
             _write_pci_sysfs(root, node)
             out.device_nodes, out.no_device_nodes = _make_device_nodes(root / DEV_DIR, node)
+            if node_dev is not None:
+                out.node_dev_nodes, out.no_node_dev_nodes = node_device_nodes(node_dev, node)
     except OSError as e:
         raise FakeNvmlError(f"cannot install the library under {root}: {e.strerror}") from None
     return out

@@ -145,16 +145,28 @@ class NodeDir:
             self._append(rec.gpu, Kind.RECOVERY_ACTION, action)
         return rec
 
-    def inject_ecc(self, gpu: str | int, double: bool, count: int = 1) -> Record:
+    def inject_ecc(self, gpu: str | int, double: bool, count: int = 1, xid: bool = True) -> Record:
         """ECC error events, ecc-double or ecc-single as `fakenvml inject ecc --double`;
-        a double-bit error also makes the driver ask for a GPU reset (the pending row remap
-        or page retirement applies then)."""
+        returns the ECC record. A double-bit error is also Xid 48, as the driver logs it
+        (one per injection, as the ECC event is: `count` moves the counters), and makes the
+        driver ask for a GPU reset (the pending row remap or page retirement applies then).
+        xid=False (`--no-xid`) leaves the Xid out, for isolating a plugin's reaction to the
+        ECC event itself; the real driver always logs Xid 48. Single-bit errors have none."""
         if not 0 < count < 2**32:
             raise FakeNvmlError(f"ECC error count must be positive, not {count}")
-        rec = self._append(gpu, journal.ecc_kind(double), count)
+        index, none = self.index_of(gpu), journal.NO_INSTANCE
+        entries: list[journal.Entry] = [(journal.ecc_kind(double), index, count, none, none, 0)]
         if double:
-            self._append(rec.gpu, Kind.RECOVERY_ACTION, xids.RecoveryAction.GPU_RESET)
-        return rec
+            # The counted error first, then the Xid that reports it, then the reset it asks
+            # for (inject_xid's order). One append: one timestamp, and a consumer woken by
+            # either event already reads the counters and the pending reset; none sees the
+            # ECC event without its Xid.
+            if xid:
+                entries.append((Kind.XID, index, xids.DOUBLE_BIT_ECC, none, none, 0))
+            entries.append(
+                (Kind.RECOVERY_ACTION, index, xids.RecoveryAction.GPU_RESET, none, none, 0)
+            )
+        return self._write(entries)[0]
 
     def lose(self, gpu: str | int) -> Record:
         return self._append(gpu, Kind.LOST)

@@ -19,6 +19,11 @@ class RecoveryAction(enum.IntEnum):  # nvmlDeviceGpuRecoveryAction_t
     DRAIN_AND_RESET = 4
 
 
+# What the driver logs for every uncorrectable (double-bit) ECC error, beside the ECC event:
+# "XID 48: This XID indicates an uncorrectable ECC error has occurred" (NVIDIA's GPU Memory
+# Error Management note); `inject ecc --double` sends it too (fakenvml/node.py).
+DOUBLE_BIT_ECC = 48
+
 RECOVERY: dict[int, RecoveryAction] = {
     48: RecoveryAction.GPU_RESET,  # double-bit ECC error
     63: RecoveryAction.GPU_RESET,  # ECC page retirement / row remapping recorded

@@ -8,7 +8,8 @@ extra_resources:                # counted resources served beside the GPUs (seed
   example.com/rdma: 10
 health:
   policy: recover               # recover | sticky (NVIDIA's behaviour: never recovers)
-  double_bit_ecc: true          # a double-bit ECC event makes the GPU unhealthy
+  double_bit_ecc: true          # a double-bit ECC event makes the GPU unhealthy (the
+                                # driver's Xid 48 for it follows the Xid rules below)
   disable: ""                   # DP_DISABLE_HEALTHCHECKS semantics; the env var wins
   enable: ""                    # DP_ENABLE_HEALTHCHECKS semantics; the env var wins
 pre_start_required: false

@@ -36,6 +36,11 @@ def test_default_values_one_pool_a_gpulab_plugin_and_a_test_pod() -> None:
     pod = ds["fakenvml-default"]["spec"]["template"]["spec"]
     assert pod["nodeSelector"] == {"gpulab.dev/fake-gpus": "true"}
     assert pod["containers"][0]["securityContext"] == {"privileged": True}  # mknod /dev/nvidia*
+    # The GPUs' device nodes in the node's own /dev too (values: nodeDevices).
+    assert "--dev /host-dev" in pod["containers"][0]["args"][0]
+    assert {"name": "dev", "hostPath": {"path": "/dev", "type": "Directory"}} in pod["volumes"]
+    off = by_kind(render({"nodeDevices": False}), "DaemonSet")["fakenvml-default"]
+    assert "--dev" not in off["spec"]["template"]["spec"]["containers"][0]["args"][0]
     tests = [d for d in docs if d["kind"] == "Pod"]
     assert [t["metadata"]["annotations"]["helm.sh/hook"] for t in tests] == ["test"]
     env = {e["name"]: e.get("value") for e in tests[0]["spec"]["containers"][0]["env"]}

@@ -12,7 +12,7 @@ import pytest
 from docker.models.containers import Container
 from rich.console import Console
 
-from clusters import features
+from clusters import actions, features
 from clusters.lab import RESOURCE, Lab
 from clusters.registration import Mark, registrations
 from clusters.steps import StepError
@@ -128,6 +128,21 @@ def test_a_registration_that_never_comes_is_reported_with_both_sides_logs(seed: 
     assert text.count("Got registration request from device plugin") >= 2
 
 
+def test_a_lab_comes_up_with_fake_gpus_and_no_plugin(seed: Lab) -> None:
+    """`subject: none`: the fake GPUs (state, driver root, the nodes' /dev) and no plugin
+    under test, for a suite that installs its own; the plugin an earlier run left is gone."""
+    out = io.StringIO()
+    bare = bring_up(Lab("seed", subject="none", console=Console(file=out, width=200)))
+    assert "no plugin (subject: none)" in out.getvalue()
+    assert bare.apps.list_daemon_set_for_all_namespaces(
+        label_selector=actions.SUBJECT_LABEL).items == []  # fmt: skip
+    for worker in WORKERS:
+        assert len(bare.fake_gpus(worker).node().gpus) == 10
+        assert "character special" in bare.node_exec(worker, "stat", "-c", "%F", "/dev/nvidia9")
+    with pytest.raises(ValueError, match="runs no plugin under test"):
+        bare.plugin_pods()
+
+
 def test_a_lab_left_by_an_interrupted_run_comes_back_at_full_capacity(seed: Lab) -> None:
     """What CI finds after a run was killed: the engine restarted every node container and
     a fault was never recovered. Reusing the lab waits for the API server, clears the fault
@@ -157,15 +172,22 @@ def test_a_lab_that_never_answers_is_made_again(seed: Lab) -> None:
         assert again.capacity(worker) == (10, 10)
 
 
-def test_a_lab_whose_fake_gpu_state_is_unreadable_is_made_again(seed: Lab) -> None:
+def test_a_lab_whose_fake_gpu_state_is_unreadable_is_made_again(
+    seed: Lab, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """State written by another gpulab version (or damaged): the nodes' libraries and
-    plugins would refuse it, so the lab is recreated, not reused."""
+    plugins would refuse it, so the lab is recreated, not reused. The recreation itself is
+    the one the test above watches come back; here only the decision (the last seed test:
+    the module's teardown deletes the lab anyway)."""
     state = seed.fake_gpus("seed-worker").path / "state.bin"
     state.write_bytes(b"\0" * 64)
-    again, log = reuse("seed")
-    assert "seed: fake GPU state of seed-worker:" in log and "recreating it" in log
-    for worker in WORKERS:
-        assert again.capacity(worker) == (10, 10)
+    out = io.StringIO()
+    lab = Lab("seed", subject="nvidia", console=Console(file=out, width=200))
+    downs: list[str] = []
+    monkeypatch.setattr(lab, "down", lambda: downs.append(lab.name))
+    actions.reuse_or_recreate(lab)
+    assert "seed: fake GPU state of seed-worker:" in out.getvalue()
+    assert "recreating it" in out.getvalue() and downs == ["seed"]
 
 
 def kind_nodes(cluster: str) -> list[Container]:

@@ -148,3 +148,16 @@ def test_a_lab_made_with_another_kind_config_is_not_reused(
             n["extraMounts"] = n["extraMounts"][:1]
     (lab.host.dir / "kind.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
     assert actions.changed_config(lab) == "its kind config differs from this checkout's"
+
+
+def test_a_lab_with_subject_none_brings_up_fake_gpus_and_no_plugin(tmp_path: Path) -> None:
+    path = tmp_path / "bare.yaml"
+    path.write_text("name: bare\nsubject: none\nnodes:\n  - role: control-plane\n"
+                    "  - gpus: [{profile: T4, count: 2}]\n")  # fmt: skip
+    lab = Lab(path)
+    assert not lab.serves_plugin and lab.serves == "no plugin (subject: none)"
+    assert lab._serving() == actions.NO_PLUGIN
+    titles = [a.title for a in actions.NO_PLUGIN]
+    assert not any("Deploy {subject}" in t or "capacity" in t for t in titles)
+    with pytest.raises(ValueError, match="lab bare runs no plugin under test"):
+        lab.subject  # noqa: B018

@@ -82,6 +82,9 @@ def _with(**changes: object) -> dict:
          "expect[0].capacity: during: [3.0, 1.0] ends before it starts"),
         (_with(timeline=[{"at": "-1s", "do": "lost", "node": "n", "gpu": 0}]),
          "timeline[0].lost.at: '-1s': a duration cannot be negative"),
+        (_with(timeline=[{"at": 1, "do": "ecc", "node": "n", "gpu": 0, "double": False,
+                          "xid": False}]),
+         "timeline[0].ecc: xid: false only with double: true (a single-bit error has no Xid)"),
     ],
 )  # fmt: skip
 def test_bad_experiment_is_one_line_naming_the_key(data: dict, message: str) -> None:
@@ -189,6 +192,14 @@ def test_ecc_takes_double_as_the_cli_and_reads_the_older_double_bit_key() -> Non
     assert "double_bit" not in new.model_dump() and new.model_dump()["double"] is False
     assert ex.from_dict(_with(timeline=[ecc])).timeline[0].double  # type: ignore[union-attr]
     assert new.describe() == "single-bit ECC on hetero-worker GPU 0"
+
+
+def test_ecc_sends_the_driver_s_xid_48_unless_xid_is_false() -> None:
+    ecc = {"at": 1, "do": "ecc", "node": "hetero-worker", "gpu": 0}
+    (default,) = ex.from_dict(_with(timeline=[ecc])).timeline
+    (alone,) = ex.from_dict(_with(timeline=[{**ecc, "xid": False}])).timeline
+    assert default.xid and not alone.xid  # type: ignore[union-attr]
+    assert alone.describe() == "double-bit ECC (no Xid 48) on hetero-worker GPU 0"
 
 
 # -- plugin log lines

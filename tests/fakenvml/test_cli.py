@@ -172,9 +172,18 @@ def test_inject_xid_records_gpu_and_compute_instance(node: Path, run: Run) -> No
     assert (rec.gpu, rec.data, rec.gpu_instance, rec.compute_instance) == (2, 31, 1, 0)
 
 
-def test_inject_ecc_double_with_count(node: Path, run: Run) -> None:
+def test_inject_ecc_double_with_count_prints_the_error_and_its_xid_48(node: Path, run: Run) -> None:
     code, out, _ = run("inject", "ecc", "1", "--double", "--count", "3", "--state-dir", node)
-    assert code == 0 and "ecc-double x3 on GPU 1" in out
+    lines = out.splitlines()
+    assert code == 0 and len(lines) == 2
+    assert lines[0].startswith("seq 1 ") and "ecc-double x3 on GPU 1" in lines[0]
+    assert lines[1].startswith("seq 2 ") and "xid 48 on GPU 1" in lines[1]
+
+
+def test_inject_ecc_double_no_xid_writes_no_xid(node: Path, run: Run) -> None:
+    code, out, _ = run("inject", "ecc", "1", "--double", "--no-xid", "--state-dir", node)
+    assert code == 0 and out.count("\n") == 1 and "ecc-double x1 on GPU 1" in out
+    assert [r.kind.spelling for r in NodeDir(node).events()] == ["ecc-double", "recovery-action"]
 
 
 def test_inject_ecc_single_defaults_to_one_error(node: Path, run: Run) -> None:
@@ -226,7 +235,8 @@ def test_events_json_is_one_object_per_line(node: Path, run: Run) -> None:
     assert [(r["seq"], r["kind"], r["gpu"], r["data"]) for r in records] == [
         (1, "xid", 4, 31),
         (2, "ecc-double", 4, 1),
-        (3, "recovery-action", 4, 1),  # the driver then asks for a GPU reset
+        (3, "xid", 4, 48),  # as the driver logs every uncorrectable ECC error
+        (4, "recovery-action", 4, 1),  # the driver then asks for a GPU reset
     ]
     assert records[0]["uuid"] == uuids(node)[4] and records[0]["gpu_instance"] is None
     assert records[1]["monotonic_ns"] > records[0]["monotonic_ns"]
@@ -445,6 +455,11 @@ def test_non_numeric_xid_is_refused(node: Path, run: Run) -> None:
 def test_ecc_without_single_or_double_is_refused(node: Path, run: Run) -> None:
     refused(run, node, "one of the arguments --single --double is required", "inject", "ecc",
             "0", "--state-dir", node)  # fmt: skip
+
+
+def test_no_xid_on_a_single_bit_error_is_refused(node: Path, run: Run) -> None:
+    refused(run, node, r"--no-xid: only with --double \(a single-bit error has no Xid\)",
+            "inject", "ecc", "0", "--single", "--no-xid", "--state-dir", node)  # fmt: skip
 
 
 def test_unknown_fault_is_refused(node: Path, run: Run) -> None:
@@ -714,3 +729,47 @@ def test_install_driver_refuses_a_missing_nvidia_smi_and_installs_nothing(
     code, _, err = run("install-driver", tmp_path / "driver", "--nvidia-smi", tmp_path / "none")
     assert code == 2 and err.count("\n") == 1 and "--nvidia-smi" in err
     assert not (tmp_path / "driver").exists()
+
+
+def test_install_driver_dev_makes_the_gpus_device_nodes_in_the_nodes_own_dev(
+    tmp_path: Path, node: Path, run: Run
+) -> None:
+    """`--dev`: the same character devices a driver install leaves in the node's /dev
+    (c 195:<minor> per GPU, nvidiactl 195:255, nvidia-uvm), which device-spec plugins name
+    as host paths; a stale GPU's node is removed, other files are kept."""
+    dev = tmp_path / "node-dev"
+    dev.mkdir()
+    (dev / "null-ish").write_text("not ours")
+    code, out, err = run("install-driver", tmp_path / "driver", "--state-dir", node,
+                         "--dev", dev)  # fmt: skip
+    assert code == 0, err
+    assert f"device nodes in {dev}: " in out
+    for name, (major, minor) in {"nvidia0": (195, 0), "nvidia7": (195, 7),
+                                 "nvidiactl": (195, 255)}.items():  # fmt: skip
+        st = (dev / name).stat()
+        assert stat.S_ISCHR(st.st_mode) and os.major(st.st_rdev) == major, name
+        assert os.minor(st.st_rdev) == minor, name
+    assert (dev / "nvidia-uvm").exists() and (dev / "nvidia-caps").is_dir()
+    assert not (dev / "nvidia8").exists() and (dev / "null-ish").read_text() == "not ours"
+
+
+def test_install_driver_dev_leaves_a_real_drivers_dev_alone(tmp_path: Path, node: Path) -> None:
+    from fakenvml import driver
+    from fakenvml.node import NodeDir
+
+    version = tmp_path / "proc-driver-nvidia-version"
+    version.write_text("NVRM version: NVIDIA UNIX x86_64 Kernel Module  580.159.04\n")
+    dev = tmp_path / "dev"
+    dev.mkdir()
+    made, why = driver.node_device_nodes(dev, NodeDir(node).node(), real_driver=version)
+    assert made == [] and "a real NVIDIA driver is loaded" in why
+    assert list(dev.iterdir()) == []
+
+
+def test_install_driver_dev_that_is_no_directory_is_one_line(
+    tmp_path: Path, node: Path, run: Run
+) -> None:
+    code, out, _ = run("install-driver", tmp_path / "driver", "--state-dir", node,
+                       "--dev", tmp_path / "missing")  # fmt: skip
+    assert code == 0 and f"no device nodes in {tmp_path / 'missing'}: " in out
+    assert "is not a directory" in out

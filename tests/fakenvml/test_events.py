@@ -17,7 +17,7 @@ import pytest
 from fakenvml import journal
 from fakenvml.journal import Kind
 from fakenvml.node import NodeDir
-from tests.fakenvml.conftest import subprocess_env
+from tests.fakenvml.conftest import H100x8, build_node, subprocess_env
 
 XID = nv.nvmlEventTypeXidCriticalError
 REPO = Path(__file__).resolve().parents[2]
@@ -65,7 +65,7 @@ def test_injection_reaches_every_set_in_two_other_processes_once_in_order(
 
 def test_sets_receive_only_their_registered_event_types(state: NodeDir) -> None:
     w = Waiter(state, "--gpus", "1", "--mask", "xid", "--expect", "2", "--idle-ms", "1500")
-    state.inject_ecc(1, double=True)  # filtered out: the set asked for Xids only
+    state.inject_ecc(1, double=True, xid=False)  # filtered out: the set asked for Xids only
     state.inject_xid(1, 79)
     state.inject_ecc(1, double=False)
     state.inject_xid(1, 48)
@@ -77,11 +77,111 @@ def test_ecc_events_carry_their_type(nvml: object, state: NodeDir) -> None:
     es = nv.nvmlEventSetCreate()
     mask = XID | nv.nvmlEventTypeDoubleBitEccError | nv.nvmlEventTypeSingleBitEccError
     nv.nvmlDeviceRegisterEvents(nv.nvmlDeviceGetHandleByIndex(0), mask, es)
-    state.inject_ecc(0, double=True)
+    state.inject_ecc(0, double=True, xid=False)
     state.inject_ecc(0, double=False)
     assert nv.nvmlEventSetWait_v2(es, 1000).eventType == nv.nvmlEventTypeDoubleBitEccError
     assert nv.nvmlEventSetWait_v2(es, 1000).eventType == nv.nvmlEventTypeSingleBitEccError
     nv.nvmlEventSetFree(es)
+
+
+# A double-bit error is Xid 48 too, as on hardware ("XID 48: ... an uncorrectable ECC error
+# has occurred", NVIDIA's GPU Memory Error Management note). Each test ends with a sentinel
+# Xid 79 on the same GPU: events arrive in journal order, so the event after the fault's
+# shows that nothing else was delivered, without waiting out a timeout.
+DBE, SBE = nv.nvmlEventTypeDoubleBitEccError, nv.nvmlEventTypeSingleBitEccError
+
+
+def delivered(es: object, gpu: int = 3) -> list[tuple[int, int]]:
+    """(eventType, eventData) of each event up to and including the sentinel Xid 79."""
+    got: list[tuple[int, int]] = []
+    while not got or got[-1] != (XID, 79):
+        e = nv.nvmlEventSetWait_v2(es, 1000)
+        assert nv.nvmlDeviceGetIndex(e.device) == gpu
+        got.append((e.eventType, e.eventData))
+    return got
+
+
+def registered(mask: int, gpu: int = 3) -> object:
+    es = nv.nvmlEventSetCreate()
+    nv.nvmlDeviceRegisterEvents(nv.nvmlDeviceGetHandleByIndex(gpu), mask, es)
+    return es
+
+
+def test_a_double_bit_error_delivers_its_ecc_event_then_xid_48(
+    nvml: object, state: NodeDir
+) -> None:
+    es = registered(XID | DBE | SBE)
+    state.inject_ecc(3, double=True, count=2)
+    state.inject_xid(3, 79)
+    assert delivered(es) == [(DBE, 0), (XID, 48), (XID, 79)]
+    nv.nvmlEventSetFree(es)
+
+
+def test_a_set_registered_for_xids_only_gets_a_double_bit_error_s_xid_48(
+    nvml: object, state: NodeDir
+) -> None:
+    es = registered(XID)
+    state.inject_ecc(3, double=True)
+    state.inject_xid(3, 79)
+    assert delivered(es) == [(XID, 48), (XID, 79)]
+    nv.nvmlEventSetFree(es)
+
+
+def test_no_xid_delivers_only_the_double_bit_ecc_event(nvml: object, state: NodeDir) -> None:
+    es = registered(XID | DBE | SBE)
+    state.inject_ecc(3, double=True, xid=False)
+    state.inject_xid(3, 79)
+    assert delivered(es) == [(DBE, 0), (XID, 79)]
+    nv.nvmlEventSetFree(es)
+
+
+def test_a_single_bit_error_delivers_no_xid(nvml: object, state: NodeDir) -> None:
+    es = registered(XID | DBE | SBE)
+    state.inject_ecc(3, double=False, count=4)
+    state.inject_xid(3, 79)
+    assert delivered(es) == [(SBE, 0), (XID, 79)]
+    nv.nvmlEventSetFree(es)
+
+
+@pytest.mark.parametrize(
+    ("flags", "want"),
+    [(["--double"], [(DBE, 0), (XID, 48)]), (["--double", "--no-xid"], [(DBE, 0)]),
+     (["--single"], [(SBE, 0)])],
+)  # fmt: skip
+def test_the_cli_injects_what_the_api_does(
+    nvml: object, state: NodeDir, flags: list[str], want: list[tuple[int, int]]
+) -> None:
+    from fakenvml import cli
+
+    es = registered(XID | DBE | SBE)
+    assert cli.main(["inject", "ecc", "3", *flags, "--state-dir", str(state.path)]) == 0
+    state.inject_xid(3, 79)
+    assert delivered(es) == [*want, (XID, 79)]
+    nv.nvmlEventSetFree(es)
+
+
+def test_a_double_bit_error_s_xid_48_counts_as_one_injected_by_hand(
+    nvml: object, state: NodeDir
+) -> None:
+    """The records after the ECC one are what `inject xid 48` writes, so the recovery
+    action, `faulted()` and `fakenvml events` read them alike, and `recover` clears them."""
+    by_hand = NodeDir(state.path.parent / "by-hand")
+    by_hand.init(build_node(H100x8))
+    state.inject_ecc(3, double=True)
+    by_hand.inject_xid(3, 48)
+    after_ecc = [(r.kind, r.gpu, r.data) for r in state.events(start=1)]
+    assert after_ecc == [(r.kind, r.gpu, r.data) for r in by_hand.events()]
+    assert after_ecc == [(Kind.XID, 3, 48), (Kind.RECOVERY_ACTION, 3, 1)]
+    assert state.faulted() == by_hand.faulted() == {3}
+    assert recovery_action(3) == nv.NVML_GPU_RECOVERY_ACTION_GPU_RESET
+    state.recover(3)
+    assert (state.faulted(), recovery_action(3)) == (set(), nv.NVML_GPU_RECOVERY_ACTION_NONE)
+
+
+def recovery_action(gpu: int) -> int:
+    field = nv.NVML_FI_DEV_GET_GPU_RECOVERY_ACTION
+    (value,) = nv.nvmlDeviceGetFieldValues(nv.nvmlDeviceGetHandleByIndex(gpu), [field])
+    return value.value.uiVal  # type: ignore[no-any-return]
 
 
 def test_events_before_registration_are_not_delivered(nvml: object, state: NodeDir) -> None:

@@ -174,12 +174,22 @@ def test_lost_gpu(subject: Subject, gpus8: Running, kubelet: Kubelet) -> None:
     assert res.healthy == set(gpus8.uuids) - set(sick)
 
 
-def test_double_bit_ecc_as_the_subject_expects(
-    subject: Subject, gpus8: Running, kubelet: Kubelet
-) -> None:
-    """NVIDIA registers for double-bit ECC events but acts only on Xids; ours acts."""
+def test_a_double_bit_ecc_error_marks_that_gpu_unhealthy(gpus8: Running, kubelet: Kubelet) -> None:
+    """As the driver reports one: the ECC event, then Xid 48. Every subject acts: NVIDIA's
+    on the Xid (48 is not among those it ignores), ours on either."""
     before = kubelet.resource(R).updates
     gpus8.node.inject_ecc(5, double=True)
+    res = kubelet.wait_health(R, [gpus8.uuids[5]], after=before)
+    assert res.healthy == set(gpus8.uuids) - {gpus8.uuids[5]}
+
+
+def test_the_double_bit_ecc_event_alone_as_the_subject_expects(
+    subject: Subject, gpus8: Running, kubelet: Kubelet
+) -> None:
+    """The ECC event without its Xid 48 (`--no-xid`): NVIDIA registers for it but acts only
+    on Xids; ours acts."""
+    before = kubelet.resource(R).updates
+    gpus8.node.inject_ecc(5, double=True, xid=False)
     gpus8.node.inject_xid(0, 79)  # sentinel
     ecc = subject.expects.double_bit_ecc == "unhealthy"
     sick = [gpus8.uuids[0]] + ([gpus8.uuids[5]] if ecc else [])
