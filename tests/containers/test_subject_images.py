@@ -148,13 +148,13 @@ def test_a_host_path_the_tier_cannot_provide_is_one_line(tmp_path: Path) -> None
     gpulab = subjects.load("gpulab")
     ds = gpulab.daemonset
     pod = ds["spec"]["template"]["spec"]
-    pod["volumes"].append({"name": "dev", "hostPath": {"path": "/dev"}})
-    pod["containers"][0]["volumeMounts"].append({"name": "dev", "mountPath": "/dev"})
+    pod["volumes"].append({"name": "modules", "hostPath": {"path": "/lib/modules"}})
+    pod["containers"][0]["volumeMounts"].append({"name": "modules", "mountPath": "/lib/modules"})
     (tmp_path / "ds.yaml").write_text(yaml.safe_dump(ds))
-    data = {**gpulab.spec.model_dump(mode="json"), "name": "devs", "daemonset": "ds.yaml",
+    data = {**gpulab.spec.model_dump(mode="json"), "name": "modules", "daemonset": "ds.yaml",
             "chart": None}  # fmt: skip
-    (tmp_path / "devs.yaml").write_text(yaml.safe_dump(data))
-    c = SubjectContainer(subjects.load(tmp_path / "devs.yaml"), "unused", tmp_path, tmp_path)
-    with pytest.raises(ContainerTierError, match=r"volume dev mounts host path /dev; the "):
+    (tmp_path / "modules.yaml").write_text(yaml.safe_dump(data))
+    c = SubjectContainer(subjects.load(tmp_path / "modules.yaml"), "unused", tmp_path, tmp_path)
+    with pytest.raises(ContainerTierError, match=r"volume modules mounts host path /lib/modules; "):
         c.build()
     c.stop()
