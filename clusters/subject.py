@@ -13,6 +13,8 @@ or any path a user passes with SUBJECT= / --subjects).
     socket: my-plugin.sock            # the socket it creates in the device-plugins dir
     device_ids: {env: NVIDIA_VISIBLE_DEVICES}   # where Allocate puts the device ids
                                       # or {cdi: vendor/class}: CDI devices -> /dev nodes
+                                      # or {devices: true, id: "nvidia{minor}"}: device
+                                      # specs (/dev nodes) in Allocate's answer
     ready_log: "serving \\d+ devices"            # a line it logs once it serves its devices
     expects:                          # what the suites assert for it
       recovers: true                  # Healthy again after `fakenvml recover`, no restart
@@ -41,6 +43,7 @@ from pydantic import AfterValidator, Field, model_validator
 
 from clusters import chart, kube, versions
 from fakenvml import yamlmodel
+from fakenvml.model import Gpu
 from fakenvml.yamlmodel import LoadError, Strict
 
 SUBJECTS_DIR = Path(__file__).resolve().parent / "subjects"
@@ -73,17 +76,34 @@ class Image(Strict):
 
 class DeviceIds(Strict):
     """How a container learns which GPUs it got: an env var Allocate fills with the device
-    ids, or CDI devices Allocate names (`cdi: <vendor>/<class>`), which the runtime turns
-    into the GPUs' device nodes (/dev/nvidia<minor>) in the container."""
+    ids, CDI devices Allocate names (`cdi: <vendor>/<class>`), which the runtime turns
+    into the GPUs' device nodes (/dev/nvidia<minor>) in the container, or device specs
+    Allocate returns itself (`devices: true`: /dev/nvidia<minor> and the control nodes),
+    the device ids then following `id` ({minor}, {index} or {uuid} of the GPU)."""
 
     env: str | None = None
     cdi: str | None = None  # e.g. k8s.device-plugin.nvidia.com/gpu
+    # Tentative (to align with the device-spec schema being designed beside it).
+    devices: bool = False
+    id: str = "{uuid}"  # e.g. nvidia{minor} (GKE's plugin)
 
     @model_validator(mode="after")
     def _one(self) -> DeviceIds:
-        if (self.env is None) == (self.cdi is None):
-            raise ValueError("give exactly one of env, cdi")
+        if sum((self.env is not None, self.cdi is not None, self.devices)) != 1:
+            raise ValueError("give exactly one of env, cdi, devices")
+        if self.id != "{uuid}" and not self.devices:
+            raise ValueError("id: only with devices")
+        try:
+            self.id.format(minor=0, index=0, uuid="GPU-0")
+        except (KeyError, IndexError, ValueError):
+            raise ValueError(f"id: {self.id!r}: expected text with {{minor}}, {{index}} or "
+                             "{uuid}") from None  # fmt: skip
         return self
+
+    def of(self, gpu: Gpu) -> str:
+        """The device id a plugin advertises for `gpu` (not time-sliced)."""
+        minor = gpu.minor if gpu.minor >= 0 else gpu.index
+        return self.id.format(minor=minor, index=gpu.index, uuid=gpu.uuid)
 
 
 class Expects(Strict):

@@ -162,8 +162,13 @@ def test_needs_are_read_from_expects(tmp_path: Path) -> None:
         ),
         ({"name": "My Plugin"}, "name: 'My Plugin': expected lower-case"),
         ({"versions": "NOT_PINNED"}, "versions: NOT_PINNED is not pinned"),
-        ({"device_ids": {}}, "device_ids: give exactly one of env, cdi"),
-        ({"device_ids": {"env": "X", "cdi": "a/gpu"}}, "device_ids: give exactly one of env, cdi"),
+        ({"device_ids": {}}, "device_ids: give exactly one of env, cdi, devices"),
+        (
+            {"device_ids": {"env": "X", "cdi": "a/gpu"}},
+            "device_ids: give exactly one of env, cdi, devices",
+        ),
+        ({"device_ids": {"env": "X", "id": "nvidia{minor}"}}, "device_ids: id: only with devices"),
+        ({"device_ids": {"devices": True, "id": "gpu{bus}"}}, "device_ids: id: 'gpu{bus}': "),
     ],
 )
 def test_a_bad_subject_is_one_line_naming_the_file_and_key(
@@ -223,11 +228,14 @@ def test_prepare_goes_with_build_only(tmp_path: Path) -> None:
 
 
 def test_the_example_plugin_is_a_subject_of_its_own() -> None:
-    (tiny,) = subject.examples()
+    tiny, devices = subject.examples()
     assert tiny.name == "tiny-gpu-plugin"
     assert tiny.spec.resource == "example.com/gpu"
     assert tiny.spec.device_ids.env == "TINY_GPU_UUIDS"
     assert tiny.spec.image.build == "." and tiny.path(tiny.spec.image.prepare or "").is_file()
+    # Its devices mode: another subject of the same build directory (one image).
+    assert devices.name == "tiny-gpu-plugin-devices" and devices.plugin == tiny.plugin
+    assert devices.spec.device_ids.devices and devices.spec.device_ids.env is None
 
 
 def test_a_subject_deployed_from_its_own_chart_directory(tmp_path: Path) -> None:

@@ -68,14 +68,28 @@ def test_the_image_serves_the_nodes_gpus_and_marks_a_faulted_one(
     subject: Subject, kubelet: Kubelet, fake_node: Callable[..., NodeDir]
 ) -> None:
     node = fake_node()
-    uuids = [g.uuid for g in node.node().gpus]
+    gpus = node.node().gpus
+    uuids = [g.uuid for g in gpus]
+    # The UUID behind each device id the subject advertises (time-sliced: <id>::<k>).
+    uuid_of = {subject.spec.device_ids.of(g): g.uuid for g in gpus}
     resource = subject.spec.resource
     expects = subject.expects
     with SubjectContainer(subject, image_of(subject), kubelet.dir, node.path) as plugin:
         res = kubelet.wait_devices(resource, 8 * expects.replicas, timeout=30)
         assert res.endpoint == subject.spec.socket
         got = kubelet.admit(resource, 2)
-        if subject.spec.device_ids.cdi:
+        if subject.spec.device_ids.devices:
+            # Device specs: each GPU's /dev/nvidia<minor>, and the control nodes the
+            # node's /dev has (the tier's has them all), at the same path in the container.
+            specs = {d.container_path: d.host_path for d in got.response.devices}
+            assert all(host == path for path, host in specs.items()), specs
+            minor = {g.uuid: g.minor if g.minor >= 0 else g.index for g in gpus}
+            nodes = {f"/dev/nvidia{minor[uuid_of[d.split('::')[0]]]}" for d in got.devices}
+            assert set(specs) - nodes == {"/dev/nvidiactl", "/dev/nvidia-uvm",
+                                          "/dev/nvidia-uvm-tools"}  # fmt: skip
+            assert not got.response.envs
+            ids = [d.split("::")[0] for d in got.devices]
+        elif subject.spec.device_ids.cdi:
             ids = cdi_ids(subject.spec.device_ids.cdi, got.response)
             # Every device Allocate names is in a spec the plugin wrote, with its device node.
             specs = cdi.device_nodes((f.read_text() for f in plugin.cdi_dir.glob("*")),
@@ -88,7 +102,7 @@ def test_the_image_serves_the_nodes_gpus_and_marks_a_faulted_one(
         # Time-sliced ids are <uuid>::<k>; the env names the GPUs behind them.
         assert sorted(ids) == sorted({d.split("::")[0] for d in got.devices})
         unhealthy = inject_until_faulted(kubelet, resource, lambda: node.inject_xid(3, 79))
-        assert {d.split("::")[0] for d in unhealthy} == {uuids[3]}
+        assert {uuid_of[d.split("::")[0]] for d in unhealthy} == {uuids[3]}
         assert len(unhealthy) == expects.out_per_faulted_gpu
 
 
@@ -158,3 +172,29 @@ def test_a_host_path_the_tier_cannot_provide_is_one_line(tmp_path: Path) -> None
     with pytest.raises(ContainerTierError, match=r"volume modules mounts host path /lib/modules; "):
         c.build()
     c.stop()
+
+
+def test_the_tiny_plugins_devices_mode_refuses_a_node_without_the_gpus_device_nodes(
+    tmp_path: Path, kubelet: Kubelet, fake_node: Callable[..., NodeDir]
+) -> None:
+    """Without the node's /dev (here: its mount dropped) the container's own /dev has no
+    /dev/nvidia<minor>: the plugin exits at once naming the node it lacks, as GKE's waits
+    for nvidiactl, rather than advertise GPUs it cannot hand out."""
+    devices = subjects.load(subjects.EXAMPLES_DIR / "tiny-gpu-plugin-devices/subject.yaml")
+    ds = devices.daemonset
+    pod = ds["spec"]["template"]["spec"]
+    pod["containers"][0]["volumeMounts"] = [
+        m for m in pod["containers"][0]["volumeMounts"] if m["name"] != "dev"
+    ]
+    (tmp_path / "ds.yaml").write_text(yaml.safe_dump(ds))
+    data = {**devices.spec.model_dump(mode="json"), "daemonset": "ds.yaml",
+            "image": {"build": str(devices.path("../tiny-gpu-plugin"))}}  # fmt: skip
+    (tmp_path / "no-dev.yaml").write_text(yaml.safe_dump(data))
+    no_dev = subjects.load(tmp_path / "no-dev.yaml")
+
+    c = SubjectContainer(no_dev, image_of(devices), kubelet.dir, fake_node().path)
+    with pytest.raises(ContainerTierError) as e:
+        c.start()
+    c.stop()
+    assert "exit code: 1" in str(e.value)
+    assert "GPU 0 (GPU-" in str(e.value) and "has no device node" in str(e.value)
