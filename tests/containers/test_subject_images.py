@@ -4,6 +4,7 @@ over a fakenvml node. It catches an image that is broken before any cluster star
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -21,8 +22,11 @@ from plugin.standin import Kubelet
 from plugin.standin.container import ContainerTierError, SubjectContainer
 from plugin.standin.kubelet import StandinError
 
-# The shipped subjects and the examples (plugins gpulab did not write).
+# The shipped subjects and the examples (plugins gpulab did not write), and any other
+# named in $GPULAB_SUBJECTS (names or paths, as `make infra SUBJECT=` builds them).
 SUBJECTS = subjects.shipped() + subjects.examples()
+SUBJECTS += [s for s in map(subjects.load, subjects.names(os.environ.get("GPULAB_SUBJECTS", "")))
+             if s.name not in {t.name for t in SUBJECTS}]  # fmt: skip
 
 
 def image_of(s: Subject) -> str:
