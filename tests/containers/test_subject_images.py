@@ -154,10 +154,13 @@ def test_an_image_that_exits_fails_at_once_with_its_log(
     (tmp_path / "broken.yaml").write_text(yaml.safe_dump(data))
     broken = subjects.load(tmp_path / "broken.yaml")
 
+    c = SubjectContainer(broken, image_of(gpulab), kubelet.dir, fake_node().path)
     t0 = time.monotonic()
     with pytest.raises(ContainerTierError) as e:
-        SubjectContainer(broken, image_of(gpulab), kubelet.dir, fake_node().path).start()
-    assert time.monotonic() - t0 < 30  # not the ready timeout: it saw the exit
+        c.start()
+    elapsed = time.monotonic() - t0
+    c.stop()  # the exited container too
+    assert elapsed < 30  # not the ready timeout: it saw the exit
     assert "exit code: 1" in str(e.value)
     assert "No module named plugin.no_such_module" in str(e.value)
 
