@@ -337,11 +337,15 @@ def test_prepare_goes_with_build_only(tmp_path: Path) -> None:
 
 
 def test_the_example_plugin_is_a_subject_of_its_own() -> None:
-    (tiny,) = subject.examples()
+    tiny, devices = subject.examples()
     assert tiny.name == "tiny-gpu-plugin"
     assert tiny.spec.resource == "example.com/gpu"
     assert tiny.spec.device_ids.env == "TINY_GPU_UUIDS"
     assert tiny.spec.image.build == "." and tiny.path(tiny.spec.image.prepare or "").is_file()
+    # Its devices mode: another subject of the same build directory (one image).
+    assert devices.name == "tiny-gpu-plugin-devices" and devices.plugin == tiny.plugin
+    assert devices.spec.device_ids.device_specs == "/dev/nvidia{minor}"
+    assert devices.spec.device_ids.env is None
 
 
 def test_a_subject_deployed_from_its_own_chart_directory(tmp_path: Path) -> None:

@@ -168,10 +168,13 @@ def test_an_image_that_exits_fails_at_once_with_its_log(
     (tmp_path / "broken.yaml").write_text(yaml.safe_dump(data))
     broken = subjects.load(tmp_path / "broken.yaml")
 
+    c = SubjectContainer(broken, image_of(gpulab), kubelet.dir, fake_node().path)
     t0 = time.monotonic()
     with pytest.raises(ContainerTierError) as e:
-        SubjectContainer(broken, image_of(gpulab), kubelet.dir, fake_node().path).start()
-    assert time.monotonic() - t0 < 30  # not the ready timeout: it saw the exit
+        c.start()
+    elapsed = time.monotonic() - t0
+    c.stop()  # the exited container too
+    assert elapsed < 30  # not the ready timeout: it saw the exit
     assert "exit code: 1" in str(e.value)
     assert "No module named plugin.no_such_module" in str(e.value)
 
@@ -180,14 +183,14 @@ def test_a_host_path_the_tier_cannot_provide_is_one_line(tmp_path: Path) -> None
     gpulab = subjects.load("gpulab")
     ds = gpulab.daemonset
     pod = ds["spec"]["template"]["spec"]
-    pod["volumes"].append({"name": "dev", "hostPath": {"path": "/dev"}})
-    pod["containers"][0]["volumeMounts"].append({"name": "dev", "mountPath": "/dev"})
+    pod["volumes"].append({"name": "modules", "hostPath": {"path": "/lib/modules"}})
+    pod["containers"][0]["volumeMounts"].append({"name": "modules", "mountPath": "/lib/modules"})
     (tmp_path / "ds.yaml").write_text(yaml.safe_dump(ds))
-    data = {**gpulab.spec.model_dump(mode="json"), "name": "devs", "daemonset": "ds.yaml",
+    data = {**gpulab.spec.model_dump(mode="json"), "name": "modules", "daemonset": "ds.yaml",
             "chart": None}  # fmt: skip
-    (tmp_path / "devs.yaml").write_text(yaml.safe_dump(data))
-    c = SubjectContainer(subjects.load(tmp_path / "devs.yaml"), "unused", tmp_path, tmp_path)
-    with pytest.raises(ContainerTierError, match=r"volume dev mounts host path /dev; the "):
+    (tmp_path / "modules.yaml").write_text(yaml.safe_dump(data))
+    c = SubjectContainer(subjects.load(tmp_path / "modules.yaml"), "unused", tmp_path, tmp_path)
+    with pytest.raises(ContainerTierError, match=r"volume modules mounts host path /lib/modules; "):
         c.build()
     c.stop()
 
@@ -227,3 +230,29 @@ def test_an_allocate_response_names_its_gpus_in_each_form(
     assert specs.gpu_of(f"nvidia{a.minor}", gpus) == a.uuid
     with pytest.raises(AssertionError, match="no device specs"):
         shown_gpus(specs, pb.ContainerAllocateResponse(), gpus)
+
+
+def test_the_tiny_plugins_devices_mode_refuses_a_node_without_the_gpus_device_nodes(
+    tmp_path: Path, kubelet: Kubelet, fake_node: Callable[..., NodeDir]
+) -> None:
+    """Without the node's /dev (here: its mount dropped) the container's own /dev has no
+    /dev/nvidia<minor>: the plugin exits at once naming the node it lacks, as GKE's waits
+    for nvidiactl, rather than advertise GPUs it cannot hand out."""
+    devices = subjects.load(subjects.EXAMPLES_DIR / "tiny-gpu-plugin-devices/subject.yaml")
+    ds = devices.daemonset
+    pod = ds["spec"]["template"]["spec"]
+    pod["containers"][0]["volumeMounts"] = [
+        m for m in pod["containers"][0]["volumeMounts"] if m["name"] != "dev"
+    ]
+    (tmp_path / "ds.yaml").write_text(yaml.safe_dump(ds))
+    data = {**devices.spec.model_dump(mode="json"), "daemonset": "ds.yaml",
+            "image": {"build": str(devices.path("../tiny-gpu-plugin"))}}  # fmt: skip
+    (tmp_path / "no-dev.yaml").write_text(yaml.safe_dump(data))
+    no_dev = subjects.load(tmp_path / "no-dev.yaml")
+
+    c = SubjectContainer(no_dev, image_of(devices), kubelet.dir, fake_node().path)
+    with pytest.raises(ContainerTierError) as e:
+        c.start()
+    c.stop()
+    assert "exit code: 1" in str(e.value)
+    assert "GPU 0 (GPU-" in str(e.value) and "has no device node" in str(e.value)
