@@ -378,12 +378,21 @@ def _run(r: Runner, want: set[str], chosen: dict[str, str],
         p.save()
         # Subjects whose image is built from a Dockerfile: the examples, and those named in
         # $GPULAB_SUBJECTS (`make infra SUBJECT=path/to/subject.yaml`).
+        # Subjects that run one build directory differently (its modes) share its image.
+        built: dict[Path, tuple[str, str]] = {}
         for s in subjects_wanted():
-            if s.spec.image.build is not None:
-                p.subjects[s.name] = r.step(
-                    f"Subject {s.name}'s image", lambda s=s: _build_subject(r, s, p)
-                )
-                p.save()
+            if s.spec.image.build is None:
+                continue
+            context = s.path(s.spec.image.build)
+            if context in built:
+                first, tag = built[context]
+                p.subjects[s.name] = r.step(f"Subject {s.name}'s image: {first}'s",
+                                            lambda t=tag: t)  # fmt: skip
+            else:
+                p.subjects[s.name] = r.step(f"Subject {s.name}'s image",
+                                            lambda s=s: _build_subject(r, s, p))  # fmt: skip
+                built[context] = (s.name, p.subjects[s.name])
+            p.save()
 
 
 def _engine(r: Runner) -> str:
@@ -465,12 +474,14 @@ def chart_modules() -> list[str]:
 
 
 def _subject_tag(s: Subject) -> str:
-    """A tag that changes with any file of the subject's build context."""
+    """A tag named for the subject's build context and changing with any file of it: the
+    subjects that build one directory share one image."""
     context = s.path(s.spec.image.build or ".")
     h = hashlib.sha256()
     for f in sorted(p for p in context.rglob("*") if p.is_file() and ".git" not in p.parts):
         h.update(str(f.relative_to(context)).encode() + b"\0" + f.read_bytes())
-    return f"gpulab-subject/{s.name}:{h.hexdigest()[:12]}"
+    name = re.sub(r"[^a-z0-9._-]+", "-", context.name.lower()).strip("-._") or "subject"
+    return f"gpulab-subject/{name}:{h.hexdigest()[:12]}"
 
 
 def _build_subject(r: Runner, s: Subject, p: Products) -> str:

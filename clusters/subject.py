@@ -1,25 +1,49 @@
 """Subjects: the device plugin under test, described in one file (clusters/subjects/*.yaml,
-or any path a user passes with SUBJECT= / --subjects).
+examples/*/subject.yaml, or any path a user passes with SUBJECT= / --subjects). The guide
+with the conventions a plugin meets in a lab: docs/subjects.md. Every key, and the tier
+that reads it (C: container tier, tests/containers; K: cluster tier, e2e/; N: node tier,
+tests/plugin, shipped subjects only; all: C, K and N):
 
-    name: my-plugin
-    image: {build: .}                 # or {ref: my/plugin:1.0} (present in the local engine)
+    name: my-plugin                   # all: ids, image tags, the DaemonSet's label
+    description: ...                  # none: for people
+    versions: NVIDIA_PLUGIN_VERSIONS  # loading: one subject per pinned version (below)
+    image: {build: ., prepare: p.sh}  # C K: or {ref: my/plugin:1.0} (in the local engine)
                                       # or {infra: nvidia-{version}} (built by `make infra`)
-    daemonset: daemonset.yaml         # its manifest; ${SUBJECT_IMAGE} / ${GPULAB_IMAGE} in it
+    daemonset: daemonset.yaml         # C K: its manifest; ${SUBJECT_IMAGE} / ${GPULAB_IMAGE}
     # or, instead of daemonset, a Helm chart rendered with `helm template` (clusters/chart.py):
-    # chart: {path: chart/, release: my-plugin, namespace: gpu, values: {...}}
+    # chart: {path: chart/, release: my-plugin, namespace: gpu, values: {...}}      # C K
     # chart: {go_module: github.com/NVIDIA/k8s-device-plugin@{version},
     #         dir: deployments/helm/nvidia-device-plugin, ...}
-    resource: nvidia.com/gpu
-    socket: my-plugin.sock            # the socket it creates in the device-plugins dir
-    device_ids: {env: NVIDIA_VISIBLE_DEVICES}   # where Allocate puts the device ids
-                                      # or {cdi: vendor/class}: CDI devices -> /dev nodes
-    ready_log: "serving \\d+ devices"            # a line it logs once it serves its devices
-    expects:                          # what the suites assert for it
-      recovers: true                  # Healthy again after `fakenvml recover`, no restart
-      lost_gpu: that-device           # GPU_IS_LOST marks: that-device | every-device
-      double_bit_ecc: unhealthy       # the ECC event alone (no Xid 48): unhealthy | ignored
-      replicas: 1                     # time-slicing: each GPU advertised N times
-      ...
+    resource: nvidia.com/gpu          # C K (default nvidia.com/gpu)
+    socket: my-plugin-*.sock          # C N: its socket in the device-plugins dir, or a glob
+    device_ids:                       # C K: exactly one of env, cdi, device_specs
+      env: NVIDIA_VISIBLE_DEVICES     #   Allocate puts the device ids in this env var
+      # cdi: vendor/class             #   Allocate names CDI devices -> /dev nodes
+      # device_specs: "/dev/nvidia{minor}"  # Allocate returns DeviceSpecs (container paths)
+      id: "{uuid}"                    #   how an id names its GPU: {uuid} {minor} {index}
+    ready_log: "serving \\d+ devices" # C: a line it logs once it serves its devices
+    env: {MIG_STRATEGY: mixed}        # C K: set in every container of its DaemonSet
+    expects:                          # what the suites assert for it (Expects, below)
+      recovers: true                  # K N: Healthy again after `fakenvml recover`
+      lost_gpu: that-device           # K N: GPU_IS_LOST marks that-device | every-device,
+                                      #      or nothing (ignored)
+      double_bit_ecc: unhealthy       # K N: the ECC event alone (no Xid 48): | ignored
+      preferred_allocation_on_64_gpus: true   # N
+      health_across_kubelet_restarts: true    # N
+      healthcheck_env: true           # K: honours DP_DISABLE_/DP_ENABLE_HEALTHCHECKS
+      extra_resources: false          # K: serves the lab spec's extra resources (default)
+      replicas: 1                     # all: time-slicing, each GPU advertised N times
+      xid_marks: every-replica        # C K, with replicas > 1: | one-replica
+      mig: none                       # all: none | single | mixed (MIG suites only)
+      mig_slice_xid: that-slice       # C K N, with mig: | one-per-gpu
+
+Required are only name, image, daemonset or chart, and device_ids: both tiers a user runs
+(C, K) read them.
+The rest is read where a tier or scenario needs it: a behaviour left out is not stated,
+never a default — a scenario that reads one fails at once in one line naming the file, the
+key and its values (Unstated: at setup for a `needs(...)` marker, else where it is read),
+and every other scenario runs. Only what configures a plugin has a default (resource,
+extra_resources, replicas, mig, id).
 
 `versions: NVIDIA_PLUGIN_VERSIONS` (a key of clusters/versions.env) makes one subject per
 pinned version, named `<name>-<version>`, with `{version}` replaced in its strings; the bare
@@ -27,21 +51,39 @@ name stands for the first (newest) one. Paths are relative to the subject file.
 
 Suites read a subject's `expects` instead of branching on plugin names; a scenario whose
 `needs` a subject lacks is deselected for it (never skipped).
+
+Device ids: the suites compare what the kubelet holds (its checkpoint, a pod's
+allocatedResourcesStatus: the plugin's own ids) with the GPUs a container got and the GPUs
+they fault, so every id goes through one mapping, `DeviceIds.gpu_of`: `id:` says where the
+GPU is in an id — {uuid} (NVIDIA's, ours; MIG-... UUIDs too), {minor} (/dev/nvidia<minor>:
+GKE's `nvidia<minor>`), {index} (NVML's) — with a time-slicing replica as a `::<k>` suffix
+or where {replica} says. Opaque ids (no GPU in them) are refused: which GPU an id stands
+for could only be guessed from a container's devices one allocation at a time, and a pod
+of several GPUs would leave the pairing unknown, so the checkpoint and pod-status checks
+would get weaker for everyone to cover them; a plugin with such ids can put the GPU in them.
 """
 
 from __future__ import annotations
 
+import fnmatch
 import re
-from functools import cached_property
-from pathlib import Path
-from typing import Annotated, Any, Literal
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import cached_property, lru_cache
+from pathlib import Path, PurePosixPath
+from typing import TYPE_CHECKING, Annotated, Any, Literal, get_args, get_origin
 
 import yaml
 from pydantic import AfterValidator, Field, model_validator
 
 from clusters import chart, kube, versions
 from fakenvml import yamlmodel
+from fakenvml.model import Gpu
 from fakenvml.yamlmodel import LoadError, Strict
+
+if TYPE_CHECKING:
+    from fakenvml.mig import MigDevice
+    from fakenvml.model import Gpu
 
 SUBJECTS_DIR = Path(__file__).resolve().parent / "subjects"
 EXAMPLES_DIR = Path(__file__).resolve().parents[1] / "examples"
@@ -71,47 +113,243 @@ class Image(Strict):
         return self
 
 
+# A device id pattern's placeholders: the one that names the GPU, and the replica.
+GPU_KEYS = ("uuid", "minor", "index")
+REPLICA = "replica"
+_PLACEHOLDER = re.compile(r"\{([^{}]*)\}")
+_VALUE = {"uuid": r".+?", "minor": r"\d+", "index": r"\d+", REPLICA: r"\d+"}
+
+
+@dataclass(frozen=True)
+class IdForm:
+    """A compiled `id` or `device_specs` pattern: which GPU a device id (or a device node's
+    path) names, and which replica of it."""
+
+    pattern: str
+    key: str  # uuid | minor | index
+    regex: re.Pattern[str]
+
+    def parse(self, text: str) -> tuple[str, int | None] | None:
+        """(the GPU's uuid, minor or index as written, the replica or None), or None when
+        `text` is not of this form."""
+        m = self.regex.fullmatch(text)
+        if m is None:
+            return None
+        replica = m.groupdict().get(REPLICA)
+        return m.group(self.key), None if replica is None else int(replica)
+
+    def gpu_of(self, text: str, gpus: Sequence[Gpu], mig: Sequence[MigDevice] = ()) -> str | None:
+        """The UUID of the GPU (or MIG device: `{uuid}` only) that `text` names, or None."""
+        found = self.parse(text)
+        if found is None:
+            return None
+        value = found[0]
+        if self.key == "uuid":
+            return value if any(d.uuid == value for d in (*gpus, *mig)) else None
+        if self.key == "index":
+            return next((g.uuid for g in gpus if g.index == int(value)), None)
+        # A device node's number is the GPU's minor, its index where the inventory sets none.
+        minor = {g.minor if g.minor >= 0 else g.index: g.uuid for g in gpus}
+        return minor.get(int(value))
+
+
+@lru_cache(maxsize=64)
+def id_form(pattern: str, keys: tuple[str, ...] = GPU_KEYS, replica: bool = True) -> IdForm:
+    """`pattern` compiled: literal text, exactly one of `keys` ({uuid}, {minor}, {index}),
+    and where `replica`, an optional {replica}; without one, a `::<k>` suffix (NVIDIA's
+    time-slicing ids, <uuid>::<k>) is accepted after the id. ValueError, in one line, for
+    a pattern that cannot be read back."""
+    found = _PLACEHOLDER.findall(pattern)
+    allowed = (*keys, REPLICA) if replica else keys
+    shown = ", ".join(f"{{{k}}}" for k in allowed)
+    for name in found:
+        if name not in allowed:
+            raise ValueError(f"{pattern!r}: unknown placeholder {{{name}}} (expected {shown})")
+    gpu = [k for k in found if k in keys]
+    if not gpu:
+        gpus = ", ".join(f"{{{k}}}" for k in keys)
+        raise ValueError(f"{pattern!r} names no GPU: give one of {gpus} (opaque ids are "
+                         "not supported: clusters/subject.py says why)")  # fmt: skip
+    if len(gpu) > 1 or found.count(REPLICA) > 1:
+        raise ValueError(f"{pattern!r}: each placeholder once, and one GPU placeholder only")
+    if "}{" in pattern:
+        raise ValueError(f"{pattern!r}: placeholders must be separated by text")
+    out, at = "", 0
+    for m in _PLACEHOLDER.finditer(pattern):
+        out += re.escape(pattern[at : m.start()]) + f"(?P<{m[1]}>{_VALUE[m[1]]})"
+        at = m.end()
+    out += re.escape(pattern[at:])
+    if replica and REPLICA not in found:
+        out += rf"(?:::(?P<{REPLICA}>\d+))?"
+    return IdForm(pattern, gpu[0], re.compile(out))
+
+
+# How a container shows the GPUs of a CDI device (the runtime makes them from the spec).
+CDI_NODES = "/dev/nvidia{minor}"
+
+
 class DeviceIds(Strict):
-    """How a container learns which GPUs it got: an env var Allocate fills with the device
-    ids, or CDI devices Allocate names (`cdi: <vendor>/<class>`), which the runtime turns
-    into the GPUs' device nodes (/dev/nvidia<minor>) in the container."""
+    """How a container learns which GPUs it got — exactly one of: an env var Allocate fills
+    with the device ids (`env:`); CDI devices Allocate names (`cdi: <vendor>/<class>`,
+    the device's name after `=` is its id), which the runtime turns into the GPUs'
+    /dev/nvidia<minor> nodes; or device specs Allocate returns (`device_specs:`, the
+    container path of each GPU's device node, e.g. /dev/nvidia{minor}). And how a device
+    id names its GPU (`id:`, default {uuid}): the ids the plugin lists are what the
+    kubelet's checkpoint and a pod's status hold."""
 
     env: str | None = None
     cdi: str | None = None  # e.g. k8s.device-plugin.nvidia.com/gpu
+    device_specs: str | None = None  # e.g. /dev/nvidia{minor}
+    id: str = "{uuid}"  # e.g. nvidia{minor}, {uuid}, gpu{index}::{replica}
 
     @model_validator(mode="after")
     def _one(self) -> DeviceIds:
-        if (self.env is None) == (self.cdi is None):
-            raise ValueError("give exactly one of env, cdi")
+        if sum(v is not None for v in (self.env, self.cdi, self.device_specs)) != 1:
+            raise ValueError("give exactly one of env, cdi, device_specs")
+        try:
+            id_form(self.id)
+        except ValueError as e:
+            raise ValueError(f"id: {e}") from None
+        if self.device_specs is not None:
+            path = PurePosixPath(self.device_specs)
+            if path.parent != PurePosixPath("/dev") or "{" not in path.name:
+                raise ValueError(f"device_specs: expected a device node in /dev named by the GPU, "
+                                 f"e.g. {CDI_NODES}, found {self.device_specs!r}")  # fmt: skip
+            try:
+                id_form(self.device_specs, ("minor", "index"), replica=False)
+            except ValueError as e:
+                raise ValueError(f"device_specs: {e}") from None
         return self
+
+    @property
+    def form(self) -> IdForm:
+        """How a device id names its GPU."""
+        return id_form(self.id)
+
+    @property
+    def nodes(self) -> IdForm | None:
+        """How a container's device node names its GPU (CDI, device specs), or None (env)."""
+        if self.env is not None:
+            return None
+        return id_form(self.device_specs or CDI_NODES, ("minor", "index"), replica=False)
+
+    def gpu_of(
+        self, device_id: str, gpus: Sequence[Gpu], mig: Sequence[MigDevice] = ()
+    ) -> str | None:
+        """The UUID of the GPU (a MIG device's own, for `{uuid}` ids) `device_id` names,
+        replica suffix or not; None if it names none of `gpus` / `mig`."""
+        return self.form.gpu_of(device_id, gpus, mig)
+
+    def replica_of(self, device_id: str) -> int | None:
+        """The replica a time-sliced id names (<uuid>::<k>, or the `{replica}` of `id`)."""
+        found = self.form.parse(device_id)
+        return None if found is None else found[1]
+
+    def describe(self) -> str:
+        """One line: how the ids reach the container and how they name GPUs."""
+        how = (f"env {self.env}" if self.env else f"cdi {self.cdi}" if self.cdi
+               else f"device_specs {self.device_specs}")  # fmt: skip
+        return f"{how}, id {self.id}"
+
+
+LostGpu = Literal["that-device", "every-device", "ignored"]
+DoubleBitEcc = Literal["unhealthy", "ignored"]
+XidMarks = Literal["every-replica", "one-replica"]
+MigSliceXid = Literal["that-slice", "one-per-gpu"]
+MigStrategy = Literal["none", "single", "mixed"]
 
 
 class Expects(Strict):
-    """The subject's documented behaviour, which the suites assert."""
+    """The subject's documented behaviour, which the suites assert. A behaviour left out
+    (None) is not stated: the scenarios that read it fail at once saying so (Unstated);
+    the others run. Only what configures the subject has a default."""
 
-    recovers: bool  # Healthy again after `fakenvml recover`, without a restart
-    lost_gpu: Literal["that-device", "every-device"]
-    # What the double-bit ECC *event* alone does (`fakenvml inject ecc --double --no-xid`):
-    # unhealthy (ours), or ignored (NVIDIA's registers for it but acts on Xids only). A DBE
-    # as the driver reports it also logs Xid 48, which the suites expect every subject to
-    # act on.
-    double_bit_ecc: Literal["unhealthy", "ignored"]
-    preferred_allocation_on_64_gpus: bool  # answers GetPreferredAllocation on 64 GPUs
-    health_across_kubelet_restarts: bool  # an Unhealthy GPU stays so after re-registering
-    healthcheck_env: bool = True  # honours DP_DISABLE_HEALTHCHECKS / DP_ENABLE_HEALTHCHECKS
+    recovers: bool | None = None  # Healthy again after `fakenvml recover`, without a restart
+    # What GPU_IS_LOST marks Unhealthy: that GPU's devices (ours asks NVML), every device
+    # (NVIDIA's: its wait names no GPU), or nothing (the lost GPU stays listed Healthy).
+    lost_gpu: LostGpu | None = None
+    double_bit_ecc: DoubleBitEcc | None = None  # ignored: acts on Xid 48 only (NVIDIA's)
+    preferred_allocation_on_64_gpus: bool | None = None  # answers GetPreferredAllocation on 64
+    health_across_kubelet_restarts: bool | None = None  # Unhealthy stays so on re-registering
+    healthcheck_env: bool | None = None  # honours DP_DISABLE_HEALTHCHECKS / DP_ENABLE_...
     extra_resources: bool = False  # serves the lab spec's extra_resources too
     replicas: int = Field(1, ge=1, le=64)  # time-slicing: each GPU advertised N times
     # With replicas > 1, what a fault on a GPU takes out: all its replicas (health is per
     # GPU) or only one (NVIDIA's: it matches the event's UUID to one replica id).
-    xid_marks: Literal["every-replica", "one-replica"] = "every-replica"
+    xid_marks: XidMarks | None = None
     # The MIG strategy it serves (NVIDIA's): a subject with one runs the MIG suites only
     # (e2e/test_mig.py, on the `mig` lab); "none" runs the whole-GPU suites.
-    mig: Literal["none", "single", "mixed"] = "none"
+    mig: MigStrategy = "none"
     # An Xid on one MIG slice (its GPU and compute instance in the event) marks: that slice
     # (ours), or only if it is the one slice per GPU and resource the plugin keeps in its
     # parent-UUID map (NVIDIA's: the last of its GPU's slices in Go map order, so per
     # start a random one; Xids on the other slices of that GPU are dropped).
-    mig_slice_xid: Literal["that-slice", "one-per-gpu"] = "that-slice"
+    mig_slice_xid: MigSliceXid | None = None
+
+
+class Unstated(SubjectError):
+    """A scenario read something the subject file does not state: one line naming the
+    file, the key and the values it may take."""
+
+
+def allowed(annotation: object) -> str:
+    """The values a field's annotation allows, as a subject file spells them."""
+    args = [a for a in get_args(annotation) if a is not type(None)] or [annotation]
+    out: list[str] = []
+    for a in args:
+        if get_origin(a) is Literal:
+            out += [str(v) for v in get_args(a)]
+        elif a is bool:
+            out += ["true", "false"]
+        else:
+            out.append(getattr(a, "__name__", str(a)))
+    return " | ".join(out)
+
+
+def unstated(source: Path, key: str, values: str, reader: str = "this scenario") -> Unstated:
+    return Unstated(f"{source}: {key} is not stated, and {reader} reads it: state {values}")
+
+
+class Expectations:
+    """A subject's `expects` as scenarios read them: an unstated one raises Unstated
+    instead of standing in for a default nobody wrote."""
+
+    if TYPE_CHECKING:  # the fields, for type checkers (read through __getattr__)
+        recovers: bool
+        lost_gpu: LostGpu
+        double_bit_ecc: DoubleBitEcc
+        preferred_allocation_on_64_gpus: bool
+        health_across_kubelet_restarts: bool
+        healthcheck_env: bool
+        extra_resources: bool
+        replicas: int
+        xid_marks: XidMarks
+        mig: MigStrategy
+        mig_slice_xid: MigSliceXid
+
+    def __init__(self, spec: Expects, source: Path) -> None:
+        self._spec, self._source = spec, source
+
+    def __getattr__(self, key: str) -> Any:
+        if key.startswith("_") or key not in Expects.model_fields:
+            raise AttributeError(key)
+        value = getattr(self._spec, key)
+        if value is None:
+            values = allowed(Expects.model_fields[key].annotation)
+            raise unstated(self._source, f"expects.{key}", f"one of {values}")
+        return value
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Expectations) and self._spec == other._spec
+
+    def __hash__(self) -> int:
+        return hash(self._spec)
+
+    def __repr__(self) -> str:
+        return f"Expectations({self._spec!r})"
+
+    def stated(self, key: str) -> bool:
+        return getattr(self._spec, key) is not None
 
     @property
     def time_sliced(self) -> bool:
@@ -120,6 +358,8 @@ class Expects(Strict):
     @property
     def out_per_faulted_gpu(self) -> int:
         """How many advertised devices one faulted GPU takes out of allocatable."""
+        if self.replicas == 1:
+            return 1
         return self.replicas if self.xid_marks == "every-replica" else 1
 
 
@@ -152,10 +392,10 @@ class SubjectSpec(Strict):
     daemonset: str | None = None  # its manifest, or
     chart: Chart | None = None  # a Helm chart
     resource: str = "nvidia.com/gpu"
-    socket: str
+    socket: str | None = None  # its socket's name in the device-plugins dir; or a glob
     device_ids: DeviceIds
-    ready_log: str
-    expects: Expects
+    ready_log: str | None = None  # a regex of a line it logs once it serves its devices
+    expects: Expects = Field(default_factory=Expects)
     # Set in (or replacing the value of) every container of the subject's DaemonSet:
     # one manifest serves several configurations (MIG_STRATEGY: single | mixed).
     env: dict[str, str] = Field(default_factory=dict)
@@ -173,7 +413,7 @@ class Subject:
     def __init__(self, spec: SubjectSpec, source: Path, version: str = "") -> None:
         self.spec, self.source, self.version = spec, source, version
         self.name = spec.name
-        self.expects = spec.expects
+        self.expects = Expectations(spec.expects, source)
 
     def __repr__(self) -> str:
         return f"Subject({self.name!r})"
@@ -254,24 +494,69 @@ class Subject:
         return img.infra or img.ref or str(self.path(img.build or "."))
 
     def trait(self, key: str) -> str:
-        """An expectation's value, or a subject property's (`plugin`, `cdi`), as text."""
-        have = getattr(self.expects, key) if hasattr(self.expects, key) else getattr(self, key)
-        return str(have)
+        """An expectation's value ("None": not stated), or a property's of the
+        expectations (`time_sliced`) or the subject (`plugin`, `cdi`, `device_ids`), as
+        text."""
+        if key in Expects.model_fields:
+            return str(getattr(self.spec.expects, key))
+        return str(getattr(self.expects if hasattr(Expectations, key) else self, key))
 
     @property
     def cdi(self) -> bool:
         """Allocate names CDI devices (the runtime makes the device nodes)."""
         return self.spec.device_ids.cdi is not None
 
+    @property
+    def device_ids(self) -> str:
+        """How device ids reach a container and name GPUs, as one line (a trait)."""
+        return self.spec.device_ids.describe()
+
+    def unstated(self, needs: tuple[str, ...]) -> list[str]:
+        """The expectations `needs` names that the subject file does not state."""
+        keys = [n.partition("=")[0] for n in needs]
+        return [k for k in keys if k in Expects.model_fields and not self.expects.stated(k)]
+
+    def require(self, needs: tuple[str, ...]) -> None:
+        """Unstated for the first expectation `needs` names that the file does not state:
+        a scenario that needs it fails at once, never runs on a guess."""
+        for key in self.unstated(needs):
+            getattr(self.expects, key)
+
     def needs_met(self, needs: tuple[str, ...]) -> bool:
-        """Every named expectation (or subject property: `cdi`) is true (or, for
-        `lost_gpu=that-device` style, equal)."""
+        """Every named expectation (or property: `cdi`, `time_sliced`) is true (or, for
+        `lost_gpu=that-device` style, equal). An unstated one counts as met: the scenario
+        is kept, and fails on it (`require`) instead of vanishing from the run."""
         for need in needs:
             key, _, want = need.partition("=")
+            if key in self.unstated((key,)):
+                continue
             have = self.trait(key)
             if (have != want) if want else have in ("False", "None", "none", "0", ""):
                 return False
         return True
+
+    def gpu_of(
+        self, device_id: str, gpus: Sequence[Gpu], mig: Sequence[MigDevice] = ()
+    ) -> str | None:
+        """The UUID of the GPU (or MIG device) one of the plugin's device ids names, or
+        None: see DeviceIds.gpu_of."""
+        return self.spec.device_ids.gpu_of(device_id, gpus, mig)
+
+    @property
+    def ready_log(self) -> str:
+        """The line the container tier waits for (Unstated when the file gives none)."""
+        if self.spec.ready_log is None:
+            raise unstated(self.source, "ready_log", "a regex of a line it logs once it serves "
+                           "its devices", "the container tier")  # fmt: skip
+        return self.spec.ready_log
+
+    def serves_on(self, endpoint: str) -> bool:
+        """The plugin registered `endpoint` (a socket's name) as its file says: equal to
+        `socket:`, or matched by it as a glob (a name with a timestamp, a node name)."""
+        if self.spec.socket is None:
+            raise unstated(self.source, "socket", "its socket's name in the device-plugins "
+                           "dir (a glob may match it)", "the container tier")  # fmt: skip
+        return fnmatch.fnmatchcase(endpoint, self.spec.socket)
 
     def render(self, images: dict[str, str]) -> list[dict]:
         """The manifest with ${SUBJECT_IMAGE} and ${GPULAB_IMAGE} replaced, and their

@@ -3,7 +3,8 @@ any project that wants to test its own plugin in a gpulab lab:
 
     def test_gpu_pod(lab, pods, fake_gpus): ...
 
-    @pytest.mark.needs("recovers")              # deselected for subjects that do not
+    @pytest.mark.needs("recovers")              # deselected for subjects that do not,
+                                                # failed for those that do not say
     def test_comes_back(subject, lab, fake_gpus): ...
 
 Options: --lab NAME (default seed), --subjects gpulab,nvidia,path/to/subject.yaml (the
@@ -27,7 +28,7 @@ from clusters.infra import InfraMissing
 from clusters.lab import Lab
 from clusters.spec import SpecError
 from clusters.steps import StepError
-from clusters.subject import Subject, SubjectError
+from clusters.subject import Subject, SubjectError, Unstated
 from clusters.subject import load as load_subject
 from clusters.subject import names as subject_names
 from e2e import htmlreport
@@ -63,7 +64,8 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers",
         "needs(*expectations): run only for subjects whose `expects` has them, e.g. "
-        "needs('recovers') or needs('lost_gpu=that-device')",
+        "needs('recovers') or needs('lost_gpu=that-device'); a subject whose file does not "
+        "state one fails the scenario in one line",
     )
     config.addinivalue_line(
         "markers",
@@ -111,6 +113,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     which need `mig=...`: the whole-GPU suites are the same plugin's without MIG."""
     keep, drop = [], []
     only_subjects = config.getoption("gpulab_suites") == "subject"
+    # A need the subject does not state keeps the scenario: it fails at setup (below).
     for item in items:
         # Every needs marker counts: the module's (e.g. replicas=1) and the test's own.
         needs = tuple(a for m in item.iter_markers("needs") for a in m.args)
@@ -278,10 +281,21 @@ def _kubernetes_version(request: pytest.FixtureRequest,
 _CALL = pytest.StashKey[pytest.TestReport]()
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """A scenario that needs an expectation its subject does not state fails before its
+    fixtures bring a lab up (the one line of Unstated, below)."""
+    s = _subject_of(item)
+    if s is not None:
+        s.require(tuple(a for m in item.iter_markers("needs") for a in m.args))
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
     outcome = yield
     rep = outcome.get_result()  # type: ignore[attr-defined]
+    if call.excinfo is not None and call.excinfo.errisinstance(Unstated):
+        rep.longrepr = str(call.excinfo.value)  # the file, the key, its values: all of it
     if rep.when == "call":
         item.stash[_CALL] = rep
 
@@ -483,7 +497,7 @@ def recovering_gpus(lab: Lab) -> Iterator[Callable[[str], NodeDir]]:
         lab.restart_plugin()
         lab.wait_untainted(deadline_s=60)
         return
-    if not lab.subject.expects.recovers:
+    if lab.subject.spec.expects.recovers is not True:  # unstated: restart, to be sure
         lab.restart_plugin()
     try:
         lab.wait_capacity(deadline_s=60)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import copy
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -18,10 +18,27 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from kubernetes.stream import stream
 
+from clusters.subject import DeviceIds
+from fakenvml import mig
+from fakenvml.mig import MigDevice
+from fakenvml.model import Gpu
+
 if TYPE_CHECKING:
     from clusters.lab import Lab
 
 SPECS = Path(__file__).resolve().parent / "specs"
+
+
+def device_health(pod: client.V1Pod, resource: str) -> dict[str, str]:
+    """{device id: Healthy|Unhealthy|Unknown} of `resource` in the pod's
+    status.containerStatuses[].allocatedResourcesStatus (KEP-4680); {} where the kubelet
+    reports none (before 1.36 the gate is alpha and off)."""
+    out: dict[str, str] = {}
+    for cs in pod.status.container_statuses or []:
+        for rs in cs.allocated_resources_status or []:
+            if rs.name == resource:
+                out.update({r.resource_id: r.health for r in rs.resources or []})
+    return out
 
 
 class PodWaitError(AssertionError):
@@ -39,9 +56,8 @@ GPU = "nvidia.com/gpu"  # what the shipped pod specs ask for
 DEVICE_ENV = "NVIDIA_VISIBLE_DEVICES"
 
 
-# A node's GPUs by device minor (/dev/nvidia<minor>) -> UUID: how a CDI container's device
-# nodes name its GPUs.
-UuidsByMinor = Callable[[str], dict[int, str]]
+# A node's GPUs and MIG devices, by node name: what the plugin's device ids name.
+NodeGpus = Callable[[str], tuple[Sequence[Gpu], Sequence[MigDevice]]]
 DEVICE_NODE = re.compile(r"^nvidia(\d+)$")
 # The grace period a DRA lab's pods are deleted with (see Pods: force-deleting costs ~70 s).
 DRA_GRACE_S = 1
@@ -49,10 +65,11 @@ DRA_GRACE_S = 1
 
 class Pods:
     """Pods in one namespace. Specs ask for nvidia.com/gpu; with a subject whose resource
-    (or device-id env var) is another, `create` asks for that one and `devices` reads that
-    one, so a suite runs unchanged against any plugin. Without a device-id env var (`None`:
-    a CDI subject) `devices` reads the container's /dev/nvidia<minor> nodes and names them
-    by UUID through `uuids_by_minor`.
+    is another, `create` asks for that one, so a suite runs unchanged against any plugin.
+    GPUs are named by UUID whatever the plugin calls them: `devices` reads what the
+    container got (the device-id env var, or the device nodes CDI or device specs made)
+    and `gpus_of` names the plugin's own ids (the kubelet's checkpoint, a pod's status),
+    both through the subject's `device_ids` and the node's GPUs (`node_gpus`).
 
     `grace_s` is the grace period `delete` asks for. 0 (force) suits device plugins. A
     DRA lab needs 1: a force-deleted pod leaves the API before its node unprepared its
@@ -61,13 +78,12 @@ class Pods:
     70 s (docs/dra-driver.md). With a grace period the pod stays until the kubelet is done."""
 
     def __init__(self, core: client.CoreV1Api, namespace: str, image: str,
-                 resource: str = GPU, device_env: str | None = DEVICE_ENV,
-                 uuids_by_minor: UuidsByMinor | None = None, grace_s: int = 0) -> None:  # fmt: skip
+                 resource: str = GPU, ids: DeviceIds | None = None,
+                 node_gpus: NodeGpus | None = None, grace_s: int = 0) -> None:  # fmt: skip
         self.core, self.ns, self.image, self.grace_s = core, namespace, image, grace_s
-        self.resource, self.device_env = resource, device_env
-        if device_env is None and uuids_by_minor is None:
-            raise ValueError("reading device nodes needs uuids_by_minor")
-        self.uuids_by_minor = uuids_by_minor
+        self.resource = resource
+        self.ids = ids or DeviceIds(env=DEVICE_ENV)
+        self.node_gpus = node_gpus
 
     def gpu_pod(self, name: str, gpus: int, node: str | None = None) -> dict:
         """A workload pod asking for `gpus` (scheduled by the scheduler, onto `node` if
@@ -88,12 +104,12 @@ class Pods:
         """Pods in `namespace` of `lab`, asking for and reading what its subject serves."""
         s = lab.subject.spec
 
-        def uuids_by_minor(node: str) -> dict[int, str]:
-            gpus = lab.fake_gpus(node).node().gpus
-            return {g.minor if g.minor >= 0 else g.index: g.uuid for g in gpus}
+        def node_gpus(node: str) -> tuple[Sequence[Gpu], Sequence[MigDevice]]:
+            d = lab.fake_gpus(node)
+            return d.node().gpus, mig.devices(d)
 
-        return cls(lab.core, namespace, lab.images["workload"], s.resource, s.device_ids.env,
-                   uuids_by_minor, grace_s=DRA_GRACE_S if lab.lab.spec.dra else 0)  # fmt: skip
+        return cls(lab.core, namespace, lab.images["workload"], s.resource, s.device_ids,
+                   node_gpus, grace_s=DRA_GRACE_S if lab.lab.spec.dra else 0)  # fmt: skip
 
     # -- lifecycle
 
@@ -184,15 +200,40 @@ class Pods:
         return out.split()
 
     def devices(self, name: str, container: str | None = None) -> list[str]:
-        """The device ids the plugin gave the container: its device-id env var, or (CDI)
-        the UUIDs of the GPUs whose device nodes it has."""
-        if self.device_env is not None:
-            return self.env(name, container)[self.device_env].split(",")
-        assert self.uuids_by_minor is not None
-        nodes = self.device_nodes(name, container)
-        minors = [int(m[1]) for n in nodes if (m := DEVICE_NODE.match(n))]
-        uuids = self.uuids_by_minor(self.get(name).spec.node_name)
-        return [uuids.get(m, f"/dev/nvidia{m} (no such GPU)") for m in minors]
+        """The UUIDs of the GPUs the plugin gave the container, in the order it shows
+        them: the device ids in its device-id env var (KeyError if unset), or the GPUs
+        whose device nodes it has (CDI, device specs). One that names no GPU of the pod's
+        node stays in the list as `<what> (names no GPU of <node>)`."""
+        node = self.get(name).spec.node_name
+        if self.ids.env is not None:
+            return self.gpus_of(node, self.env(name, container)[self.ids.env].split(","))
+        return self.gpus_of_nodes(node, self.device_nodes(name, container))
+
+    def _gpus(self, node: str) -> tuple[Sequence[Gpu], Sequence[MigDevice]]:
+        if self.node_gpus is None:
+            raise ValueError("naming devices by GPU needs node_gpus (Pods.of gives it)")
+        return self.node_gpus(node)
+
+    def gpus_of(self, node: str, ids: Iterable[str]) -> list[str]:
+        """The GPUs (UUIDs; a MIG device's own) the plugin's device ids name on `node`: what
+        the kubelet's checkpoint or a pod's status holds, compared with `devices`."""
+        gpus, slices = self._gpus(node)
+        named = ((i, self.ids.gpu_of(i, gpus, slices)) for i in ids)
+        return [gpu or f"{i} (names no GPU of {node})" for i, gpu in named]
+
+    def gpus_of_nodes(self, node: str, entries: Iterable[str]) -> list[str]:
+        """The GPUs whose device nodes are among a container's /dev `entries`, as the
+        subject's device nodes name them (/dev/nvidia<minor>); other entries are not GPUs."""
+        form = self.ids.nodes
+        assert form is not None  # not an env subject
+        gpus, _ = self._gpus(node)
+        paths = [f"/dev/{e}" for e in entries if form.parse(f"/dev/{e}")]
+        return [form.gpu_of(p, gpus) or f"{p} (names no GPU of {node})" for p in paths]
+
+    def health(self, pod: client.V1Pod) -> dict[str, str]:
+        """device_health of the subject's resource, each device id named as its GPU."""
+        ids = device_health(pod, self.resource)
+        return dict(zip(self.gpus_of(pod.spec.node_name, ids), ids.values(), strict=True))
 
     # -- waits
 

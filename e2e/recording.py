@@ -104,7 +104,7 @@ class PodInfo:
     node: str = ""
     phase: str = "Absent"
     reason: str = ""  # status.reason, or the last FailedScheduling message
-    devices: list[str] = field(default_factory=list)  # NVIDIA_VISIBLE_DEVICES
+    devices: list[str] = field(default_factory=list)  # its GPUs' UUIDs (Pods.devices)
 
 
 @dataclass

@@ -388,7 +388,7 @@ class Runner:
                 self.lab.set_plugin_on(n.name, True)
         recovered = self._recover_all()
         restarted = False
-        if recovered and not self.lab.subject.expects.recovers:
+        if recovered and self.lab.subject.spec.expects.recovers is not True:
             self.lab.restart_plugin()  # e.g. NVIDIA's never returns a GPU to Healthy
             restarted = True
         try:

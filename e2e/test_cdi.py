@@ -30,14 +30,17 @@ def test_the_plugin_wrote_a_spec_naming_every_gpu_with_its_device_node(
     subject: Subject, lab: Lab, verdict: Verdict
 ) -> None:
     kind = subject.spec.device_ids.cdi
+    assert kind is not None
     gpus = lab.fake_gpus(NODE).node().gpus
-    verdict.expect(f"{kind}: one device per GPU UUID, each with its /dev/nvidia<minor>")
+    verdict.expect(f"{kind}: one device per GPU, named by its id, with its /dev/nvidia<minor>")
     specs = node_specs(lab, kind)
+    # Each device as the GPU its name (the plugin's device id) names.
+    named = {subject.gpu_of(name, gpus) or name: nodes for name, nodes in specs.items()}
     want = {g.uuid: [f"/dev/nvidia{g.minor if g.minor >= 0 else g.index}"] for g in gpus}
-    right = [u for u, nodes in want.items() if specs.get(u) == nodes]
-    verdict.saw(f"{kind}: {len(specs)} devices; {len(right)} of {len(gpus)} GPUs by UUID "
+    right = [u for u, nodes in want.items() if named.get(u) == nodes]
+    verdict.saw(f"{kind}: {len(specs)} devices; {len(right)} of {len(gpus)} GPUs by their id "
                 f"with their device node")  # fmt: skip
-    assert len(right) == len(gpus), {u: specs.get(u) for u in want if u not in right}
+    assert len(right) == len(gpus), {u: named.get(u) for u in want if u not in right}
 
 
 def test_a_pod_gets_its_gpus_device_nodes_the_library_and_no_device_env(
@@ -60,7 +63,7 @@ def test_a_pod_gets_its_gpus_device_nodes_the_library_and_no_device_env(
                 f"NVIDIA_VISIBLE_DEVICES={env.get('NVIDIA_VISIBLE_DEVICES')}")  # fmt: skip
     assert len(gpu_nodes) == 2
     allocated = checkpoint.allocations(lab, NODE)[(pod.metadata.uid, "main", pods.resource)]
-    assert sorted(got) == sorted(allocated)
+    assert sorted(got) == sorted(pods.gpus_of(NODE, allocated))
     assert {"nvidiactl", "nvidia-uvm", "nvidia-uvm-tools"} <= set(dev)
     assert f"libnvidia-ml.so.{version}" in libs
     assert env.get("NVIDIA_VISIBLE_DEVICES") == "void"

@@ -18,7 +18,7 @@ from clusters import versions
 from clusters.lab import Lab
 from clusters.subject import Subject
 from e2e.pods import Pods
-from e2e.timing import device_health, fault_seen, pod_health_seen
+from e2e.timing import fault_seen, pod_health_seen
 from e2e.verdict import Verdict
 from fakenvml.journal import Record
 from fakenvml.node import NodeDir
@@ -58,7 +58,7 @@ def test_xid_79_lowers_allocatable_not_capacity_and_spares_running_pods(
     assert kept
 
 
-@pytest.mark.varies_with("cdi")
+@pytest.mark.varies_with("device_ids")  # and the plugin (the module's): ids, how pods get them
 @pytest.mark.smoke  # the kubelet writes it from 1.36 on; the smoke pass checks 1.34 does not
 def test_xid_79_shows_in_the_pod_status_of_the_pod_holding_the_gpu(
     subject: Subject,
@@ -70,7 +70,9 @@ def test_xid_79_shows_in_the_pod_status_of_the_pod_holding_the_gpu(
     """KEP-4680 (ResourceHealthStatus, beta and on from Kubernetes 1.36): the kubelet writes
     each allocated device's health into status.containerStatuses[].allocatedResourcesStatus.
     The device plugin API carries no message, so Healthy/Unhealthy is all a pod shows.
-    Before 1.36 the gate is alpha and off: the field stays empty, which is asserted too."""
+    Before 1.36 the gate is alpha and off: the field stays empty, which is asserted too.
+    The status names the plugin's device ids; each is compared as the GPU it names
+    (Pods.health), held and other being the GPUs the containers got."""
     node = fake_gpus(NODE)
     pods.create(pods.gpu_pod("holder", 1, NODE))
     pods.create(pods.gpu_pod("other", 1, NODE))
@@ -78,31 +80,32 @@ def test_xid_79_shows_in_the_pod_status_of_the_pod_holding_the_gpu(
     pods.wait_running("other")
     held, other = pods.devices("holder")[0], pods.devices("other")[0]
     uuids = {g.uuid: g.index for g in node.node().gpus}
+    assert {held, other} <= uuids.keys(), f"holder got {held}, other {other}"
     if versions.kube_minor(lab.lab.kubernetes) < 36:
         verdict.expect("no allocatedResourcesStatus (gate off before 1.36)")
         timed(verdict, lab, node.inject_xid(uuids[held], 79), N - 1)
-        shown = device_health(pods.get("holder"), pods.resource)
+        shown = pods.health(pods.get("holder"))
         verdict.saw(f"holder shows {shown or 'nothing'}")
         assert shown == {}
         return
     back = "Healthy again" if subject.expects.recovers else "stays Unhealthy"
     verdict.expect(f"holder Healthy -> Unhealthy, other Healthy; recover: {back}")
-    assert device_health(pods.get("holder"), pods.resource) == {held: "Healthy"}
+    assert pods.health(pods.get("holder")) == {held: "Healthy"}
     rec = node.inject_xid(uuids[held], 79)
     timed(verdict, lab, rec, N - 1)
-    s = pod_health_seen(verdict, lab, pods.ns, "holder", held, "Unhealthy", pods.resource, rec)
-    bystander = device_health(pods.get("other"), pods.resource)
+    s = pod_health_seen(verdict, lab, pods, "holder", held, "Unhealthy", rec)
+    bystander = pods.health(pods.get("other"))
     verdict.saw(f"holder Unhealthy {s:.2f}s after the Xid; other {bystander.get(other)}")
     assert bystander == {other: "Healthy"}
     rec = node.recover(uuids[held])
     if subject.expects.recovers:
-        s = pod_health_seen(verdict, lab, pods.ns, "holder", held, "Healthy", pods.resource, rec)
+        s = pod_health_seen(verdict, lab, pods, "holder", held, "Healthy", rec)
         verdict.saw(f"Healthy {s:.2f}s after recovery")
         return
     # NVIDIA's plugin never re-adds a device: a sentinel read after the recovery shows it.
     spare = next(i for u, i in uuids.items() if u not in (held, other))
     timed(verdict, lab, node.inject_xid(spare, 79), N - 2)
-    still = device_health(pods.get("holder"), pods.resource)
+    still = pods.health(pods.get("holder"))
     verdict.saw(f"after recovery: {still.get(held)}")
     assert still == {held: "Unhealthy"}
 
@@ -145,10 +148,18 @@ def test_dp_disable_and_enable_healthchecks(
 def test_gpu_lost(subject: Subject, lab: Lab, fake_gpus: Callable[[str], NodeDir],
                   verdict: Verdict) -> None:  # fmt: skip
     """`lost_gpu: every-device` (NVIDIA's: a GPU_IS_LOST wait names no GPU) marks every
-    device unhealthy; `that-device` (ours asks NVML) only the lost one."""
-    every = subject.expects.lost_gpu == "every-device"
-    verdict.expect(f"lost_gpu {subject.expects.lost_gpu}: {0 if every else N - 1}/{N}")
-    rec = fake_gpus(NODE).lose(4)
+    device unhealthy; `that-device` (ours asks NVML) only the lost one; `ignored` none: a
+    sentinel Xid 79 on another GPU, read after the loss, is the only one counted out."""
+    how = subject.expects.lost_gpu
+    node = fake_gpus(NODE)
+    if how == "ignored":
+        verdict.expect(f"lost_gpu ignored + sentinel: {N - 1}/{N} (the lost GPU still in)")
+        node.lose(4)
+        timed(verdict, lab, node.inject_xid(6, 79), N - 1)
+        return
+    every = how == "every-device"
+    verdict.expect(f"lost_gpu {how}: {0 if every else N - 1}/{N}")
+    rec = node.lose(4)
     timed(verdict, lab, rec, 0 if every else N - 1)
 
 

@@ -54,11 +54,12 @@ def test_capacity_per_mig_resource_is_the_layout(mig_lab: Lab, verdict: Verdict)
 
 def test_a_pod_gets_mig_uuids_in_its_env(subject: Subject, mig_lab: Lab, mpods: Pods,
                                          verdict: Verdict) -> None:  # fmt: skip
+    """The container's device ids (its env var: every MIG subject's) name 2 MIG devices."""
     slices = {d.uuid for d in mig.devices(mig_lab.fake_gpus(NODE))}
-    verdict.expect(f"2 of the node's {len(slices)} MIG UUIDs in {subject.spec.device_ids.env}")
+    verdict.expect(f"2 of the node's {len(slices)} MIG devices: {subject.device_ids}")
     mpods.create(mpods.gpu_pod("mig-2", 2, NODE))
     mpods.wait_running("mig-2")
-    got = mpods.env("mig-2").get(subject.spec.device_ids.env or "", "").split(",")
+    got = mpods.devices("mig-2")
     verdict.saw(", ".join(got))
     assert len(got) == 2 and set(got) <= slices
 

@@ -109,7 +109,9 @@ def test_kubelet_restarts(lab: Lab, pods: Pods, verdict: Verdict, restarts: int)
     pods.create(pods.gpu_pod("after", 1, NODE))
     pods.wait_running("after")
     allocs = scrape(lab.core, NODE, resource).allocations
-    kept = checkpoint.allocations(lab, NODE)[key] == before == sorted(pods.devices("keeper"))
+    # The checkpoint holds the plugin's ids; the container shows GPUs: compared as GPUs.
+    now = checkpoint.allocations(lab, NODE)[key]
+    kept = now == before and sorted(pods.gpus_of(NODE, now)) == sorted(pods.devices("keeper"))
     refused = admission_failures(pods)
     verdict.saw(f"keeper {'kept' if kept else 'lost'} its devices; {allocs} Allocate after; "
                 f"admission errors: {refused or 'none'}")  # fmt: skip

@@ -1,9 +1,9 @@
 """The seeds' scenario, end to end on the `seed` lab, for each plugin under test.
 
 Two workers with 10 GPUs each; the plugin runs on the first only. test-gpu-8 runs there
-with 8 distinct UUIDs of that node; test-gpu-3 stays Pending (Insufficient nvidia.com/gpu)
+with 8 distinct GPUs of that node; test-gpu-3 stays Pending (Insufficient nvidia.com/gpu)
 until the plugin starts on the second worker, then runs there. kubelet's checkpoint lists
-exactly what each container got.
+exactly what each container got (the plugin's ids, each compared as the GPU it names).
 """
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ def test_both_workers_report_capacity_equal_allocatable_10(
 def test_gpu8_runs_gpu3_pends_then_runs_when_the_plugin_starts_on_b(
     lab: Lab, pods: Pods, plugin_on_a_only: None, verdict: Verdict
 ) -> None:
-    verdict.expect("gpu-8 on A (8 UUIDs); gpu-3 Pending, then on B")
+    verdict.expect("gpu-8 on A (8 GPUs); gpu-3 Pending, then on B")
     # B's plugin is gone: kubelet drops allocatable to 0 at once (capacity stays 5 min).
     lab.wait_allocatable(B, 0)
     pods.create("test-gpu-8")
@@ -59,7 +59,7 @@ def test_gpu8_runs_gpu3_pends_then_runs_when_the_plugin_starts_on_b(
     visible = pods.devices("test-gpu-8")
     assert len(visible) == len(set(visible)) == 8
     assert set(visible) <= uuids_of(lab, A)
-    verdict.saw(f"gpu-8 on {pod8.spec.node_name} ({len(set(visible))} UUIDs)")
+    verdict.saw(f"gpu-8 on {pod8.spec.node_name} ({len(set(visible))} GPUs)")
 
     pods.create("test-gpu-3")
     message = pods.wait_failed_scheduling("test-gpu-3", f"Insufficient {pods.resource}")
@@ -70,15 +70,15 @@ def test_gpu8_runs_gpu3_pends_then_runs_when_the_plugin_starts_on_b(
     lab.set_plugin_on(B, True)
     pod3 = pods.wait_running("test-gpu-3", deadline_s=120)
     visible3 = pods.devices("test-gpu-3")
-    verdict.saw(f"then on {pod3.spec.node_name} ({len(set(visible3))} UUIDs)")
+    verdict.saw(f"then on {pod3.spec.node_name} ({len(set(visible3))} GPUs)")
     assert pod3.spec.node_name == B
     assert len(set(visible3)) == 3 and set(visible3) <= uuids_of(lab, B)
 
     # kubelet's checkpoint on each node lists exactly the allocated IDs per container.
-    got_a = checkpoint.allocations(lab, A)
-    assert got_a[(pod8.metadata.uid, "main", pods.resource)] == sorted(visible)
-    got_b = checkpoint.allocations(lab, B)
-    assert got_b[(pod3.metadata.uid, "main", pods.resource)] == sorted(visible3)
+    got_a = checkpoint.allocations(lab, A)[(pod8.metadata.uid, "main", pods.resource)]
+    assert sorted(pods.gpus_of(A, got_a)) == sorted(visible)
+    got_b = checkpoint.allocations(lab, B)[(pod3.metadata.uid, "main", pods.resource)]
+    assert sorted(pods.gpus_of(B, got_b)) == sorted(visible3)
 
 
 @pytest.mark.needs("extra_resources")  # a second resource from the same plugin
@@ -88,14 +88,15 @@ def test_gpu2_rdma10_gets_both_env_entries_and_checkpoint_entries(
     verdict.expect("2 GPUs + 10 rdma in env and checkpoint")
     pods.create("test-gpu2-rdma10")
     pod = pods.wait_running("test-gpu2-rdma10")
-    env = pods.env("test-gpu2-rdma10")
-    gpus = env[pods.device_env].split(",")
-    rdma = env["EXAMPLE_COM_RDMA"].split(",")
+    node = pod.spec.node_name
+    gpus = pods.devices("test-gpu2-rdma10")
+    rdma = pods.env("test-gpu2-rdma10")["EXAMPLE_COM_RDMA"].split(",")
     verdict.saw(f"{len(set(gpus))} GPUs + {len(set(rdma))} rdma in env")
-    assert len(set(gpus)) == 2 and set(gpus) <= uuids_of(lab, pod.spec.node_name)
+    assert len(set(gpus)) == 2 and set(gpus) <= uuids_of(lab, node)
     assert sorted(rdma) == sorted(f"rdma-{i}" for i in range(10))
-    got = checkpoint.allocations(lab, pod.spec.node_name)
-    assert got[(pod.metadata.uid, "main", pods.resource)] == sorted(gpus)
+    got = checkpoint.allocations(lab, node)
+    held = got[(pod.metadata.uid, "main", pods.resource)]
+    assert sorted(pods.gpus_of(node, held)) == sorted(gpus)
     assert got[(pod.metadata.uid, "main", "example.com/rdma")] == sorted(rdma)
 
 

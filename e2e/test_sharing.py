@@ -26,19 +26,21 @@ def test_a_pod_asking_for_more_than_the_gpus_shares_them(
     subject: Subject, lab: Lab, pods: Pods, verdict: Verdict
 ) -> None:
     """GPUS + 2 replicas on a node of GPUS GPUs: the pod runs; every id kubelet handed it
-    is a replica (<uuid>::<k>) of a GPU of that node, and the env names exactly those GPUs."""
+    is a replica (<uuid>::<k>, or as the subject's `id` says) of a GPU of that node, and the
+    container got exactly those GPUs."""
     want = GPUS + 2
     verdict.expect(f"Running with {want} replicas of that node's GPUs")
     pods.create(pods.gpu_pod("shares", want, NODE))
     pod = pods.wait_running("shares")
     ids = checkpoint.allocations(lab, NODE)[(pod.metadata.uid, "main", pods.resource)]
-    behind = {i.split("::")[0] for i in ids}
-    env = pods.devices("shares")
-    verdict.saw(f"Running: {len(set(ids))} ids on {len(behind)} GPUs; env lists "
-                f"{len(env)} ({len(set(env))} distinct)")  # fmt: skip
-    assert len(set(ids)) == want and all("::" in i for i in ids)
+    behind = set(pods.gpus_of(NODE, ids))
+    got = pods.devices("shares")
+    verdict.saw(f"Running: {len(set(ids))} ids on {len(behind)} GPUs; the container lists "
+                f"{len(got)} ({len(set(got))} distinct)")  # fmt: skip
+    assert len(set(ids)) == want
+    assert all(subject.spec.device_ids.replica_of(i) is not None for i in ids), ids
     assert behind <= {g.uuid for g in lab.fake_gpus(NODE).node().gpus}
-    assert set(env) == behind
+    assert set(got) == behind
 
 
 def test_an_xid_takes_out_the_replicas_the_subject_says(

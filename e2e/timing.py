@@ -8,6 +8,7 @@ from kubernetes import client
 
 from clusters.lab import Lab
 from clusters.steps import StepError
+from e2e.pods import Pods
 from e2e.runner import parse_log
 from e2e.verdict import Verdict
 from fakenvml.journal import Record
@@ -47,30 +48,19 @@ def fault_seen(verdict: Verdict, lab: Lab, node: str, rec: Record, allocatable: 
     return latency
 
 
-def device_health(pod: client.V1Pod, resource: str) -> dict[str, str]:
-    """{device id: Healthy|Unhealthy|Unknown} of `resource` in the pod's
-    status.containerStatuses[].allocatedResourcesStatus (KEP-4680); {} where the kubelet
-    reports none (before 1.36 the gate is alpha and off)."""
-    out: dict[str, str] = {}
-    for cs in pod.status.container_statuses or []:
-        for rs in cs.allocated_resources_status or []:
-            if rs.name == resource:
-                out.update({r.resource_id: r.health for r in rs.resources or []})
-    return out
+def pod_health_seen(verdict: Verdict, lab: Lab, pods: Pods, pod: str, gpu: str, health: str,
+                    since: Record) -> float:  # fmt: skip
+    """Watch until `pod` reports the device that names `gpu` (a UUID: Pods.health) as
+    `health`; record injected -> pod status (s) by the record's sequence number, beside
+    fault_seen's allocatable time."""
 
-
-def pod_health_seen(verdict: Verdict, lab: Lab, namespace: str, pod: str, device: str,
-                    health: str, resource: str, since: Record) -> float:  # fmt: skip
-    """Watch until `pod` reports `device` as `health`; record injected -> pod status (s) by
-    the record's sequence number, beside fault_seen's allocatable time."""
-
-    def check(pods: dict[str, client.V1Pod]) -> tuple[bool, str]:
-        got = device_health(pods[pod], resource) if pod in pods else {}
-        return got.get(device) == health, f"{pod}: {got or 'no allocatedResourcesStatus'}"
+    def check(found: dict[str, client.V1Pod]) -> tuple[bool, str]:
+        got = pods.health(found[pod]) if pod in found else {}
+        return got.get(gpu) == health, f"{pod}: {got or 'no allocatedResourcesStatus'}"
 
     seen_ns = lab.kube.watch_until(
-        f"pod {pod} to show {device} {health}",
-        lab.core.list_namespaced_pod, check, 60, namespace=namespace,
+        f"pod {pod} to show {gpu} {health}",
+        lab.core.list_namespaced_pod, check, 60, namespace=pods.ns,
         field_selector=f"metadata.name={pod}",
     )  # fmt: skip
     latency = (seen_ns - since.realtime_ns) / 1e9

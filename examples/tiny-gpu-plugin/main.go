@@ -1,16 +1,28 @@
 // tiny-gpu-plugin: a deliberately small Kubernetes device plugin for NVIDIA GPUs, written
 // outside gpulab to show that gpulab tests any plugin through a subject file. It lists
-// the GPUs NVML reports as resource example.com/gpu, hands their UUIDs to containers in
-// TINY_GPU_UUIDS, and marks a GPU Unhealthy on any Xid it is told about (it has no list
-// of harmless Xids and never marks a GPU Healthy again).
+// the GPUs NVML reports as resource example.com/gpu and marks a GPU Unhealthy on any Xid
+// it is told about (it has no list of harmless Xids and never marks a GPU Healthy again).
+//
+// TINY_GPU_MODE chooses how a container learns which GPUs it got:
+//
+//	uuids (the default)  devices are the GPUs' UUIDs; Allocate puts them in TINY_GPU_UUIDS
+//	devices              devices are nvidia<minor> (NVML's minor number); Allocate hands the
+//	                     container /dev/nvidia<minor> of each GPU and the driver's control
+//	                     nodes the host has (nvidiactl, nvidia-uvm, ...), and sets no env
+//
+// In devices mode the host's /dev must be mounted at /dev: the plugin refuses to start
+// when a GPU has no device node there (a driver that is not loaded yet), so the
+// DaemonSet restarts it until the node has them.
 package main
 
 import (
 	"context"
+	"fmt"
 	"log"
 	"net"
 	"os"
 	"path/filepath"
+	"sort"
 	"strings"
 	"sync"
 	"time"
@@ -25,23 +37,36 @@ const (
 	resource = "example.com/gpu"
 	socket   = "tiny-gpu.sock"
 	envVar   = "TINY_GPU_UUIDS"
+	modeVar  = "TINY_GPU_MODE"
+	devDir   = "/dev"
 )
+
+// controlNodes go to every container that gets a GPU, those of them the host has:
+// nvidiactl and nvidia-uvm wherever the driver is loaded, the others optional.
+var controlNodes = []string{"nvidiactl", "nvidia-uvm", "nvidia-uvm-tools", "nvidia-modeset"}
 
 type plugin struct {
 	api.UnimplementedDevicePluginServer
+	nodes   bool              // devices mode: Allocate returns device nodes, not an env
+	control []string          // the control nodes found at start (devices mode)
+	ids     map[string]string // GPU UUID -> device id (the UUID, or nvidia<minor>)
 	mu      sync.Mutex
-	devices map[string]string // UUID -> health
+	health  map[string]string // device id -> health
 	changed chan struct{}
 }
 
 func (p *plugin) list() []*api.Device {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	out := make([]*api.Device, 0, len(p.devices))
-	for id, health := range p.devices {
+	out := make([]*api.Device, 0, len(p.health))
+	for id, health := range p.health {
 		out = append(out, &api.Device{ID: id, Health: health})
 	}
 	return out
+}
+
+func nodeSpec(path string) *api.DeviceSpec {
+	return &api.DeviceSpec{ContainerPath: path, HostPath: path, Permissions: "rw"}
 }
 
 func (p *plugin) GetDevicePluginOptions(context.Context, *api.Empty) (*api.DevicePluginOptions, error) {
@@ -66,16 +91,51 @@ func (p *plugin) ListAndWatch(_ *api.Empty, s api.DevicePlugin_ListAndWatchServe
 func (p *plugin) Allocate(_ context.Context, req *api.AllocateRequest) (*api.AllocateResponse, error) {
 	resp := &api.AllocateResponse{}
 	for _, c := range req.ContainerRequests {
-		resp.ContainerResponses = append(resp.ContainerResponses, &api.ContainerAllocateResponse{
-			Envs: map[string]string{envVar: strings.Join(c.DevicesIds, ",")},
-		})
+		if !p.nodes {
+			resp.ContainerResponses = append(resp.ContainerResponses, &api.ContainerAllocateResponse{
+				Envs: map[string]string{envVar: strings.Join(c.DevicesIds, ",")},
+			})
+			continue
+		}
+		got := &api.ContainerAllocateResponse{}
+		for _, id := range c.DevicesIds {
+			if !p.known(id) {
+				return nil, fmt.Errorf("Allocate: no GPU %q on this node (it has %s)", id, p.names())
+			}
+			got.Devices = append(got.Devices, nodeSpec(filepath.Join(devDir, id)))
+		}
+		for _, path := range p.control {
+			got.Devices = append(got.Devices, nodeSpec(path))
+		}
+		resp.ContainerResponses = append(resp.ContainerResponses, got)
 	}
 	return resp, nil
 }
 
-func (p *plugin) markUnhealthy(uuid string) {
+func (p *plugin) known(id string) bool {
 	p.mu.Lock()
-	p.devices[uuid] = api.Unhealthy
+	defer p.mu.Unlock()
+	_, ok := p.health[id]
+	return ok
+}
+
+func (p *plugin) names() string {
+	names := make([]string, 0, len(p.ids))
+	for _, id := range p.ids {
+		names = append(names, id)
+	}
+	sort.Strings(names)
+	return strings.Join(names, ", ")
+}
+
+func (p *plugin) markUnhealthy(uuid string) {
+	id, ok := p.ids[uuid]
+	if !ok {
+		log.Printf("an Xid on %s, which this plugin does not serve: ignored", uuid)
+		return
+	}
+	p.mu.Lock()
+	p.health[id] = api.Unhealthy
 	p.mu.Unlock()
 	select {
 	case p.changed <- struct{}{}:
@@ -125,7 +185,41 @@ func register() error {
 	return err
 }
 
+// deviceID is how the plugin names GPU i to the kubelet: its UUID, or in devices mode
+// nvidia<minor>, whose node must exist under /dev.
+func deviceID(i int, d nvml.Device, uuid string, nodes bool) string {
+	if !nodes {
+		return uuid
+	}
+	minor, ret := d.GetMinorNumber()
+	if ret != nvml.SUCCESS {
+		log.Fatalf("nvmlDeviceGetMinorNumber(%d): %v", i, nvml.ErrorString(ret))
+	}
+	id := fmt.Sprintf("nvidia%d", minor)
+	if _, err := os.Stat(filepath.Join(devDir, id)); err != nil {
+		log.Fatalf("devices mode: GPU %d (%s) has no device node: %v; mount the host's /dev "+
+			"at /dev, on a host whose driver made /dev/nvidia<minor>", i, uuid, err)
+	}
+	return id
+}
+
+// presentControlNodes are the control nodes this host's /dev has.
+func presentControlNodes() []string {
+	var found []string
+	for _, name := range controlNodes {
+		path := filepath.Join(devDir, name)
+		if _, err := os.Stat(path); err == nil {
+			found = append(found, path)
+		}
+	}
+	return found
+}
+
 func main() {
+	mode := os.Getenv(modeVar)
+	if mode != "" && mode != "uuids" && mode != "devices" {
+		log.Fatalf("%s=%q: expected uuids (the default) or devices", modeVar, mode)
+	}
 	if ret := nvml.Init(); ret != nvml.SUCCESS {
 		log.Fatalf("nvmlInit: %v", nvml.ErrorString(ret))
 	}
@@ -133,7 +227,8 @@ func main() {
 	if ret != nvml.SUCCESS {
 		log.Fatalf("nvmlDeviceGetCount: %v", nvml.ErrorString(ret))
 	}
-	p := &plugin{devices: map[string]string{}, changed: make(chan struct{}, 1)}
+	p := &plugin{nodes: mode == "devices", ids: map[string]string{}, health: map[string]string{},
+		changed: make(chan struct{}, 1)}
 	var handles []nvml.Device
 	for i := 0; i < count; i++ {
 		d, ret := nvml.DeviceGetHandleByIndex(i)
@@ -141,8 +236,14 @@ func main() {
 			log.Fatalf("nvmlDeviceGetHandleByIndex(%d): %v", i, nvml.ErrorString(ret))
 		}
 		uuid, _ := d.GetUUID()
-		p.devices[uuid] = api.Healthy
+		id := deviceID(i, d, uuid, p.nodes)
+		p.ids[uuid] = id
+		p.health[id] = api.Healthy
 		handles = append(handles, d)
+	}
+	if p.nodes {
+		p.control = presentControlNodes()
+		log.Printf("devices mode: %s, with control nodes [%s]", p.names(), strings.Join(p.control, " "))
 	}
 
 	path := filepath.Join(api.DevicePluginPath, socket)

@@ -9,7 +9,10 @@ command, args and env (a fieldRef to spec.nodeName becomes the node's name), and
 hostPath mounts mapped to what the stand-in provides — /var/lib/kubelet/device-plugins to
 the stand-in's directory, /run/fakenvml/driver to a driver root as fakenvml's DaemonSet
 fills it (the fake library, the GPUs' device nodes), /var/lib/fakenvml to the node's
-fakenvml state, /var/run/cdi to a directory for the CDI specs a plugin writes (`cdi_dir`).
+fakenvml state, /var/run/cdi to a directory for the CDI specs a plugin writes (`cdi_dir`),
+/dev to a node's /dev: the character devices every container has (null, zero, ...) and
+the driver root's NVIDIA nodes (nvidia<minor>, nvidiactl, nvidia-uvm ...), which plugins
+that hand containers device specs look for (GKE's mounts /dev at /dev).
 As on a lab node, the node's state is also at <driver root>/var/lib/fakenvml. Other
 hostPaths under /run (/var/run) are empty directories, as on a freshly booted node (/run
 is a tmpfs; NVIDIA's chart mounts /run/nvidia/mps). Init containers do not run (they
@@ -25,8 +28,10 @@ here. Containers are removed on exit instead (and labelled gpulab.dev/container-
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
+import stat
 import tempfile
 from pathlib import Path
 from types import TracebackType
@@ -46,6 +51,11 @@ DEVICE_PLUGINS = "/var/lib/kubelet/device-plugins"
 DRIVER = kindconfig.DRIVER_ROOT
 STATE = kindconfig.NODE_STATE_DIR
 CDI = "/var/run/cdi"
+DEV = "/dev"
+# What a container runtime puts in every container's /dev (name, major, minor): a node's
+# /dev mounted over it must have them, or the runtime cannot start the container.
+RUNTIME_DEVICES = (("null", 1, 3), ("zero", 1, 5), ("full", 1, 7), ("random", 1, 8),
+                   ("urandom", 1, 9), ("tty", 5, 0))  # fmt: skip
 LABEL = "gpulab.dev/container-tier"
 
 
@@ -88,6 +98,27 @@ class SubjectContainer:
         (root / STATE.lstrip("/")).mkdir(parents=True, exist_ok=True)
         return root
 
+    def _make_dev(self, dev: Path, driver_root: Path) -> None:
+        """A node's /dev, made when a subject mounts it: the runtime's devices and the
+        driver root's NVIDIA nodes, made again (mknod, as the driver root's) with their
+        numbers."""
+        if dev.exists():
+            return
+        dev.mkdir()
+        made = [(name, os.makedev(major, minor)) for name, major, minor in RUNTIME_DEVICES]
+        source = driver_root / "dev"
+        made += [(str(f.relative_to(source)), f.lstat().st_rdev) for f in sorted(source.rglob("*"))
+                 if stat.S_ISCHR(f.lstat().st_mode)]  # fmt: skip
+        for name, rdev in made:
+            path = dev / name
+            path.parent.mkdir(parents=True, exist_ok=True)
+            try:
+                os.mknod(path, 0o666 | stat.S_IFCHR, rdev)
+            except PermissionError as e:
+                raise ContainerTierError(f"mknod {path}: {e.strerror} (the tier's /dev needs "
+                                         "CAP_MKNOD)") from None  # fmt: skip
+            os.chmod(path, 0o666)  # mknod's mode is masked by the umask
+
     @property
     def cdi_dir(self) -> Path:
         """Where the container's /var/run/cdi lands: the CDI specs it wrote."""
@@ -96,7 +127,7 @@ class SubjectContainer:
     def _host_paths(self) -> dict[str, Path]:
         self.cdi_dir.mkdir(exist_ok=True)
         return {DEVICE_PLUGINS: self.kubelet_dir, DRIVER: self._driver_root(),
-                STATE: self.state_dir, CDI: self.cdi_dir}  # fmt: skip
+                STATE: self.state_dir, CDI: self.cdi_dir, DEV: self._tmp / "dev"}  # fmt: skip
 
     def _volume_dir(self, name: str, volume: dict) -> Path:
         """An emptyDir, or a ConfigMap: its data as files when the subject's manifest has
@@ -126,6 +157,8 @@ class SubjectContainer:
                 continue
             path = vol["hostPath"]["path"]
             mode = "ro" if m.get("readOnly") else "rw"
+            if path == DEV:
+                self._make_dev(host_paths[DEV], host_paths[DRIVER])
             if path in host_paths:
                 c.with_volume_mapping(str(host_paths[path]), m["mountPath"], mode)
             elif path.startswith(("/run/", "/var/run/")):
@@ -156,7 +189,7 @@ class SubjectContainer:
 
     def start(self, timeout_s: float = 60) -> None:
         """Start it and wait (testcontainers' log strategy) for the subject's ready line."""
-        ready = LogMessageWaitStrategy(re.compile(self.subject.spec.ready_log))
+        ready = LogMessageWaitStrategy(re.compile(self.subject.ready_log))
         self.container = self.build().waiting_for(ready.with_startup_timeout(int(timeout_s)))
         try:
             self.container.start()

@@ -252,3 +252,13 @@ def _wait_for(proc: subprocess.Popen[str], done: Callable[[], bool], what: str) 
         assert proc.poll() is None, f"the build ended before {what}"
         assert time.monotonic() < deadline, f"waited 600 s for {what}"
         time.sleep(0.2)
+
+
+def test_subjects_that_build_one_directory_share_one_image_tag() -> None:
+    from clusters import subject
+
+    tiny, devices = subject.examples()
+    assert devices.path(devices.spec.image.build or "") == tiny.path(".")
+    tag = infra._subject_tag(tiny)
+    assert tag.startswith("gpulab-subject/tiny-gpu-plugin:")
+    assert infra._subject_tag(devices) == tag

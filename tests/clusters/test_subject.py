@@ -2,15 +2,23 @@
 
 from __future__ import annotations
 
+import re
+from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
+from typing import get_args
 
 import pytest
 import yaml
+from pydantic import BaseModel
 
 from clusters import chart, spec, subject
 from clusters.infra import InfraMissing
 from clusters.subject import SubjectError
 from e2e.fixtures import summary_key
+from fakenvml import inventory
+from fakenvml.mig import MigDevice, mig_uuid
+from fakenvml.model import Gpu
 
 DAEMONSET = """
 apiVersion: apps/v1
@@ -122,9 +130,75 @@ def test_a_users_subject_file_with_its_own_daemonset(tmp_path: Path) -> None:
 def test_needs_are_read_from_expects(tmp_path: Path) -> None:
     s = subject.load(write(tmp_path, MINE))
     assert s.needs_met(("recovers", "lost_gpu=that-device"))
-    assert not s.needs_met(("extra_resources",))
+    assert not s.needs_met(("extra_resources",))  # a default: it serves no more
     assert not s.needs_met(("lost_gpu=every-device",))
-    assert s.needs_met(("healthcheck_env",))  # a default
+    assert s.needs_met(("replicas=1",)) and not s.needs_met(("time_sliced",))
+
+
+def test_only_what_a_tier_reads_is_required(tmp_path: Path) -> None:
+    """A subject of its name, image, manifest and device ids loads: each tier asks for the
+    rest where it reads it."""
+    bare = {k: MINE[k] for k in ("name", "image", "daemonset", "device_ids")}
+    s = subject.load(write(tmp_path, bare))
+    assert s.spec.socket is None and s.spec.ready_log is None
+    assert s.expects.replicas == 1 and s.expects.mig == "none" and not s.expects.extra_resources
+    assert s.expects.out_per_faulted_gpu == 1  # one GPU, one device: xid_marks not read
+
+
+@pytest.mark.parametrize(
+    ("read", "line"),
+    [
+        (lambda s: s.expects.lost_gpu,
+         "expects.lost_gpu is not stated, and this scenario reads it: state one of "
+         "that-device | every-device | ignored"),
+        (lambda s: s.expects.recovers,
+         "expects.recovers is not stated, and this scenario reads it: state one of true | false"),
+        (lambda s: s.ready_log,
+         "ready_log is not stated, and the container tier reads it: state a regex of a line"),
+        (lambda s: s.serves_on("x.sock"),
+         "socket is not stated, and the container tier reads it: state its socket's name"),
+    ],
+    ids=["lost_gpu", "recovers", "ready_log", "socket"],
+)  # fmt: skip
+def test_reading_what_the_file_does_not_state_is_one_line_naming_file_key_and_values(
+    tmp_path: Path, read: Callable[[subject.Subject], object], line: str
+) -> None:
+    path = write(tmp_path, {**MINE, "socket": None, "ready_log": None, "expects": {}})
+    with pytest.raises(subject.Unstated) as e:
+        read(subject.load(path))
+    assert str(e.value).startswith(f"{path}: {line}")
+    assert "\n" not in str(e.value)
+
+
+def test_a_need_the_file_does_not_state_keeps_the_scenario_which_then_fails(
+    tmp_path: Path,
+) -> None:
+    """Neither deselected (a scenario silently gone) nor met by a guess: kept, and
+    `require` (the e2e plugin calls it at setup) fails it in one line."""
+    s = subject.load(write(tmp_path, {**MINE, "expects": {"recovers": False}}))
+    assert s.needs_met(("healthcheck_env",)) and s.needs_met(("lost_gpu=ignored",))
+    assert not s.needs_met(("recovers", "healthcheck_env"))  # a stated need still decides
+    assert s.unstated(("healthcheck_env", "recovers", "replicas=1")) == ["healthcheck_env"]
+    s.require(("recovers", "replicas=1"))
+    with pytest.raises(subject.Unstated, match=r"expects\.healthcheck_env is not stated"):
+        s.require(("recovers", "healthcheck_env"))
+    assert s.trait("healthcheck_env") == "None"  # varies_with groups unstated ones together
+
+
+@pytest.mark.parametrize(
+    ("socket", "endpoint", "match"),
+    [
+        ("nvidia-gpu.sock", "nvidia-gpu.sock", True),
+        ("nvidia-gpu.sock", "nvidia-gpu.sock.1", False),
+        ("nvidiaGPU-*.sock", "nvidiaGPU-1764230400.sock", True),
+        ("nvidiaGPU-*.sock", "nvidia-gpu.sock", False),
+        ("tiny-[0-9]?.sock", "tiny-42.sock", True),
+    ],
+)
+def test_socket_is_a_name_or_a_glob(tmp_path: Path, socket: str, endpoint: str,
+                                    match: bool) -> None:  # fmt: skip
+    s = subject.load(write(tmp_path, {**MINE, "socket": socket}))
+    assert s.serves_on(endpoint) is match
 
 
 @pytest.mark.parametrize(
@@ -132,11 +206,12 @@ def test_needs_are_read_from_expects(tmp_path: Path) -> None:
     [
         ({"image": {"ref": "a", "infra": "b"}}, "image: give exactly one of infra, ref, build"),
         ({"image": {}}, "image: give exactly one of infra, ref, build"),
-        ({"expects": {"recovers": True}}, "expects.lost_gpu: required key missing"),
+        ({"expects": {"recovers": "yes"}}, "expects.recovers: expected true or false, found 'yes'"),
         (
             {"expects": {**MINE["expects"], "lost_gpu": "some"}},
-            "expects.lost_gpu: expected 'that-device' or 'every-device', found 'some'",
+            "expects.lost_gpu: expected 'that-device', 'every-device' or 'ignored', found 'some'",
         ),
+        ({"device_ids": None}, "device_ids: required key missing"),
         ({"colour": "red"}, "colour: unknown key (expected one of: name, description, "),
         ({"daemonset": "absent.yaml"}, "daemonset: no file"),
         ({"chart": {"path": "chart"}}, "give exactly one of daemonset, chart"),
@@ -162,8 +237,47 @@ def test_needs_are_read_from_expects(tmp_path: Path) -> None:
         ),
         ({"name": "My Plugin"}, "name: 'My Plugin': expected lower-case"),
         ({"versions": "NOT_PINNED"}, "versions: NOT_PINNED is not pinned"),
-        ({"device_ids": {}}, "device_ids: give exactly one of env, cdi"),
-        ({"device_ids": {"env": "X", "cdi": "a/gpu"}}, "device_ids: give exactly one of env, cdi"),
+        ({"device_ids": {}}, "device_ids: give exactly one of env, cdi, device_specs"),
+        (
+            {"device_ids": {"env": "X", "cdi": "a/gpu"}},
+            "device_ids: give exactly one of env, cdi, device_specs",
+        ),
+        (
+            {"device_ids": {"env": "X", "device_specs": "/dev/nvidia{minor}"}},
+            "device_ids: give exactly one of env, cdi, device_specs",
+        ),
+        (
+            {"device_ids": {"env": "X", "id": "gpu-slot"}},
+            "device_ids: id: 'gpu-slot' names no GPU: give one of {uuid}, {minor}, {index} "
+            "(opaque ids are not supported",
+        ),
+        (
+            {"device_ids": {"env": "X", "id": "nvidia{gpu}"}},
+            "device_ids: id: 'nvidia{gpu}': unknown placeholder {gpu} (expected {uuid}, "
+            "{minor}, {index}, {replica})",
+        ),
+        (
+            {"device_ids": {"env": "X", "id": "{uuid}-{minor}"}},
+            "device_ids: id: '{uuid}-{minor}': each placeholder once, and one GPU placeholder",
+        ),
+        (
+            {"device_ids": {"env": "X", "id": "nvidia{minor}{replica}"}},
+            "device_ids: id: 'nvidia{minor}{replica}': placeholders must be separated by text",
+        ),
+        (
+            {"device_ids": {"device_specs": "/dev/nvidia{uuid}"}},
+            "device_ids: device_specs: '/dev/nvidia{uuid}': unknown placeholder {uuid} "
+            "(expected {minor}, {index})",
+        ),
+        (
+            {"device_ids": {"device_specs": "/dev/nvidia0"}},
+            "device_ids: device_specs: expected a device node in /dev named by the GPU, e.g. "
+            "/dev/nvidia{minor}, found '/dev/nvidia0'",
+        ),
+        (
+            {"device_ids": {"device_specs": "/dev/gpus/card{index}"}},
+            "device_ids: device_specs: expected a device node in /dev named by the GPU",
+        ),
     ],
 )
 def test_a_bad_subject_is_one_line_naming_the_file_and_key(
@@ -223,11 +337,15 @@ def test_prepare_goes_with_build_only(tmp_path: Path) -> None:
 
 
 def test_the_example_plugin_is_a_subject_of_its_own() -> None:
-    (tiny,) = subject.examples()
+    tiny, devices = subject.examples()
     assert tiny.name == "tiny-gpu-plugin"
     assert tiny.spec.resource == "example.com/gpu"
     assert tiny.spec.device_ids.env == "TINY_GPU_UUIDS"
     assert tiny.spec.image.build == "." and tiny.path(tiny.spec.image.prepare or "").is_file()
+    # Its devices mode: another subject of the same build directory (one image).
+    assert devices.name == "tiny-gpu-plugin-devices" and devices.plugin == tiny.plugin
+    assert devices.spec.device_ids.device_specs == "/dev/nvidia{minor}"
+    assert devices.spec.device_ids.env is None
 
 
 def test_a_subject_deployed_from_its_own_chart_directory(tmp_path: Path) -> None:
@@ -270,3 +388,114 @@ def test_a_chart_in_a_go_module_not_yet_fetched_names_make_infra(
 )
 def test_an_image_splits_into_repository_and_tag_for_charts(ref: str, parts: tuple) -> None:
     assert chart.split_image(ref) == parts
+
+
+# -- device ids: how a plugin's id names a GPU (DeviceIds.gpu_of)
+
+
+def gpus(count: int = 3, minors: tuple[int, ...] = ()) -> list[Gpu]:
+    """`count` H100s, with the device minors given (a node whose /dev/nvidia<minor> do not
+    follow the index), or the profile's (minor = index)."""
+    node = inventory.from_dict({"gpus": [{"profile": "H100-SXM5-80GB", "count": count}]}, "n")
+    return [replace(g, minor=m) for g, m in zip(node.gpus, minors, strict=True)] if minors \
+        else node.gpus  # fmt: skip
+
+
+def ids(**given: str) -> subject.DeviceIds:
+    return subject.DeviceIds.model_validate({"env": "X", **given})
+
+
+def test_uuid_ids_name_their_gpu_with_or_without_a_replica_suffix() -> None:
+    g = gpus()
+    form = ids()
+    assert form.id == "{uuid}"
+    assert form.gpu_of(g[1].uuid, g) == g[1].uuid
+    assert form.gpu_of(f"{g[1].uuid}::3", g) == g[1].uuid  # NVIDIA's time-slicing id
+    assert form.replica_of(f"{g[1].uuid}::3") == 3 and form.replica_of(g[1].uuid) is None
+    assert form.gpu_of("GPU-00000000-0000-0000-0000-000000000000", g) is None  # another node's
+    assert form.gpu_of("nvidia1", g) is None
+
+
+def test_mig_uuids_name_their_mig_device() -> None:
+    g = gpus(1)
+    slices = [MigDevice(0, 0, g[0].uuid, 1, 0, "1g.10gb", 9856, 16, mig_uuid(g[0].uuid, 1, 0))]
+    assert ids().gpu_of(slices[0].uuid, g, slices) == slices[0].uuid
+    assert ids().gpu_of(slices[0].uuid, g) is None  # not one of the GPUs given
+
+
+def test_minor_ids_name_the_gpu_of_that_device_node_not_that_index() -> None:
+    """GKE's plugin: `nvidia<minor>`; a GPU's device node is /dev/nvidia<minor>, which need
+    not follow NVML's index (a minor of -1 in an inventory means: the index)."""
+    g = gpus(3, minors=(4, 0, -1))
+    form = ids(id="nvidia{minor}")
+    assert [form.gpu_of(f"nvidia{m}", g) for m in (4, 0, 2)] == [g[0].uuid, g[1].uuid, g[2].uuid]
+    assert form.gpu_of("nvidia1", g) is None
+    assert form.gpu_of(g[0].uuid, g) is None
+    assert ids(id="gpu{index}").gpu_of("gpu0", g) == g[0].uuid
+
+
+def test_a_replica_placeholder_reads_time_sliced_ids_of_another_shape() -> None:
+    """GKE's time-sharing ids are nvidia<minor>/vgpu<k>."""
+    g = gpus()
+    form = ids(id="nvidia{minor}/vgpu{replica}")
+    assert form.gpu_of("nvidia2/vgpu5", g) == g[2].uuid and form.replica_of("nvidia2/vgpu5") == 5
+    assert form.gpu_of("nvidia2", g) is None  # the pattern says every id has a replica
+
+
+def test_device_specs_name_gpus_by_their_device_nodes() -> None:
+    g = gpus(2, minors=(7, 3))
+    specs = subject.DeviceIds.model_validate(
+        {"device_specs": "/dev/nvidia{minor}", "id": "nvidia{minor}"}
+    )
+    assert specs.nodes is not None
+    assert specs.nodes.gpu_of("/dev/nvidia3", g) == g[1].uuid
+    assert specs.nodes.gpu_of("/dev/nvidiactl", g) is None
+    assert specs.nodes.gpu_of("/dev/nvidia3::1", g) is None  # no replicas in a path
+    cdi = subject.DeviceIds.model_validate({"cdi": "k8s.device-plugin.nvidia.com/gpu"})
+    assert cdi.nodes is not None and cdi.nodes.gpu_of("/dev/nvidia7", g) == g[0].uuid
+    assert ids().nodes is None  # an env var names the GPUs itself
+
+
+def test_a_subject_with_nvidia_minor_ids_maps_them_and_is_its_own_trait(tmp_path: Path) -> None:
+    data = {**MINE, "device_ids": {"device_specs": "/dev/nvidia{minor}", "id": "nvidia{minor}"}}
+    s = subject.load(write(tmp_path, data))
+    g = gpus()
+    assert s.gpu_of("nvidia1", g) == g[1].uuid
+    assert s.trait("device_ids") == "device_specs /dev/nvidia{minor}, id nvidia{minor}"
+    assert s.trait("device_ids") != subject.load("gpulab").trait("device_ids")
+
+
+# -- the guide
+
+
+GUIDE = Path(__file__).resolve().parents[2] / "docs/subjects.md"
+
+
+def keys_of(model: type[BaseModel], prefix: str = "") -> set[str]:
+    """Every key a subject file may hold, dotted (`device_ids.id`), nested models too."""
+    out: set[str] = set()
+    for name, field in model.model_fields.items():
+        out.add(prefix + name)
+        for sub in (field.annotation, *get_args(field.annotation)):
+            if isinstance(sub, type) and issubclass(sub, BaseModel):
+                out |= keys_of(sub, f"{prefix}{name}.")
+    return out
+
+
+def test_the_guide_documents_every_key_of_the_model_and_no_other() -> None:
+    """docs/subjects.md's "Every key" table cannot drift from clusters/subject.py."""
+    section = GUIDE.read_text().split("## Every key", 1)[1].split("\n## ", 1)[0]
+    rows = re.findall(r"^\| `([a-z0-9_.]+)` \|", section, re.MULTILINE)
+    assert len(rows) == len(set(rows)), "a key has two rows"
+    assert set(rows) == keys_of(subject.SubjectSpec)
+
+
+def test_the_guides_examples_are_valid_subjects(tmp_path: Path) -> None:
+    """Its smallest subject loads; its device_ids lines validate."""
+    text = GUIDE.read_text()
+    smallest = text.split("## The smallest subject", 1)[1].split("```yaml\n", 1)[1]
+    data = yaml.safe_load(smallest.split("```", 1)[0])
+    assert data["daemonset"] == "daemonset.yaml"
+    assert subject.load(write(tmp_path, {**data, "daemonset": "ds.yaml"})).name == "my-plugin"
+    for line in re.findall(r"^device_ids: (\{.*\})", text, re.MULTILINE):
+        subject.DeviceIds.model_validate(yaml.safe_load(line))

@@ -5,7 +5,7 @@ over a fakenvml node. It catches an image that is broken before any cluster star
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import pytest
@@ -16,13 +16,20 @@ from clusters import subject as subjects
 from clusters.subject import Subject
 from e2e import cdi
 from fakenvml import mig
+from fakenvml.mig import MigDevice
+from fakenvml.model import Gpu
 from fakenvml.node import NodeDir
+from plugin.api.v1beta1 import api_pb2
 from plugin.standin import Kubelet
 from plugin.standin.container import ContainerTierError, SubjectContainer
 from plugin.standin.kubelet import StandinError
 
-# The shipped subjects and the examples (plugins gpulab did not write).
-SUBJECTS = subjects.shipped() + subjects.examples()
+# The shipped subjects, the examples (plugins gpulab did not write) and any other subject
+# $GPULAB_SUBJECTS names (`GPULAB_SUBJECTS=path/to/subject.yaml pytest tests/containers`;
+# `make infra SUBJECT=...` builds its image).
+SUBJECTS = subjects.shipped() + [
+    s for s in infra.subjects_wanted() if s.source.resolve().parent != subjects.SUBJECTS_DIR
+]
 
 
 def image_of(s: Subject) -> str:
@@ -38,6 +45,25 @@ def cdi_ids(kind: str, response: object) -> list[str]:
     names = [d.name for d in response.cdi_devices]  # type: ignore[attr-defined]
     assert names and all(n.startswith(f"{kind}=") for n in names), names
     return [n.split("=", 1)[1] for n in names]
+
+
+def shown_gpus(subject: Subject, response: object, gpus: list[Gpu],
+               slices: Sequence[MigDevice] = ()) -> list[str]:  # fmt: skip
+    """The GPUs (UUIDs; MIG devices' own) an Allocate response gives the container, as the
+    subject's device_ids say it names them: its env var's ids, its CDI devices' names (the
+    ids after `=`), or its device specs' container paths (/dev/nvidia<minor>; the control
+    nodes are not GPUs). One that names no GPU stays as `<what> (no GPU)`."""
+    ids = subject.spec.device_ids
+    if ids.env is not None:
+        shown = response.envs[ids.env].split(",")  # type: ignore[attr-defined]
+        return [subject.gpu_of(i, gpus, slices) or f"{i} (no GPU)" for i in shown]
+    if ids.cdi is not None:
+        return [subject.gpu_of(i, gpus) or f"{i} (no GPU)" for i in cdi_ids(ids.cdi, response)]
+    form = ids.nodes
+    assert form is not None
+    paths = [d.container_path for d in response.devices]  # type: ignore[attr-defined]
+    assert paths, "Allocate returned no device specs"
+    return [form.gpu_of(p, gpus) or f"{p} (no GPU)" for p in paths if form.parse(p)]
 
 
 def faulted(kubelet: Kubelet, resource: str) -> frozenset[str]:
@@ -67,28 +93,31 @@ def inject_until_faulted(
 def test_the_image_serves_the_nodes_gpus_and_marks_a_faulted_one(
     subject: Subject, kubelet: Kubelet, fake_node: Callable[..., NodeDir]
 ) -> None:
+    """Every id is compared as the GPU it names (the subject's device_ids: env, CDI or
+    device specs; {uuid}, {minor} or {index} ids)."""
     node = fake_node()
-    uuids = [g.uuid for g in node.node().gpus]
+    gpus = node.node().gpus
+    uuids = [g.uuid for g in gpus]
     resource = subject.spec.resource
     expects = subject.expects
     with SubjectContainer(subject, image_of(subject), kubelet.dir, node.path) as plugin:
         res = kubelet.wait_devices(resource, 8 * expects.replicas, timeout=30)
-        assert res.endpoint == subject.spec.socket
+        assert subject.serves_on(res.endpoint), (res.endpoint, subject.spec.socket)
+        assert {subject.gpu_of(d, gpus) for d in res.devices} == set(uuids), sorted(res.devices)
         got = kubelet.admit(resource, 2)
-        if subject.spec.device_ids.cdi:
-            ids = cdi_ids(subject.spec.device_ids.cdi, got.response)
-            # Every device Allocate names is in a spec the plugin wrote, with its device node.
-            specs = cdi.device_nodes((f.read_text() for f in plugin.cdi_dir.glob("*")),
-                                     subject.spec.device_ids.cdi)  # fmt: skip
-            assert set(uuids) <= set(specs)
-            for i in ids:
-                assert specs[i] == [f"/dev/nvidia{uuids.index(i)}"]
-        else:
-            ids = got.response.envs[subject.spec.device_ids.env].split(",")
-        # Time-sliced ids are <uuid>::<k>; the env names the GPUs behind them.
-        assert sorted(ids) == sorted({d.split("::")[0] for d in got.devices})
+        if kind := subject.spec.device_ids.cdi:
+            # Every GPU has a device in a spec the plugin wrote, named by its id, with its
+            # device node; Allocate names devices of those specs.
+            specs = cdi.device_nodes((f.read_text() for f in plugin.cdi_dir.glob("*")), kind)
+            nodes = {subject.gpu_of(name, gpus): paths for name, paths in specs.items()}
+            want = {g.uuid: [f"/dev/nvidia{g.minor if g.minor >= 0 else g.index}"] for g in gpus}
+            assert {u: nodes.get(u) for u in want} == want, specs
+            assert set(cdi_ids(kind, got.response)) <= set(specs)
+        # Time-sliced ids are <uuid>::<k>; the container gets the GPUs behind them.
+        behind = {subject.gpu_of(d, gpus) for d in got.devices}
+        assert sorted(shown_gpus(subject, got.response, gpus)) == sorted(behind)
         unhealthy = inject_until_faulted(kubelet, resource, lambda: node.inject_xid(3, 79))
-        assert {d.split("::")[0] for d in unhealthy} == {uuids[3]}
+        assert {subject.gpu_of(d, gpus) for d in unhealthy} == {uuids[3]}
         assert len(unhealthy) == expects.out_per_faulted_gpu
 
 
@@ -106,22 +135,25 @@ def test_a_mig_image_serves_the_slices_and_marks_a_faulted_one(
     for gpu in (0, 1):
         mig.configure(node, gpu, "all-1g.10gb")
     slices = mig.devices(node)
+    gpus = node.node().gpus
     resource = "nvidia.com/gpu" if subject.expects.mig == "single" else "nvidia.com/mig-1g.10gb"
     with SubjectContainer(subject, image_of(subject), kubelet.dir, node.path):
         kubelet.wait_devices(resource, len(slices), timeout=30)
         got = kubelet.admit(resource, 2)
-        env = got.response.envs[subject.spec.device_ids.env].split(",")
-        assert sorted(env) == sorted(got.devices) and all(u.startswith("MIG-") for u in env)
+        shown = shown_gpus(subject, got.response, gpus, slices)
+        assert sorted(shown) == sorted(subject.gpu_of(d, gpus, slices) for d in got.devices)
+        assert set(shown) <= {d.uuid for d in slices}
         target = slices[9]  # on GPU 1
         slice_only = subject.expects.mig_slice_xid == "that-slice"
         where = (target.gi, target.ci) if slice_only else ()  # else the whole GPU
         unhealthy = inject_until_faulted(
             kubelet, resource, lambda: node.inject_xid(target.gpu, 79, *where)
         )
+        named = {subject.gpu_of(d, gpus, slices) for d in unhealthy}
         if slice_only:
-            assert unhealthy == {target.uuid}
+            assert named == {target.uuid}
         else:
-            assert len(unhealthy) == 1 and unhealthy <= {d.uuid for d in slices if d.gpu == 1}
+            assert len(unhealthy) == 1 and named <= {d.uuid for d in slices if d.gpu == 1}
 
 
 def test_an_image_that_exits_fails_at_once_with_its_log(
@@ -136,10 +168,13 @@ def test_an_image_that_exits_fails_at_once_with_its_log(
     (tmp_path / "broken.yaml").write_text(yaml.safe_dump(data))
     broken = subjects.load(tmp_path / "broken.yaml")
 
+    c = SubjectContainer(broken, image_of(gpulab), kubelet.dir, fake_node().path)
     t0 = time.monotonic()
     with pytest.raises(ContainerTierError) as e:
-        SubjectContainer(broken, image_of(gpulab), kubelet.dir, fake_node().path).start()
-    assert time.monotonic() - t0 < 30  # not the ready timeout: it saw the exit
+        c.start()
+    elapsed = time.monotonic() - t0
+    c.stop()  # the exited container too
+    assert elapsed < 30  # not the ready timeout: it saw the exit
     assert "exit code: 1" in str(e.value)
     assert "No module named plugin.no_such_module" in str(e.value)
 
@@ -148,13 +183,76 @@ def test_a_host_path_the_tier_cannot_provide_is_one_line(tmp_path: Path) -> None
     gpulab = subjects.load("gpulab")
     ds = gpulab.daemonset
     pod = ds["spec"]["template"]["spec"]
-    pod["volumes"].append({"name": "dev", "hostPath": {"path": "/dev"}})
-    pod["containers"][0]["volumeMounts"].append({"name": "dev", "mountPath": "/dev"})
+    pod["volumes"].append({"name": "modules", "hostPath": {"path": "/lib/modules"}})
+    pod["containers"][0]["volumeMounts"].append({"name": "modules", "mountPath": "/lib/modules"})
     (tmp_path / "ds.yaml").write_text(yaml.safe_dump(ds))
-    data = {**gpulab.spec.model_dump(mode="json"), "name": "devs", "daemonset": "ds.yaml",
+    data = {**gpulab.spec.model_dump(mode="json"), "name": "modules", "daemonset": "ds.yaml",
             "chart": None}  # fmt: skip
-    (tmp_path / "devs.yaml").write_text(yaml.safe_dump(data))
-    c = SubjectContainer(subjects.load(tmp_path / "devs.yaml"), "unused", tmp_path, tmp_path)
-    with pytest.raises(ContainerTierError, match=r"volume dev mounts host path /dev; the "):
+    (tmp_path / "modules.yaml").write_text(yaml.safe_dump(data))
+    c = SubjectContainer(subjects.load(tmp_path / "modules.yaml"), "unused", tmp_path, tmp_path)
+    with pytest.raises(ContainerTierError, match=r"volume modules mounts host path /lib/modules; "):
         c.build()
     c.stop()
+
+
+def device_ids_subject(tmp_path: Path, device_ids: dict) -> Subject:
+    """gpulab's subject with other device_ids (what a plugin of that kind would state)."""
+    gpulab = subjects.load("gpulab")
+    (tmp_path / "ds.yaml").write_text(yaml.safe_dump(gpulab.daemonset))
+    data = {**gpulab.spec.model_dump(mode="json"), "name": "ids", "daemonset": "ds.yaml",
+            "chart": None, "device_ids": device_ids}  # fmt: skip
+    (tmp_path / "ids.yaml").write_text(yaml.safe_dump(data))
+    return subjects.load(tmp_path / "ids.yaml")
+
+
+def test_an_allocate_response_names_its_gpus_in_each_form(
+    tmp_path: Path, fake_node: Callable[..., NodeDir]
+) -> None:
+    """The three ways a container learns its GPUs, read as the subject says: its env
+    var, its CDI devices, its device specs (GKE's: /dev/nvidia<minor>, ids nvidia<minor>)."""
+    pb = api_pb2
+    gpus = fake_node().node().gpus
+    a, b = gpus[1], gpus[6]
+    env = device_ids_subject(tmp_path, {"env": "NVIDIA_VISIBLE_DEVICES"})
+    resp = pb.ContainerAllocateResponse(envs={"NVIDIA_VISIBLE_DEVICES": f"{b.uuid},{a.uuid}"})
+    assert shown_gpus(env, resp, gpus) == [b.uuid, a.uuid]
+    cdi_subject = device_ids_subject(tmp_path, {"cdi": "example.com/gpu", "id": "gpu{index}"})
+    resp = pb.ContainerAllocateResponse(cdi_devices=[pb.CDIDevice(name="example.com/gpu=gpu6")])
+    assert shown_gpus(cdi_subject, resp, gpus) == [b.uuid]
+    specs = device_ids_subject(
+        tmp_path, {"device_specs": "/dev/nvidia{minor}", "id": "nvidia{minor}"}
+    )
+    resp = pb.ContainerAllocateResponse(devices=[
+        pb.DeviceSpec(container_path=p, host_path=p, permissions="rw")
+        for p in (f"/dev/nvidia{a.minor}", "/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia99")
+    ])  # fmt: skip
+    assert shown_gpus(specs, resp, gpus) == [a.uuid, "/dev/nvidia99 (no GPU)"]
+    assert specs.gpu_of(f"nvidia{a.minor}", gpus) == a.uuid
+    with pytest.raises(AssertionError, match="no device specs"):
+        shown_gpus(specs, pb.ContainerAllocateResponse(), gpus)
+
+
+def test_the_tiny_plugins_devices_mode_refuses_a_node_without_the_gpus_device_nodes(
+    tmp_path: Path, kubelet: Kubelet, fake_node: Callable[..., NodeDir]
+) -> None:
+    """Without the node's /dev (here: its mount dropped) the container's own /dev has no
+    /dev/nvidia<minor>: the plugin exits at once naming the node it lacks, as GKE's waits
+    for nvidiactl, rather than advertise GPUs it cannot hand out."""
+    devices = subjects.load(subjects.EXAMPLES_DIR / "tiny-gpu-plugin-devices/subject.yaml")
+    ds = devices.daemonset
+    pod = ds["spec"]["template"]["spec"]
+    pod["containers"][0]["volumeMounts"] = [
+        m for m in pod["containers"][0]["volumeMounts"] if m["name"] != "dev"
+    ]
+    (tmp_path / "ds.yaml").write_text(yaml.safe_dump(ds))
+    data = {**devices.spec.model_dump(mode="json"), "daemonset": "ds.yaml",
+            "image": {"build": str(devices.path("../tiny-gpu-plugin"))}}  # fmt: skip
+    (tmp_path / "no-dev.yaml").write_text(yaml.safe_dump(data))
+    no_dev = subjects.load(tmp_path / "no-dev.yaml")
+
+    c = SubjectContainer(no_dev, image_of(devices), kubelet.dir, fake_node().path)
+    with pytest.raises(ContainerTierError) as e:
+        c.start()
+    c.stop()
+    assert "exit code: 1" in str(e.value)
+    assert "GPU 0 (GPU-" in str(e.value) and "has no device node" in str(e.value)

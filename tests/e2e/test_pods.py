@@ -1,4 +1,5 @@
-"""Pods ask for the subject's resource: the shipped specs say nvidia.com/gpu."""
+"""Pods ask for the subject's resource (the shipped specs say nvidia.com/gpu) and name what
+a container got, and what the kubelet holds, by GPU whatever the plugin calls it."""
 
 from __future__ import annotations
 
@@ -6,8 +7,17 @@ import itertools
 import re
 import subprocess
 import sys
+from dataclasses import replace
+from types import SimpleNamespace
 
+import pytest
+from kubernetes import client
+
+from clusters.subject import DeviceIds
 from e2e.pods import Pods
+from fakenvml import inventory
+from fakenvml.mig import MigDevice, mig_uuid
+from fakenvml.model import Gpu
 
 
 class Recorder:
@@ -26,7 +36,8 @@ def limits(doc: dict) -> list[dict]:
 
 def test_a_subject_with_another_resource_gets_pods_asking_for_it() -> None:
     core = Recorder()
-    Pods(core, "ns", "img:1", "example.com/gpu", "TINY_GPU_UUIDS").create("test-gpu2-rdma10")  # type: ignore[arg-type]
+    ids = DeviceIds(env="TINY_GPU_UUIDS")
+    Pods(core, "ns", "img:1", "example.com/gpu", ids).create("test-gpu2-rdma10")  # type: ignore[arg-type]
     assert limits(core.sent[0]) == [{"example.com/gpu": "2", "example.com/rdma": "10"}]
     assert core.sent[0]["spec"]["containers"][0]["resources"]["requests"]["example.com/gpu"] == "2"
 
@@ -51,3 +62,111 @@ def test_the_suites_run_grouped_by_subject() -> None:
     order = [m[1] for m in found if m]
     changes = sum(a != b for a, b in itertools.pairwise(order))
     assert len(order) > 20 and changes == 1
+
+
+# -- naming devices by GPU
+
+
+NODE = "seed-worker"
+# Four GPUs whose device minors do not follow their index (/dev/nvidia<minor>).
+GPUS: list[Gpu] = [
+    replace(g, minor=m)
+    for g, m in zip(
+        inventory.from_dict({"gpus": [{"profile": "H100-SXM5-80GB", "count": 4}]}, NODE).gpus,
+        (3, 2, 1, 0),
+        strict=True,
+    )
+]
+SLICE = MigDevice(0, 0, GPUS[0].uuid, 1, 0, "1g.10gb", 9856, 16, mig_uuid(GPUS[0].uuid, 1, 0))
+
+
+class Shown(Pods):
+    """Pods whose one container shows `env` and `dev` (no cluster: exec and get stubbed)."""
+
+    def __init__(self, ids: DeviceIds, env: dict[str, str] | None = None,
+                 dev: list[str] | None = None) -> None:  # fmt: skip
+        super().__init__(None, "ns", "img:1", ids=ids, node_gpus=self._node)  # type: ignore[arg-type]
+        self.shown_env, self.shown_dev = env or {}, dev or []
+
+    @staticmethod
+    def _node(node: str) -> tuple[list[Gpu], list[MigDevice]]:
+        assert node == NODE
+        return GPUS, [SLICE]
+
+    def get(self, name: str) -> client.V1Pod:
+        return SimpleNamespace(spec=SimpleNamespace(node_name=NODE))  # type: ignore[return-value]
+
+    def env(self, name: str, container: str | None = None, deadline_s: float = 30) -> dict:
+        return self.shown_env
+
+    def device_nodes(self, name: str, container: str | None = None) -> list[str]:
+        return self.shown_dev
+
+
+def test_uuids_in_the_env_are_the_gpus_and_a_stranger_says_so() -> None:
+    env = {"NVIDIA_VISIBLE_DEVICES": f"{GPUS[2].uuid},{GPUS[0].uuid},GPU-elsewhere"}
+    got = Shown(DeviceIds(env="NVIDIA_VISIBLE_DEVICES"), env).devices("p")
+    assert got == [GPUS[2].uuid, GPUS[0].uuid, f"GPU-elsewhere (names no GPU of {NODE})"]
+
+
+def test_a_missing_env_var_is_a_key_error_as_before() -> None:
+    """The experiments runner reads a pod without the variable as one with no devices."""
+    with pytest.raises(KeyError):
+        Shown(DeviceIds(env="NVIDIA_VISIBLE_DEVICES"), {"PATH": "/bin"}).devices("p")
+
+
+def test_minor_ids_in_the_env_name_the_gpu_of_that_device_node() -> None:
+    ids = DeviceIds(env="GKE_DEVICES", id="nvidia{minor}")
+    got = Shown(ids, {"GKE_DEVICES": "nvidia0,nvidia3"}).devices("p")
+    assert got == [GPUS[3].uuid, GPUS[0].uuid]
+
+
+def test_mig_uuids_in_the_env_name_the_mig_device() -> None:
+    got = Shown(DeviceIds(env="NVIDIA_VISIBLE_DEVICES"), {"NVIDIA_VISIBLE_DEVICES": SLICE.uuid})
+    assert got.devices("p") == [SLICE.uuid]
+
+
+@pytest.mark.parametrize(
+    "ids",
+    [
+        DeviceIds(device_specs="/dev/nvidia{minor}", id="nvidia{minor}"),
+        DeviceIds(cdi="k8s.device-plugin.nvidia.com/gpu"),
+    ],
+    ids=["device-specs", "cdi"],
+)
+def test_device_nodes_name_their_gpus_by_minor(ids: DeviceIds) -> None:
+    """Device specs or CDI: the container's /dev/nvidia<minor> nodes are its GPUs; the
+    control nodes are not, and a node of no GPU says so."""
+    dev = ["null", "nvidia-uvm", "nvidia1", "nvidia3", "nvidia9", "nvidiactl", "zero"]
+    got = Shown(ids, dev=dev).devices("p")
+    assert got == [GPUS[2].uuid, GPUS[0].uuid, f"/dev/nvidia9 (names no GPU of {NODE})"]
+
+
+def test_checkpoint_ids_are_named_by_gpu_replica_suffix_or_not() -> None:
+    p = Shown(DeviceIds(env="X"))
+    ids = [GPUS[1].uuid, f"{GPUS[1].uuid}::2", "nvidia0"]
+    assert p.gpus_of(NODE, ids) == [GPUS[1].uuid, GPUS[1].uuid, f"nvidia0 (names no GPU of {NODE})"]
+    gke = Shown(DeviceIds(device_specs="/dev/nvidia{minor}", id="nvidia{minor}"))
+    assert gke.gpus_of(NODE, ["nvidia0", "nvidia2"]) == [GPUS[3].uuid, GPUS[1].uuid]
+
+
+def status(resource: str, health: dict[str, str]) -> client.V1Pod:
+    """A pod whose status reports `health` of its devices of `resource` (KEP-4680)."""
+    rs = client.V1ResourceStatus(name=resource, resources=[
+        client.V1ResourceHealth(resource_id=i, health=h) for i, h in health.items()])  # fmt: skip
+    cs = client.V1ContainerStatus(name="main", image="i", image_id="", ready=True,
+                                  restart_count=0, allocated_resources_status=[rs])  # fmt: skip
+    return client.V1Pod(spec=client.V1PodSpec(node_name=NODE, containers=[]),
+                        status=client.V1PodStatus(container_statuses=[cs]))  # fmt: skip
+
+
+def test_pod_status_health_is_keyed_by_the_gpu_each_id_names() -> None:
+    gke = Shown(DeviceIds(device_specs="/dev/nvidia{minor}", id="nvidia{minor}"))
+    pod = status("nvidia.com/gpu", {"nvidia0": "Unhealthy", "nvidia7": "Healthy"})
+    assert gke.health(pod) == {GPUS[3].uuid: "Unhealthy",
+                               f"nvidia7 (names no GPU of {NODE})": "Healthy"}  # fmt: skip
+    uuids = Shown(DeviceIds(env="X"))
+    assert uuids.health(status("nvidia.com/gpu", {GPUS[0].uuid: "Healthy"})) == {
+        GPUS[0].uuid: "Healthy"
+    }
+    assert uuids.health(status("example.com/gpu", {GPUS[0].uuid: "Healthy"})) == {}

@@ -67,6 +67,55 @@ def test_smoke_selects_the_marked_scenarios(pytester: pytest.Pytester) -> None:
     assert ids == ["test_suite.py::test_smoke[gpulab]", "test_suite.py::test_smoke[nvidia-v0.19.3]"]
 
 
+UNSTATED_SUITE = """
+import pytest
+
+@pytest.mark.needs("healthcheck_env")
+def test_needs_it(subject):
+    raise AssertionError("ran on a guess")
+
+@pytest.mark.needs("recovers")
+def test_needs_a_stated_one(subject): pass
+
+def test_reads_it(subject):
+    assert subject.expects.lost_gpu == "that-device"
+
+def test_reads_nothing(subject): pass
+"""
+
+SUBJECT = """
+name: terse
+image: {ref: example/terse:1}
+daemonset: ds.yaml
+device_ids: {env: TERSE_DEVICES}
+expects: {recovers: true}
+"""
+DAEMONSET = """
+apiVersion: apps/v1
+kind: DaemonSet
+metadata: {name: terse}
+spec: {selector: {matchLabels: {app: terse}}, template: {spec: {containers: []}}}
+"""
+
+
+def test_a_scenario_reading_an_unstated_expectation_fails_in_one_line(
+    pytester: pytest.Pytester,
+) -> None:
+    """Kept, not deselected; failed, not skipped; the line names the file, the key and its
+    values. A need fails at setup, before any lab is brought up for it."""
+    pytester.makepyfile(test_suite=UNSTATED_SUITE)
+    path = pytester.path / "terse.yaml"
+    path.write_text(SUBJECT)
+    (pytester.path / "ds.yaml").write_text(DAEMONSET)
+    result = pytester.runpytest("-p", "no:cacheprovider", "--subjects", str(path))
+    result.assert_outcomes(passed=2, failed=1, errors=1)
+    out = result.stdout.str()
+    assert f"{path}: expects.healthcheck_env is not stated, and this scenario reads it: " \
+           "state one of true | false" in out  # fmt: skip
+    assert f"{path}: expects.lost_gpu is not stated" in out
+    assert "ran on a guess" not in out and "raise unstated" not in out  # no traceback
+
+
 LABS_SUITE = """
 import pytest
 
