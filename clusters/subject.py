@@ -31,6 +31,9 @@ tests/plugin, shipped subjects only; all: C, K and N):
       preferred_allocation_on_64_gpus: true   # N
       health_across_kubelet_restarts: true    # N
       healthcheck_env: true           # K: honours DP_DISABLE_/DP_ENABLE_HEALTHCHECKS
+      ignored_xids: nvidia-default    # K: NVIDIA's list of harmless Xids | none
+      kubelet_restart: re-registers   # K: | stays-gone (registers once, at start)
+      event_wait_errors: ignored      # K: a failed event wait marks every-device | nothing
       extra_resources: false          # K: serves the lab spec's extra resources (default)
       replicas: 1                     # all: time-slicing, each GPU advertised N times
       xid_marks: every-replica        # C K, with replicas > 1: | one-replica
@@ -257,6 +260,9 @@ DoubleBitEcc = Literal["unhealthy", "ignored"]
 XidMarks = Literal["every-replica", "one-replica"]
 MigSliceXid = Literal["that-slice", "one-per-gpu"]
 MigStrategy = Literal["none", "single", "mixed"]
+IgnoredXids = Literal["nvidia-default", "none"]
+KubeletRestart = Literal["re-registers", "stays-gone"]
+EventWaitErrors = Literal["every-device", "ignored"]
 
 
 class Expects(Strict):
@@ -272,6 +278,16 @@ class Expects(Strict):
     preferred_allocation_on_64_gpus: bool | None = None  # answers GetPreferredAllocation on 64
     health_across_kubelet_restarts: bool | None = None  # Unhealthy stays so on re-registering
     healthcheck_env: bool | None = None  # honours DP_DISABLE_HEALTHCHECKS / DP_ENABLE_...
+    # Which Xids leave a GPU Healthy: NVIDIA's default list (13, 31, 43, 45, 68, 109:
+    # application errors; ours follows it), or none (every Xid marks its GPU).
+    ignored_xids: IgnoredXids | None = None
+    # After a kubelet restart: it registers with the new kubelet (watching for its socket
+    # to go, as the API asks), or it registered once at start and its resource stays gone.
+    kubelet_restart: KubeletRestart | None = None
+    # A failed NVML event wait (not a timeout, not GPU_IS_LOST): every device Unhealthy
+    # (NVIDIA's: "Error waiting for event ... Marking all devices as unhealthy"), or
+    # nothing: it waits again and still hears the next Xid.
+    event_wait_errors: EventWaitErrors | None = None
     extra_resources: bool = False  # serves the lab spec's extra_resources too
     replicas: int = Field(1, ge=1, le=64)  # time-slicing: each GPU advertised N times
     # With replicas > 1, what a fault on a GPU takes out: all its replicas (health is per
@@ -321,6 +337,9 @@ class Expectations:
         preferred_allocation_on_64_gpus: bool
         health_across_kubelet_restarts: bool
         healthcheck_env: bool
+        ignored_xids: IgnoredXids
+        kubelet_restart: KubeletRestart
+        event_wait_errors: EventWaitErrors
         extra_resources: bool
         replicas: int
         xid_marks: XidMarks

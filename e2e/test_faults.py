@@ -111,17 +111,20 @@ def test_xid_79_shows_in_the_pod_status_of_the_pod_holding_the_gpu(
 
 
 def test_ignored_xids_change_nothing(
-    lab: Lab, fake_gpus: Callable[[str], NodeDir], verdict: Verdict
+    subject: Subject, lab: Lab, fake_gpus: Callable[[str], NodeDir], verdict: Verdict
 ) -> None:
-    """Xids 13, 31, 43, 45, 68, 109 (application errors) are ignored; a sentinel Xid 79
-    read after them counts one GPU out."""
-    verdict.expect(f"{N - 1}/{N} (sentinel only)")
+    """`ignored_xids: nvidia-default`: Xids 13, 31, 43, 45, 68, 109 (application errors)
+    are ignored; a sentinel Xid 79 read after them counts one GPU out. `none`: they mark
+    their GPU too."""
+    kept = subject.expects.ignored_xids == "nvidia-default"
+    want = N - 1 if kept else N - 2
+    verdict.expect(f"{want}/{N} ({'sentinel only' if kept else 'GPU 1 and the sentinel'})")
     node = fake_gpus(NODE)
     for code in IGNORED:
         node.inject_xid(1, code)
     rec = node.inject_xid(2, 79)  # sentinel: plugins read events in order
-    # The sentinel's update carries the plugin's view after the ignored Xids: one down.
-    timed(verdict, lab, rec, N - 1)
+    # The sentinel's update carries the plugin's view after the ignored Xids.
+    timed(verdict, lab, rec, want)
 
 
 @pytest.mark.needs("healthcheck_env")

@@ -74,7 +74,11 @@ def summary(seconds: list[float]) -> str:
     return f"median {statistics.median(seconds):.1f}s, max {max(seconds):.1f}s"
 
 
-def test_kubelet_restarts(lab: Lab, pods: Pods, verdict: Verdict, restarts: int) -> None:
+def test_kubelet_restarts(
+    subject: Subject, lab: Lab, pods: Pods, verdict: Verdict, restarts: int
+) -> None:
+    if subject.expects.kubelet_restart == "stays-gone":
+        return _stays_gone(lab, pods, verdict)
     verdict.expect(f"{restarts}/{restarts} re-registrations, {N}/{N} each time; "
                    "pod keeps its devices; no admission errors")  # fmt: skip
     resource = pods.resource
@@ -119,6 +123,23 @@ def test_kubelet_restarts(lab: Lab, pods: Pods, verdict: Verdict, restarts: int)
     assert kept
     assert allocs == 1
     assert refused == []
+
+
+def _stays_gone(lab: Lab, pods: Pods, verdict: Verdict) -> None:
+    """`kubelet_restart: stays-gone` (registers once, at start): after one kubelet
+    restart its resource goes to 0 allocatable and stays; the running pod keeps running."""
+    verdict.expect(f"0/{N} allocatable after a kubelet restart; pod keeps running")
+    pods.create(pods.gpu_pod("keeper", 3, NODE))
+    pods.wait_running("keeper")
+    lab.node_exec(NODE, "systemctl", "restart", "kubelet")
+    t0 = time.time_ns()
+    gone = lab.wait_allocatable(NODE, 0, deadline_s=60)
+    time.sleep(4)  # two node-status periods: a late registration would show
+    cap, alloc = lab.capacity(NODE)
+    phase = pods.get("keeper").status.phase
+    verdict.saw(f"0 in {(gone - t0) / 1e9:.1f}s, then {alloc}/{cap}; keeper {phase}")
+    assert alloc == 0 and phase == "Running"
+    lab.restart_plugin()  # the next scenario finds it registered
 
 
 # 20 plugin restarts with a probe pod each take 124 s on a quiet machine and over 300 s in
