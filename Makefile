@@ -67,7 +67,8 @@ test:
 	$(TIMED) infra -- $(MAKE) --no-print-directory infra || status=1; \
 	if (( status == 0 )); then \
 	  $(TIMED) lint -- $(MAKE) --no-print-directory lint || status=1; \
-	  $(TIMED) unit --junit $(JUNIT)/unit.xml -- $(MAKE) --no-print-directory test-unit || status=1; \
+	  GPULAB_KEEP_SEED=1 $(TIMED) unit --junit $(JUNIT)/unit.xml -- \
+	    $(MAKE) --no-print-directory test-unit || status=1; \
 	  $(TIMED) asan --junit $(JUNIT)/asan.xml -- \
 	    $(MAKE) --no-print-directory lib-asan test-asan || status=1; \
 	  $(TIMED) fuzz -- $(MAKE) --no-print-directory fuzz FUZZ_SECONDS=30 || status=1; \
@@ -83,8 +84,7 @@ test:
 	exit $$status
 
 # The composite action (action.yml) run here step by step, in the runner's order
-# (ci/run-action.py): the example plugin gpulab never saw, its smoke set on the seed lab
-# but the kubelet restarts (it never re-registers: its own failure, README).
+# (ci/run-action.py): the example plugin gpulab never saw, its smoke set on the seed lab.
 # The infra cache is off: an export is a `docker save` of every image (minutes);
 # tests/clusters/test_infracache.py round-trips one instead. The runner's steps use sudo.
 action-check: install
@@ -93,7 +93,7 @@ action-check: install
 	@rm -rf $(BUILD)/action
 	@GPULAB_RESTARTS=1 $(PY) ci/run-action.py --work $(BUILD)/action \
 	  --input subject=examples/tiny-gpu-plugin/subject.yaml --input infra-cache=false \
-	  --input "args=-m smoke -k 'not kubelet_restarts'"
+	  --input "args=-m smoke"
 
 # Two workers, a file each at a time (module fixtures such as test_lab.py's seed lab stay
 # in one): the lab tests mostly wait on kind while the node tier runs beside them.

@@ -4,6 +4,7 @@ kind cluster, and both workers report their 10 fake GPUs with each plugin."""
 from __future__ import annotations
 
 import io
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -25,7 +26,10 @@ WORKERS = ("seed-worker", "seed-worker2")
 def seed() -> Iterator[Lab]:
     lab = bring_up(Lab("seed", subject="gpulab"))
     yield lab
-    lab.down()
+    # `make test` hands the lab to the cluster tier, which reuses it (as after KEEP=1)
+    # instead of creating it again: a minute of the CI budget.
+    if os.environ.get("GPULAB_KEEP_SEED") != "1":
+        lab.down()
 
 
 @pytest.mark.parametrize("subject", ["gpulab", "nvidia"])
@@ -178,14 +182,18 @@ def test_a_lab_whose_fake_gpu_state_is_unreadable_is_made_again(
     """State written by another gpulab version (or damaged): the nodes' libraries and
     plugins would refuse it, so the lab is recreated, not reused. The recreation itself is
     the one the test above watches come back; here only the decision (the last seed test:
-    the module's teardown deletes the lab anyway)."""
+    its state is put back afterwards)."""
     state = seed.fake_gpus("seed-worker").path / "state.bin"
+    good = state.read_bytes()
     state.write_bytes(b"\0" * 64)
     out = io.StringIO()
     lab = Lab("seed", subject="nvidia", console=Console(file=out, width=200))
     downs: list[str] = []
     monkeypatch.setattr(lab, "down", lambda: downs.append(lab.name))
-    actions.reuse_or_recreate(lab)
+    try:
+        actions.reuse_or_recreate(lab)
+    finally:
+        state.write_bytes(good)  # the lab stays whole for whoever reuses it
     assert "seed: fake GPU state of seed-worker:" in out.getvalue()
     assert "recreating it" in out.getvalue() and downs == ["seed"]
 
