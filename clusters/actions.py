@@ -102,6 +102,8 @@ def state_dirs(lab: Lab) -> object:
             if d.exists():
                 shutil.rmtree(d)
             d.mkdir(parents=True)
+        # kind bind-mounts it over the node's /sys/bus/pci/devices: it must exist first.
+        kindconfig.pci_dir(lab.labs_root, lab.lab, n.name).mkdir(parents=True)
     return None
 
 

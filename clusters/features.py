@@ -39,7 +39,17 @@ def nfd_docs(image: str, kube_version: str) -> list[dict]:
     values = {
         "image": {"repository": repo, "tag": tag, "pullPolicy": "IfNotPresent"},
         "master": {"config": {"extraLabelNs": ["nvidia.com"]}},
-        "worker": {"tolerations": [{"operator": "Exists"}]},
+        # PCI labels as NVIDIA's device-plugin chart configures its NFD (values.yaml, nfd:
+        # network and display classes, labelled by vendor): pci-10de.present, which that
+        # chart's default affinity needs on a GPU node.
+        "worker": {
+            "tolerations": [{"operator": "Exists"}],
+            "config": {
+                "sources": {
+                    "pci": {"deviceClassWhitelist": ["02", "03"], "deviceLabelFields": ["vendor"]}
+                }
+            },
+        },
         "postDeleteCleanup": False,
     }
     text = chart.template(infra.helm(), where, "nfd", NAMESPACE, values, kube_version,

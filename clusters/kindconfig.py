@@ -10,6 +10,12 @@
 - The driver root is a mount of its own (a host dir), as a driver container's is on a GPU
   node: kind's /run is tmpfs mounted noexec, where NVIDIA's DRA driver could not run the
   root's nvidia-smi (its init container's check: "Permission denied").
+- The fake GPUs' PCI sysfs (fakenvml writes it in the driver root: vendor 0x10de, class,
+  device and subsystem ids per profile) is bind-mounted over the node's
+  /sys/bus/pci/devices, where node-feature-discovery (any chart's: it mounts the node's
+  /sys) finds them, as on a GPU node (feature.node.kubernetes.io/pci-10de.present).
+  The mount lives in the node container's own mount namespace: the host's sysfs and
+  devices are untouched; the node's real PCI devices are hidden from its pods.
 - kubelet's nodeStatusUpdateFrequency is lowered (default 10 s; labs use 2 s) so node
   capacity and allocatable reach the API server within seconds of a plugin update.
 - On a cgroup v1 host, kubelets from 1.35 on get `failCgroupV1: false` (they refuse to
@@ -31,6 +37,7 @@ from fakenvml.yamlmodel import duration_text
 
 NODE_STATE_DIR = "/var/lib/fakenvml"  # inside the node, and in the plugin pods
 DRIVER_ROOT = "/run/fakenvml/driver"  # where fakenvml's DaemonSet installs the library
+PCI_DEVICES = "sys/bus/pci/devices"  # in the driver root (fakenvml/driver.py), and on nodes
 LABEL_PREFIX = "gpulab.dev"
 
 
@@ -42,6 +49,11 @@ def state_dir(labs_root: Path, lab: Lab, node: str) -> Path:
 def driver_dir(labs_root: Path, lab: Lab, node: str) -> Path:
     """The host dir a node's driver root is mounted from."""
     return labs_root / lab.spec.name / f"{node}.driver"
+
+
+def pci_dir(labs_root: Path, lab: Lab, node: str) -> Path:
+    """The host dir of a node's fake PCI devices (inside its driver root's dir)."""
+    return driver_dir(labs_root, lab, node) / PCI_DEVICES
 
 
 def cgroup_v1() -> bool:
@@ -77,7 +89,9 @@ def render(lab: Lab, image: str, labs_root: Path) -> dict:
             mounts = (NODE_STATE_DIR, DRIVER_ROOT + NODE_STATE_DIR)
             entry["extraMounts"] = [
                 {"hostPath": str(driver_dir(labs_root, lab, n.name)), "containerPath": DRIVER_ROOT},
-                *({"hostPath": host, "containerPath": m} for m in mounts)]  # fmt: skip
+                *({"hostPath": host, "containerPath": m} for m in mounts),
+                {"hostPath": str(pci_dir(labs_root, lab, n.name)),
+                 "containerPath": "/" + PCI_DEVICES}]  # fmt: skip
         nodes.append(entry)
     kubelet = (
         "kind: KubeletConfiguration\n"

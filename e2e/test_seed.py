@@ -124,3 +124,16 @@ def test_each_gpu_node_has_its_gpus_device_nodes_in_its_own_dev(lab: Lab, verdic
     verdict.saw(
         ", ".join(f"{n}: {c} GPU device nodes" for n, c in seen.items()) + "; host /dev clean"
     )
+
+
+@pytest.mark.varies_with()  # NFD reads the node, whichever plugin serves
+def test_nfd_finds_the_fake_gpus_on_each_gpu_nodes_pci_bus(lab: Lab, verdict: Verdict) -> None:
+    """The fake GPUs are on the node's PCI bus where NFD reads it (vendor 0x10de), so NFD
+    sets feature.node.kubernetes.io/pci-10de.present, which NVIDIA's chart's default
+    affinity needs; the control plane has no fake GPUs and gets no such label."""
+    label = "feature.node.kubernetes.io/pci-10de.present"
+    verdict.expect(f"{label}=true on both workers, not on the control plane")
+    got = {n: (lab.core.read_node(n).metadata.labels or {}).get(label)
+           for n in (A, B, "seed-control-plane")}  # fmt: skip
+    verdict.saw(", ".join(f"{n}: {v}" for n, v in got.items()))
+    assert got == {A: "true", B: "true", "seed-control-plane": None}

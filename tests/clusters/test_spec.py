@@ -42,6 +42,9 @@ def test_gpu_nodes_get_state_mounts_labels_and_fast_status_updates() -> None:
         {"hostPath": "/labs/seed/seed-worker", "containerPath": "/var/lib/fakenvml"},
         {"hostPath": "/labs/seed/seed-worker",
          "containerPath": "/run/fakenvml/driver/var/lib/fakenvml"},
+        # The fake GPUs' PCI sysfs where NFD reads the node's (the node's own namespace).
+        {"hostPath": "/labs/seed/seed-worker.driver/sys/bus/pci/devices",
+         "containerPath": "/sys/bus/pci/devices"},
     ]  # fmt: skip
     # GPU product/count labels are GFD's (clusters/features.py), not the kind config's.
     assert w2["labels"] == {"gpulab.dev/fake-gpus": "true", "gpulab.dev/plugin": "true"}
