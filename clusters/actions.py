@@ -221,7 +221,7 @@ SUBJECT = [
     Action("Wait for {subject}'s pods", wait_plugin),
     Action("Wait for every GPU node's capacity", wait_capacity),
     Action("Deploy node-feature-discovery and gpu-feature-discovery", features.deploy),
-    Action("Wait for GFD's labels on every GPU node", features.wait_labels),
+    Action("Wait for GFD's and NFD's labels on every GPU node", features.wait_labels),
 ]
 NO_PLUGIN = [
     Action("Lab images (built by `make infra`)", lab_images),
@@ -234,7 +234,7 @@ DRA = [
     Action("Load images into the nodes", load_images),
     Action("Fake GPUs through the fake-gpus Helm chart", fakegpus.deploy),
     Action("Deploy node-feature-discovery and gpu-feature-discovery", features.deploy),
-    Action("Wait for GFD's labels on every GPU node", features.wait_labels),
+    Action("Wait for GFD's and NFD's labels on every GPU node", features.wait_labels),
     Action(f"NVIDIA's DRA driver {dra.version()} through its Helm chart", dra.deploy),
     Action("Wait for the DRA driver's kubelet plugin pods", dra.wait_pods),
     Action("Wait for every GPU node's ResourceSlices", dra.wait_slices),

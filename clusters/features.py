@@ -24,6 +24,7 @@ CHART_DIR = "deployment/helm/node-feature-discovery"
 LABEL = "nvidia.com/gpu.count"  # GFD's label every fake-GPU node gets
 STRATEGY = "nvidia.com/mig.strategy"  # and where MIG_STRATEGY is not none
 MASTER = "app.kubernetes.io/name=node-feature-discovery,role=master"
+PCI_LABEL = "feature.node.kubernetes.io/pci-10de.present"  # NFD's, for NVIDIA's PCI vendor
 GFD = "app.kubernetes.io/name=gpu-feature-discovery"
 
 
@@ -92,9 +93,12 @@ def wait_labels(lab: Lab, deadline_s: float = 180, stall_s: float = 90) -> None:
 
     def labelled(nodes: dict) -> tuple[bool, str]:
         got = {n: (nodes[n].metadata.labels or {}).get(key) for n in want if n in nodes}
-        return got == want, f"{key}: {got}"
+        # NFD's, from the fake GPUs on the node's PCI bus (what NVIDIA's chart selects on).
+        pci = {n: (nodes[n].metadata.labels or {}).get(PCI_LABEL) for n in want if n in nodes}
+        done = got == want and set(pci.values()) == {"true"} and len(pci) == len(want)
+        return done, f"{key}: {got}; {PCI_LABEL}: {pci}"
 
-    what = f"GFD's labels on {sorted(want)}"
+    what = f"GFD's and NFD's labels on {sorted(want)}"
     try:
         lab.kube.watch_until(what, lab.core.list_node, labelled, stall_s)
         return

@@ -119,13 +119,18 @@ crictl() {
 # version NVIDIA's device plugin requires (its go.mod), so GFD and NFD speak one API.
 nfd() {
   local v=$NFD_VERSION
-  done_or "nfd-$v"
+  # hostpath.pathPrefix=/host-, as NFD's own image build sets it (its Makefile's
+  # CONTAINER_HOSTMOUNT_PREFIX): the worker reads the node's /sys, /proc, /etc ... where the
+  # chart mounts them (/host-sys ...), not its container's own. Without it NFD labelled the
+  # container's view (the host's real PCI devices, never a node's fake GPUs). The marker
+  # names the prefix so caches built without it are rebuilt.
+  done_or "nfd-$v-host-prefix"
   log "building node-feature-discovery $v (about 3 min cold)"
   KEEP_REPLACES=1 build nfd "$v" "sigs.k8s.io/node-feature-discovery@$v" "$v" \
-    "-X sigs.k8s.io/node-feature-discovery/pkg/version.version=$v" \
+    "-X sigs.k8s.io/node-feature-discovery/pkg/version.version=$v -X sigs.k8s.io/node-feature-discovery/pkg/utils/hostpath.pathPrefix=/host-" \
     sigs.k8s.io/node-feature-discovery/cmd/{nfd-master,nfd-worker,nfd-gc}
   has_output "$v" "$OUT/nfd-master" -version || die "built nfd-master is not $v"
-  finish "nfd-$v"
+  finish "nfd-$v-host-prefix"
 }
 
 case ${1:-} in
