@@ -81,7 +81,6 @@ from pydantic import AfterValidator, Field, model_validator
 
 from clusters import chart, kube, versions
 from fakenvml import yamlmodel
-from fakenvml.model import Gpu
 from fakenvml.yamlmodel import LoadError, Strict
 
 if TYPE_CHECKING:

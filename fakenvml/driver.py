@@ -161,7 +161,7 @@ def _cap_nodes(node: Node) -> Iterator[tuple[str, int, int]]:
                 )
 
 
-def _make_device_nodes(dev: Path, node: Node) -> tuple[list[Path], str]:
+def make_device_nodes(dev: Path, node: Node) -> tuple[list[Path], str]:
     """(nodes made, why not): existing nodes with the right numbers are kept; the rest of
     /dev/nvidia* and /dev/nvidia-caps/* (GPUs the state no longer has) is removed."""
     wanted = {
@@ -196,7 +196,7 @@ def node_device_nodes(dev: Path, node: Node,
         return [], f"a real NVIDIA driver is loaded ({real_driver}): {dev} is left to it"
     if not dev.is_dir():
         return [], f"{dev} is not a directory (mount the node's /dev there)"
-    return _make_device_nodes(dev, node)
+    return make_device_nodes(dev, node)
 
 
 def mig_minors() -> str:
@@ -393,7 +393,7 @@ def install(root: Path, node: Node | None = None, nvidia_smi: Path | None = None
             write_capabilities(root, node)
             write_proc_devices(root, node)
             _write_pci_sysfs(root, node)
-            out.device_nodes, out.no_device_nodes = _make_device_nodes(root / DEV_DIR, node)
+            out.device_nodes, out.no_device_nodes = make_device_nodes(root / DEV_DIR, node)
             if node_dev is not None:
                 out.node_dev_nodes, out.no_node_dev_nodes = node_device_nodes(node_dev, node)
     except OSError as e:

@@ -98,26 +98,22 @@ class SubjectContainer:
         (root / STATE.lstrip("/")).mkdir(parents=True, exist_ok=True)
         return root
 
-    def _make_dev(self, dev: Path, driver_root: Path) -> None:
-        """A node's /dev, made when a subject mounts it: the runtime's devices and the
-        driver root's NVIDIA nodes, made again (mknod, as the driver root's) with their
-        numbers."""
+    def _make_dev(self, dev: Path) -> None:
+        """A node's /dev, made when a subject mounts it: the runtime's devices, and the
+        GPUs' nodes as `fakenvml install-driver --dev` makes them on a lab node."""
         if dev.exists():
             return
         dev.mkdir()
-        made = [(name, os.makedev(major, minor)) for name, major, minor in RUNTIME_DEVICES]
-        source = driver_root / "dev"
-        made += [(str(f.relative_to(source)), f.lstat().st_rdev) for f in sorted(source.rglob("*"))
-                 if stat.S_ISCHR(f.lstat().st_mode)]  # fmt: skip
-        for name, rdev in made:
-            path = dev / name
-            path.parent.mkdir(parents=True, exist_ok=True)
+        for name, major, minor in RUNTIME_DEVICES:
             try:
-                os.mknod(path, 0o666 | stat.S_IFCHR, rdev)
+                os.mknod(dev / name, 0o666 | stat.S_IFCHR, os.makedev(major, minor))
             except PermissionError as e:
-                raise ContainerTierError(f"mknod {path}: {e.strerror} (the tier's /dev needs "
-                                         "CAP_MKNOD)") from None  # fmt: skip
-            os.chmod(path, 0o666)  # mknod's mode is masked by the umask
+                raise ContainerTierError(f"mknod {dev / name}: {e.strerror} (the tier's /dev "
+                                         "needs CAP_MKNOD)") from None  # fmt: skip
+            os.chmod(dev / name, 0o666)  # mknod's mode is masked by the umask
+        _, why = driver.make_device_nodes(dev, NodeDir(self.state_dir).node())
+        if why:
+            raise ContainerTierError(f"the tier's /dev has no GPU device nodes: {why}")
 
     @property
     def cdi_dir(self) -> Path:
@@ -158,7 +154,7 @@ class SubjectContainer:
             path = vol["hostPath"]["path"]
             mode = "ro" if m.get("readOnly") else "rw"
             if path == DEV:
-                self._make_dev(host_paths[DEV], host_paths[DRIVER])
+                self._make_dev(host_paths[DEV])
             if path in host_paths:
                 c.with_volume_mapping(str(host_paths[path]), m["mountPath"], mode)
             elif path.startswith(("/run/", "/var/run/")):
