@@ -3,14 +3,16 @@ step with a title, run in order with one progress line (✓ or ✗ and its secon
 that has nothing to do in this run (the cluster already exists, say) returns SKIP and
 prints nothing.
 
-    UP      the cluster: infrastructure, reuse or recreate, state dirs, kind create, faults
-    SUBJECT images, load, fake GPUs (the fake-gpus chart), the plugin under test, its pods,
-            every node's capacity, NFD and GFD labels
+    UP      the cluster: infrastructure, reuse or recreate, state dirs, kind create, the
+            NVIDIA Container Toolkit in GPU nodes' containerd, faults
+    SUBJECT images, load, fake GPUs (the fake-gpus chart), their CDI spec, the plugin under
+            test, its pods, every node's capacity, NFD and GFD labels
     DRA     instead of SUBJECT where the lab spec says `dra:`: fake GPUs, NFD and GFD, NVIDIA's
             DRA driver (its chart), its pods, every GPU node's ResourceSlices
-    NO_PLUGIN  instead of SUBJECT for `subject: none`: images, fake GPUs, and no plugin (any
-            subject's DaemonSet removed): for a suite that installs its own, as a user's
-            chart would be on a cluster with a GPU driver and nothing else
+    NO_PLUGIN  instead of SUBJECT for `subject: none`: images, fake GPUs, NFD and no plugin
+            (any subject's DaemonSet and gpulab's GFD removed): for a suite that installs
+            its own, as a user's chart would be on a cluster with a GPU driver, the NVIDIA
+            Container Toolkit and NFD
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from typing import TYPE_CHECKING
 
 import yaml
 
-from clusters import dra, fakegpus, features, infra, kindconfig, versions
+from clusters import dra, fakegpus, features, infra, kindconfig, toolkit, versions
 from fakenvml.errors import FakeNvmlError
 
 if TYPE_CHECKING:
@@ -66,14 +68,17 @@ def reuse_or_recreate(lab: Lab) -> object:
     return None
 
 
-def node_image(lab: Lab) -> str:
-    return infra.require((), lab.lab.kubernetes).node_images[lab.lab.kubernetes]
+def kind_config(lab: Lab) -> dict:
+    p = infra.require((), lab.lab.kubernetes)
+    if lab.lab.spec.container_toolkit and not p.toolkit:
+        raise infra.InfraMissing(f"the NVIDIA Container Toolkit is not built; {infra.MAKE_INFRA}")
+    return kindconfig.render(lab.lab, p.node_images[lab.lab.kubernetes], lab.labs_root, p.toolkit)
 
 
 def changed_config(lab: Lab) -> str:
     """Why the cluster's kind config is not the one this checkout renders (its nodes' mounts
     or image differ: kind cannot change them on a running cluster), or ""."""
-    want = kindconfig.render(lab.lab, node_image(lab), lab.labs_root)
+    want = kind_config(lab)
     have = lab.host.config()
     if have is None:
         return "its kind config was not recorded"
@@ -111,7 +116,7 @@ def create_cluster(lab: Lab) -> object:
     if lab.host.exists():
         return SKIP
     lab.created = True
-    lab.host.create(kindconfig.render(lab.lab, node_image(lab), lab.labs_root))
+    lab.host.create(kind_config(lab))
     return None
 
 
@@ -211,12 +216,14 @@ UP = [
     Action("Cluster {lab} exists: is it healthy?", reuse_or_recreate),
     Action("Fake-GPU state dirs on the host", state_dirs),
     Action("Cluster {lab}", create_cluster),
+    Action("NVIDIA Container Toolkit in GPU nodes' containerd", toolkit.configure),
     Action("Clear faults left from an earlier run", clear_faults),
 ]
 SUBJECT = [
     Action("Lab images (built by `make infra`)", lab_images),
     Action("Load images into the nodes", load_images),
     Action("Fake GPUs through the fake-gpus Helm chart", fakegpus.deploy),
+    Action("CDI spec of every GPU node (nvidia-ctk cdi generate)", toolkit.refresh),
     Action("Deploy {subject}", deploy),
     Action("Wait for {subject}'s pods", wait_plugin),
     Action("Wait for every GPU node's capacity", wait_capacity),
@@ -227,12 +234,17 @@ NO_PLUGIN = [
     Action("Lab images (built by `make infra`)", lab_images),
     Action("Load images into the nodes", load_images),
     Action("Fake GPUs through the fake-gpus Helm chart", fakegpus.deploy),
+    Action("CDI spec of every GPU node (nvidia-ctk cdi generate)", toolkit.refresh),
     Action("No plugin under test: any subject's DaemonSet removed", remove_plugins),
+    Action("No gpu-feature-discovery: a chart brings its own", features.remove_gfd),
+    Action("Deploy node-feature-discovery", features.deploy_nfd),
+    Action("Wait for NFD's PCI label on every GPU node", features.wait_pci_label),
 ]
 DRA = [
     Action("Lab images (built by `make infra`)", lab_images),
     Action("Load images into the nodes", load_images),
     Action("Fake GPUs through the fake-gpus Helm chart", fakegpus.deploy),
+    Action("CDI spec of every GPU node (nvidia-ctk cdi generate)", toolkit.refresh),
     Action("Deploy node-feature-discovery and gpu-feature-discovery", features.deploy),
     Action("Wait for GFD's and NFD's labels on every GPU node", features.wait_labels),
     Action(f"NVIDIA's DRA driver {dra.version()} through its Helm chart", dra.deploy),

@@ -66,9 +66,10 @@ def gfd_docs(lab: Lab) -> list[dict]:
                                        "${MIG_STRATEGY}": strategy})  # fmt: skip
 
 
-def deploy(lab: Lab) -> None:
-    """NFD and GFD applied (server-side: a second apply changes only what differs, e.g.
-    GFD's MIG strategy when the subject changes)."""
+def deploy_nfd(lab: Lab) -> None:
+    """NFD applied (server-side), its CRDs served: a lab with no plugin gets only this, as
+    a cluster where NFD runs before anyone installs NVIDIA's chart (which then takes
+    nfd.enabled=false, as NVIDIA's docs say)."""
     lab.kube.ensure_namespace(NAMESPACE)
     nfd = nfd_docs(lab.images["nfd"], lab.lab.kubernetes)
     for doc in nfd:
@@ -77,8 +78,33 @@ def deploy(lab: Lab) -> None:
     # container's restart back-off can outlast the wait for labels.
     crds = [d["metadata"]["name"] for d in nfd if d["kind"] == "CustomResourceDefinition"]
     lab.kube.wait_crds_established(crds)
+
+
+def deploy(lab: Lab) -> None:
+    """NFD and GFD applied (server-side: a second apply changes only what differs, e.g.
+    GFD's MIG strategy when the subject changes)."""
+    deploy_nfd(lab)
     for doc in gfd_docs(lab):
         lab.kube.apply(doc, namespace=NAMESPACE)
+
+
+def remove_gfd(lab: Lab) -> None:
+    """gpulab's GFD gone (a lab switched to no plugin: whoever installs a chart brings its
+    own), its pods too."""
+    lab.kube.delete_daemonset("gpu-feature-discovery", NAMESPACE)
+
+
+def wait_pci_label(lab: Lab, deadline_s: float = 120) -> None:
+    """Until NFD labels every GPU node with the fake GPUs' PCI vendor (what NVIDIA's chart's
+    default affinity selects on)."""
+    want = {n.name for n in lab.lab.gpu_nodes}
+
+    def labelled(nodes: dict) -> tuple[bool, str]:
+        pci = {n: (nodes[n].metadata.labels or {}).get(PCI_LABEL) for n in want if n in nodes}
+        return set(pci.values()) == {"true"} and len(pci) == len(want), f"{PCI_LABEL}: {pci}"
+
+    lab.kube.watch_until(f"NFD's {PCI_LABEL} on {sorted(want)}", lab.core.list_node, labelled,
+                         deadline_s)  # fmt: skip
 
 
 def wait_labels(lab: Lab, deadline_s: float = 180, stall_s: float = 90) -> None:

@@ -96,6 +96,9 @@ class Products:
     node_images: dict[str, str] = field(default_factory=dict)  # Kubernetes version -> image
     images: dict[str, str] = field(default_factory=dict)  # base, gpulab, workload, nvidia-<v>
     nvidia: dict[str, str] = field(default_factory=dict)  # version -> binary
+    # The NVIDIA Container Toolkit's dir (nvidia-container-runtime, nvidia-cdi-hook,
+    # nvidia-ctk) that the newest pinned plugin requires: what lab GPU nodes run.
+    toolkit: str = ""
     tree_key: str = ""  # the checkout state the gpulab image was built from
     subjects: dict[str, str] = field(default_factory=dict)  # subject name -> image built
 
@@ -368,6 +371,9 @@ def _run(r: Runner, want: set[str], chosen: dict[str, str],
                 ),
             )
             p.save()
+        newest = Path(p.nvidia[versions.nvidia_plugin_versions()[0]]).parent
+        p.toolkit = str((newest / "nvidia-container-runtime").resolve().parent)
+        p.save()
     if "node-image" in want:
         for kube, choice in chosen.items():
             p.node_images[kube] = _node_image_of(r, kube, choice, lane)

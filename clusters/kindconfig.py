@@ -16,6 +16,9 @@
   /sys) finds them, as on a GPU node (feature.node.kubernetes.io/pci-10de.present).
   The mount lives in the node container's own mount namespace: the host's sysfs and
   devices are untouched; the node's real PCI devices are hidden from its pods.
+- The NVIDIA Container Toolkit's binaries (`make infra`'s) are mounted read-only at
+  /usr/local/nvidia/toolkit on GPU nodes of labs that have it (clusters/toolkit.py
+  configures containerd to run them).
 - kubelet's nodeStatusUpdateFrequency is lowered (default 10 s; labs use 2 s) so node
   capacity and allocatable reach the API server within seconds of a plugin update.
 - On a cgroup v1 host, kubelets from 1.35 on get `failCgroupV1: false` (they refuse to
@@ -39,6 +42,7 @@ NODE_STATE_DIR = "/var/lib/fakenvml"  # inside the node, and in the plugin pods
 DRIVER_ROOT = "/run/fakenvml/driver"  # where fakenvml's DaemonSet installs the library
 PCI_DEVICES = "sys/bus/pci/devices"  # in the driver root (fakenvml/driver.py), and on nodes
 LABEL_PREFIX = "gpulab.dev"
+TOOLKIT_DIR = "/usr/local/nvidia/toolkit"  # where NVIDIA's GPU Operator installs it on nodes
 
 
 def state_dir(labs_root: Path, lab: Lab, node: str) -> Path:
@@ -79,7 +83,11 @@ def node_labels(node: Node) -> dict[str, str]:
     return labels
 
 
-def render(lab: Lab, image: str, labs_root: Path) -> dict:
+def render(lab: Lab, image: str, labs_root: Path, toolkit: str = "") -> dict:
+    """kind's config; `toolkit` is the host dir of the toolkit's binaries (infra's
+    Products.toolkit), needed where the lab spec has container_toolkit."""
+    if lab.spec.container_toolkit and not toolkit:
+        raise ValueError(f"lab {lab.spec.name} runs the NVIDIA Container Toolkit: no dir of it")
     nodes = []
     for n in lab.nodes:
         entry: dict = {"role": n.spec.role, "image": image}
@@ -92,6 +100,9 @@ def render(lab: Lab, image: str, labs_root: Path) -> dict:
                 *({"hostPath": host, "containerPath": m} for m in mounts),
                 {"hostPath": str(pci_dir(labs_root, lab, n.name)),
                  "containerPath": "/" + PCI_DEVICES}]  # fmt: skip
+            if lab.spec.container_toolkit:
+                entry["extraMounts"].append({"hostPath": toolkit, "containerPath": TOOLKIT_DIR,
+                                             "readOnly": True})  # fmt: skip
         nodes.append(entry)
     kubelet = (
         "kind: KubeletConfiguration\n"

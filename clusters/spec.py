@@ -6,6 +6,7 @@
                                     # or none (fake GPUs only)
     dra: {feature_gates: {...}}     # or NVIDIA's DRA driver instead of a plugin (no subject)
     node_status_update_frequency: 2s
+    container_toolkit: true         # NVIDIA Container Toolkit in GPU nodes' containerd
     nodes:
       - role: control-plane
       - role: worker
@@ -71,6 +72,9 @@ class LabSpec(Strict):
     subject: SubjectName = "gpulab"
     dra: DraSpec | None = None  # set: NVIDIA's DRA driver, no device plugin (`subject`)
     node_status_update_frequency: Duration = Field(2.0, gt=0)
+    # The NVIDIA Container Toolkit in GPU nodes' containerd (clusters/toolkit.py), the
+    # nvidia runtime their default, as on GPU nodes; false: plain runc.
+    container_toolkit: bool = True
     nodes: list[NodeSpec] = Field(min_length=1)
 
     @field_validator("name")

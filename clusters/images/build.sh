@@ -158,7 +158,11 @@ image_nvidia() {
     local tag
     local ctk=${bin%/*}/nvidia-ctk gfd=${bin%/*}/gpu-feature-discovery
     [[ -x $gfd ]] || gfd=  # a release whose GFD the proxy cannot build (nvidia-plugin.sh)
-    tag=gpulab/nvidia-device-plugin:$version-$(inputs_hash "$base" "$bin" "$ctk" ${gfd:+"$gfd"})
+    # NVIDIA's own Dockerfile (deployments/container) sets this env: on a node whose
+    # containerd runs the NVIDIA Container Toolkit, the runtime sees NVIDIA_VISIBLE_DEVICES
+    # and injects every GPU and the driver's library, as NVIDIA's chart expects.
+    local env='NVIDIA_DISABLE_REQUIRE=true NVIDIA_VISIBLE_DEVICES=all NVIDIA_DRIVER_CAPABILITIES=compute,utility'
+    tag=gpulab/nvidia-device-plugin:$version-$(inputs_hash "$base" "$bin" "$ctk" ${gfd:+"$gfd"} "$env")
     if ! have "$tag"; then
       local ctx
       ctx=$(fresh_tmp "$WORK/nvidia.ctx")
@@ -171,8 +175,8 @@ image_nvidia() {
       fi
       # nvidia-ctk rides along so the CDI subjects can install it on the node (its hook);
       # gpu-feature-discovery is the same release's label writer (one image, two commands).
-      printf 'FROM %s\nCOPY %s /usr/bin/\nENTRYPOINT ["/usr/bin/nvidia-device-plugin"]\n' \
-        "$base" "$bins" >"$ctx/Dockerfile"
+      printf 'FROM %s\nCOPY %s /usr/bin/\nENV %s\nENTRYPOINT ["/usr/bin/nvidia-device-plugin"]\n' \
+        "$base" "$bins" "$env" >"$ctx/Dockerfile"
       log "images: nvidia: docker build $tag"
       docker_build "$tag" "$ctx" /usr/bin/test -x /usr/bin/nvidia-device-plugin -a -x /usr/bin/nvidia-ctk
       rm -rf "$ctx"

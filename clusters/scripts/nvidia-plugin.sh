@@ -2,10 +2,19 @@
 # Builds NVIDIA's k8s-device-plugin (cmd/nvidia-device-plugin) at pinned versions from the
 # Go module proxy, into a cache outside the repository:
 #   $GPULAB_CACHE/nvidia-device-plugin/<version>/nvidia-device-plugin
-# and, beside it, nvidia-ctk from the nvidia-container-toolkit version that release's go.mod
-# requires: its CDI specs name nvidia-ctk as the hook that runs in every GPU container, so
-# the CDI subjects install that binary on the node (as the GPU operator's toolkit does);
-# and gpu-feature-discovery (cmd/gpu-feature-discovery, the same module and version: GFD
+# and, beside it, the NVIDIA Container Toolkit version that release's go.mod requires, built
+# once per toolkit version into $GPULAB_CACHE/nvidia-container-toolkit/<toolkit version>/
+# and linked from the plugin's dir:
+#   nvidia-ctk                every pinned release: its CDI specs name it as the hook that
+#                             runs in every GPU container, so the CDI subjects install it on
+#                             the node (as the GPU operator's toolkit does)
+#   nvidia-container-runtime  the newest pinned release only (what lab GPU nodes run,
+#   nvidia-cdi-hook           clusters/toolkit.py): the OCI runtime containerd runs instead
+#                             of runc, which turns NVIDIA_VISIBLE_DEVICES into CDI devices,
+#                             and the hook the specs `nvidia-ctk cdi generate` writes name
+# Not the legacy pieces (nvidia-container-runtime-hook, nvidia-container-cli): they need
+# libnvidia-container, a C library no Go module provides; the runtime's CDI mode does
+# without them. And gpu-feature-discovery (cmd/gpu-feature-discovery, the same module and version: GFD
 # ships from this repository since v0.15), which writes the nvidia.com/* node labels.
 # Idempotent: a version whose binary exists is not rebuilt. Progress goes to stderr and
 # the binary paths to stdout, so `BIN=$(clusters/scripts/nvidia-plugin.sh v0.17.4)` works.
@@ -58,7 +67,11 @@ build() {
   local version=$1 gitdir=$2 dir=$GPULAB_CACHE/nvidia-device-plugin/$1
   local bin=$dir/nvidia-device-plugin
   local gfd=$dir/gpu-feature-discovery
-  if [[ -x $bin && -x $dir/nvidia-ctk && (-x $gfd || -f $gfd.refused) ]]; then
+  local toolkit=(nvidia-ctk) cmd
+  [[ $version != "${VERSIONS[0]}" ]] || toolkit+=(nvidia-container-runtime nvidia-cdi-hook)
+  local missing=0
+  for cmd in "${toolkit[@]}"; do [[ -x $dir/$cmd ]] || missing=1; done
+  if [[ -x $bin && $missing == 0 && (-x $gfd || -f $gfd.refused) ]]; then
     log "nvidia-plugin $version: cached at $bin"
     echo "$bin"
     return
@@ -104,15 +117,25 @@ build() {
       die "nvidia-plugin $version: building gpu-feature-discovery failed (see above)"
     fi
   fi
-  if [[ ! -x $dir/nvidia-ctk ]]; then
-    local ctk ctk_src
-    ctk=$(awk -v m="$TOOLKIT" '$1 == m { print $2; exit }' "$src/go.mod")
-    [[ -n $ctk ]] || die "nvidia-plugin $version: its go.mod requires no $TOOLKIT"
-    log "nvidia-plugin $version: go build $TOOLKIT@$ctk ./cmd/nvidia-ctk (the CDI hook)"
-    ctk_src=$(module_source "$TOOLKIT" "$ctk")
-    (cd "$ctk_src" && with_ticker "nvidia-ctk $ctk" nice -n 10 go build -mod=mod -trimpath \
-      -o "$tmp/nvidia-ctk" ./cmd/nvidia-ctk) || die "nvidia-plugin $version: building nvidia-ctk $ctk failed (see above)"
-    mv "$tmp/nvidia-ctk" "$dir/nvidia-ctk"
+  if ((missing)); then
+    local tk tk_src tkdir
+    tk=$(awk -v m="$TOOLKIT" '$1 == m { print $2; exit }' "$src/go.mod")
+    [[ -n $tk ]] || die "nvidia-plugin $version: its go.mod requires no $TOOLKIT"
+    tkdir=$GPULAB_CACHE/nvidia-container-toolkit/$tk
+    mkdir -p "$tkdir"
+    for cmd in "${toolkit[@]}"; do
+      if [[ ! -x $tkdir/$cmd ]]; then
+        log "nvidia-plugin $version: go build $TOOLKIT@$tk ./cmd/$cmd"
+        tk_src=$(module_source "$TOOLKIT" "$tk")
+        # The version string upstream's Makefile sets (its LIB_VERSION: no leading v).
+        (cd "$tk_src" && with_ticker "$cmd $tk" nice -n 10 go build -mod=mod -trimpath \
+          -ldflags "-s -w -X $TOOLKIT/internal/info.version=${tk#v}" \
+          -o "$tmp/$cmd" "./cmd/$cmd") || die "nvidia-plugin $version: building $cmd $tk failed (see above)"
+        mv "$tmp/$cmd" "$tkdir/$cmd"
+      fi
+      # Relative, so an infra cache exported and imported elsewhere keeps it.
+      ln -sfn "../../nvidia-container-toolkit/$tk/$cmd" "$dir/$cmd"
+    done
   fi
   rm -rf "$tmp"
   log "nvidia-plugin $version: built in $((SECONDS - start)) s -> $bin"
