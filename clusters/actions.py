@@ -3,8 +3,8 @@ step with a title, run in order with one progress line (✓ or ✗ and its secon
 that has nothing to do in this run (the cluster already exists, say) returns SKIP and
 prints nothing.
 
-    UP      the cluster: infrastructure, reuse or recreate, state dirs, kind create, the
-            NVIDIA Container Toolkit in GPU nodes' containerd, faults
+    UP      the cluster: infrastructure, reuse or recreate, state dirs, the NVIDIA Container
+            Toolkit's configs for GPU nodes' containerd, kind create, faults
     SUBJECT images, load, fake GPUs (the fake-gpus chart), their CDI spec, the plugin under
             test, its pods, every node's capacity, NFD and GFD labels
     DRA     instead of SUBJECT where the lab spec says `dra:`: fake GPUs, NFD and GFD, NVIDIA's
@@ -112,6 +112,16 @@ def state_dirs(lab: Lab) -> object:
     return None
 
 
+def toolkit_configs(lab: Lab) -> object:
+    """The containerd and runtime configs a new cluster's GPU nodes start with."""
+    if lab.host.exists() or not lab.lab.spec.container_toolkit:
+        return SKIP
+    p = infra.require((), lab.lab.kubernetes)
+    toolkit.prepare(kindconfig.toolkit_dir(lab.labs_root, lab.lab),
+                    p.node_images[lab.lab.kubernetes], p.toolkit)  # fmt: skip
+    return None
+
+
 def create_cluster(lab: Lab) -> object:
     if lab.host.exists():
         return SKIP
@@ -215,8 +225,8 @@ UP = [
     Action("Infrastructure (built by `make infra`)", infrastructure),
     Action("Cluster {lab} exists: is it healthy?", reuse_or_recreate),
     Action("Fake-GPU state dirs on the host", state_dirs),
+    Action("NVIDIA Container Toolkit configs (nvidia-ctk runtime configure)", toolkit_configs),
     Action("Cluster {lab}", create_cluster),
-    Action("NVIDIA Container Toolkit in GPU nodes' containerd", toolkit.configure),
     Action("Clear faults left from an earlier run", clear_faults),
 ]
 SUBJECT = [

@@ -16,9 +16,10 @@
   /sys) finds them, as on a GPU node (feature.node.kubernetes.io/pci-10de.present).
   The mount lives in the node container's own mount namespace: the host's sysfs and
   devices are untouched; the node's real PCI devices are hidden from its pods.
-- The NVIDIA Container Toolkit's binaries (`make infra`'s) are mounted read-only at
-  /usr/local/nvidia/toolkit on GPU nodes of labs that have it (clusters/toolkit.py
-  configures containerd to run them).
+- GPU nodes of labs with the NVIDIA Container Toolkit get its binaries (`make infra`'s)
+  read-only at /usr/local/nvidia/toolkit and the containerd and runtime configs that
+  `nvidia-ctk runtime configure` wrote for the lab's node image (clusters/toolkit.py):
+  containerd starts with the nvidia runtime as its default.
 - kubelet's nodeStatusUpdateFrequency is lowered (default 10 s; labs use 2 s) so node
   capacity and allocatable reach the API server within seconds of a plugin update.
 - On a cgroup v1 host, kubelets from 1.35 on get `failCgroupV1: false` (they refuse to
@@ -43,6 +44,12 @@ DRIVER_ROOT = "/run/fakenvml/driver"  # where fakenvml's DaemonSet installs the 
 PCI_DEVICES = "sys/bus/pci/devices"  # in the driver root (fakenvml/driver.py), and on nodes
 LABEL_PREFIX = "gpulab.dev"
 TOOLKIT_DIR = "/usr/local/nvidia/toolkit"  # where NVIDIA's GPU Operator installs it on nodes
+# What clusters/toolkit.py writes in a lab's toolkit dir -> where GPU nodes get it.
+TOOLKIT_FILES = {
+    "config.toml": "/etc/containerd/config.toml",  # imports conf.d/*.toml
+    "99-nvidia.toml": "/etc/containerd/conf.d/99-nvidia.toml",  # nvidia-ctk's default
+    "runtime.toml": "/etc/nvidia-container-runtime/config.toml",
+}
 
 
 def state_dir(labs_root: Path, lab: Lab, node: str) -> Path:
@@ -53,6 +60,11 @@ def state_dir(labs_root: Path, lab: Lab, node: str) -> Path:
 def driver_dir(labs_root: Path, lab: Lab, node: str) -> Path:
     """The host dir a node's driver root is mounted from."""
     return labs_root / lab.spec.name / f"{node}.driver"
+
+
+def toolkit_dir(labs_root: Path, lab: Lab) -> Path:
+    """The host dir of a lab's GPU nodes' containerd and runtime configs (TOOLKIT_FILES)."""
+    return labs_root / lab.spec.name / "toolkit"
 
 
 def pci_dir(labs_root: Path, lab: Lab, node: str) -> Path:
@@ -86,7 +98,7 @@ def node_labels(node: Node) -> dict[str, str]:
 def render(lab: Lab, image: str, labs_root: Path, toolkit: str = "") -> dict:
     """kind's config; `toolkit` is the host dir of the toolkit's binaries (infra's
     Products.toolkit), needed where the lab spec has container_toolkit."""
-    if lab.spec.container_toolkit and not toolkit:
+    if lab.spec.container_toolkit and lab.gpu_nodes and not toolkit:
         raise ValueError(f"lab {lab.spec.name} runs the NVIDIA Container Toolkit: no dir of it")
     nodes = []
     for n in lab.nodes:
@@ -101,8 +113,11 @@ def render(lab: Lab, image: str, labs_root: Path, toolkit: str = "") -> dict:
                 {"hostPath": str(pci_dir(labs_root, lab, n.name)),
                  "containerPath": "/" + PCI_DEVICES}]  # fmt: skip
             if lab.spec.container_toolkit:
-                entry["extraMounts"].append({"hostPath": toolkit, "containerPath": TOOLKIT_DIR,
-                                             "readOnly": True})  # fmt: skip
+                configs = toolkit_dir(labs_root, lab)
+                entry["extraMounts"] += [
+                    {"hostPath": toolkit, "containerPath": TOOLKIT_DIR, "readOnly": True},
+                    *({"hostPath": str(configs / f), "containerPath": path, "readOnly": True}
+                      for f, path in TOOLKIT_FILES.items())]  # fmt: skip
         nodes.append(entry)
     kubelet = (
         "kind: KubeletConfiguration\n"

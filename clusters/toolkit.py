@@ -3,15 +3,17 @@ documents it, so stock deployments (NVIDIA's chart at its default values) run un
 
 - The toolkit's binaries (built by `make infra` from the toolkit module the newest pinned
   plugin requires: clusters/scripts/nvidia-plugin.sh) are bind-mounted read-only at
-  /usr/local/nvidia/toolkit, where NVIDIA's GPU Operator installs them on a node
-  (clusters/kindconfig.py).
+  /usr/local/nvidia/toolkit, where NVIDIA's GPU Operator installs them on a node.
 - `nvidia-ctk runtime configure --runtime=containerd --set-as-default --cdi.enabled`, the
-  documented command, writes containerd's drop-in (/etc/containerd/conf.d/99-nvidia.toml,
-  imported by the main config) with the `nvidia` runtime as the default; containerd is
-  restarted, as the docs say. Running containers keep running (their shims stay).
-- The runtime runs in CDI mode (`nvidia-ctk config --set nvidia-container-runtime.mode=cdi`):
-  NVIDIA_VISIBLE_DEVICES=<uuid|index|all> becomes the CDI device nvidia.com/gpu=<id>. The
-  legacy mode needs libnvidia-container (C, not in any Go module), which is not built here.
+  documented command, run in a throwaway container of the lab's node image (its own
+  containerd config, default paths), writes containerd's drop-in (conf.d/99-nvidia.toml, the
+  `nvidia` runtime the default) and the main config that imports it; `nvidia-ctk config`
+  writes the runtime's config in CDI mode. GPU nodes get the three files as bind mounts
+  (clusters/kindconfig.py), so their containerd starts configured: the docs' "restart
+  containerd" happens at boot, and nothing restarts under a running control plane.
+- CDI mode: NVIDIA_VISIBLE_DEVICES=<uuid|index|all> becomes the CDI device
+  nvidia.com/gpu=<id>. The legacy mode needs libnvidia-container (C, in no Go module),
+  which is not built here.
 - The CDI spec (/var/run/cdi/nvidia.yaml, where NVIDIA's nvidia-cdi-refresh writes it) is
   `nvidia-ctk cdi generate` against fakenvml's driver root, regenerated after the fake
   GPUs are installed and whenever their set changes (a MIG layout: as NVIDIA's
@@ -27,30 +29,46 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from clusters import kindconfig
-from clusters.steps import StepError, poll
+from clusters.steps import StepError
 
 if TYPE_CHECKING:
     from clusters.lab import Lab
 
 NODE_DIR = kindconfig.TOOLKIT_DIR
 CTK = f"{NODE_DIR}/nvidia-ctk"
-DROP_IN = "/etc/containerd/conf.d/99-nvidia.toml"  # nvidia-ctk's default for containerd
 SPEC = "/var/run/cdi/nvidia.yaml"
-RUNTIME_CONFIG = "/etc/nvidia-container-runtime/config.toml"
 
-# NVIDIA's documented steps (install guide, "Configuring containerd" and "CDI"), in one shell
-# run inside the node; only the paths of the GPU Operator's install dir are added.
+# NVIDIA's documented steps (install guide: "Configuring containerd", CDI mode), run in the
+# node image; only the runtime's path (the GPU Operator's install dir) is added.
 CONFIGURE = f"""set -e
 {CTK} runtime configure --runtime=containerd --set-as-default --cdi.enabled \
   --nvidia-runtime-path={NODE_DIR}/nvidia-container-runtime
-mkdir -p {RUNTIME_CONFIG.rsplit("/", 1)[0]}
-{CTK} config default --output {RUNTIME_CONFIG}
-{CTK} config --in-place --config-file {RUNTIME_CONFIG} --set nvidia-container-runtime.mode=cdi
-systemctl restart containerd
+{CTK} config default --output /out/runtime.toml
+{CTK} config --in-place --config-file /out/runtime.toml --set nvidia-container-runtime.mode=cdi
+cp /etc/containerd/config.toml /etc/containerd/conf.d/99-nvidia.toml /out/
 """
+
+
+def prepare(out: Path, node_image: str, toolkit: str) -> None:
+    """The GPU nodes' containerd and runtime configs (kindconfig.TOOLKIT_FILES) written
+    into `out`."""
+    import docker
+    from docker.errors import ContainerError
+
+    out.mkdir(parents=True, exist_ok=True)
+    try:
+        volumes = {toolkit: {"bind": NODE_DIR, "mode": "ro"}, str(out): {"bind": "/out"}}
+        docker.from_env().containers.run(node_image, ["sh", "-c", CONFIGURE], entrypoint=[],
+                                         remove=True, volumes=volumes)  # fmt: skip
+    except ContainerError as e:
+        raise StepError(f"nvidia-ctk runtime configure in {node_image}: {e}") from None
+    for name in kindconfig.TOOLKIT_FILES:
+        if not (out / name).is_file():
+            raise StepError(f"nvidia-ctk runtime configure in {node_image} wrote no {name}")
 
 
 def generate_args() -> list[str]:
@@ -73,28 +91,6 @@ def with_state_mount(spec: dict) -> dict:
     return spec
 
 
-def configured(lab: Lab, node: str) -> bool:
-    try:
-        lab.node_exec(node, "test", "-s", DROP_IN)
-    except StepError:
-        return False
-    return True
-
-
-def configure_node(lab: Lab, node: str, deadline_s: float = 60) -> None:
-    lab.node_exec(node, "sh", "-c", CONFIGURE)
-
-    def answers() -> tuple[bool, str]:
-        try:
-            info = json.loads(lab.node_exec(node, "crictl", "info"))
-            default = info["config"]["containerd"]["defaultRuntimeName"]
-        except (StepError, ValueError, KeyError) as e:
-            return False, f"crictl info: {e}"
-        return default == "nvidia", f"default runtime {default}"
-
-    poll(f"containerd on {node} back with the nvidia runtime", answers, deadline_s)
-
-
 def refresh_node(lab: Lab, node: str) -> dict:
     """The node's CDI spec generated again from its fake GPUs as they are now; the spec."""
     out = lab.node_exec(node, *generate_args())
@@ -115,12 +111,6 @@ def _each_gpu_node(lab: Lab, fn: Callable[[Lab, str], object]) -> None:
     nodes = [n.name for n in lab.lab.gpu_nodes]
     with ThreadPoolExecutor(max_workers=max(1, len(nodes))) as pool:
         list(pool.map(lambda n: fn(lab, n), nodes))
-
-
-def configure(lab: Lab) -> None:
-    """Every toolkit GPU node's containerd with the nvidia runtime as its default (a node of
-    a reused cluster that already has it is left alone: no second restart)."""
-    _each_gpu_node(lab, lambda lab, n: configured(lab, n) or configure_node(lab, n))
 
 
 def refresh(lab: Lab) -> None:

@@ -335,8 +335,13 @@ def bring_up(lab: Lab) -> Lab:
 
 
 # Fixtures that stand for a lab, and which lab: `lab` is the --lab one.
-LAB_FIXTURES = {"hetero": "hetero", "mig_lab": "mig", "dra_lab": "dra", "dra_mig_lab": "dra-mig",
-                "stock": "stock"}
+LAB_FIXTURES = {
+    "hetero": "hetero",
+    "mig_lab": "mig",
+    "dra_lab": "dra",
+    "dra_mig_lab": "dra-mig",
+    "stock": "stock",
+}
 
 
 def labs_of(item: pytest.Item, config: pytest.Config) -> list[str]:

@@ -32,7 +32,7 @@ def test_kind_names_follow_role_and_order() -> None:
 
 def test_gpu_nodes_get_state_mounts_labels_and_fast_status_updates() -> None:
     lab = spec.load("seed")
-    cfg = kindconfig.render(lab, "node:img", Path("/labs"))
+    cfg = kindconfig.render(lab, "node:img", Path("/labs"), "/cache/toolkit")
     cp, w1, w2 = cfg["nodes"]
     assert cp == {"role": "control-plane", "image": "node:img"}
     # The driver root on a mount of its own (kind's /run is noexec); the state a second
@@ -45,11 +45,30 @@ def test_gpu_nodes_get_state_mounts_labels_and_fast_status_updates() -> None:
         # The fake GPUs' PCI sysfs where NFD reads the node's (the node's own namespace).
         {"hostPath": "/labs/seed/seed-worker.driver/sys/bus/pci/devices",
          "containerPath": "/sys/bus/pci/devices"},
+        # The NVIDIA Container Toolkit where the GPU Operator installs it, and the configs
+        # `nvidia-ctk runtime configure` wrote for the lab (containerd starts with them).
+        {"hostPath": "/cache/toolkit", "containerPath": "/usr/local/nvidia/toolkit",
+         "readOnly": True},
+        {"hostPath": "/labs/seed/toolkit/config.toml",
+         "containerPath": "/etc/containerd/config.toml", "readOnly": True},
+        {"hostPath": "/labs/seed/toolkit/99-nvidia.toml",
+         "containerPath": "/etc/containerd/conf.d/99-nvidia.toml", "readOnly": True},
+        {"hostPath": "/labs/seed/toolkit/runtime.toml",
+         "containerPath": "/etc/nvidia-container-runtime/config.toml", "readOnly": True},
     ]  # fmt: skip
     # GPU product/count labels are GFD's (clusters/features.py), not the kind config's.
     assert w2["labels"] == {"gpulab.dev/fake-gpus": "true", "gpulab.dev/plugin": "true"}
     assert w2["labels"]["gpulab.dev/plugin"] == "true"
     assert "nodeStatusUpdateFrequency: 2s" in cfg["kubeadmConfigPatches"][0]
+
+
+def test_a_lab_without_the_toolkit_gets_none_of_its_mounts_and_one_with_needs_its_dir() -> None:
+    data = {"name": "x", "nodes": [{"role": "control-plane", "gpus": [{"profile": "T4"}]}]}
+    plain = kindconfig.render(spec.from_dict({**data, "container_toolkit": False}), "i", Path("/l"))
+    paths = [m["containerPath"] for m in plain["nodes"][0]["extraMounts"]]
+    assert not [p for p in paths if "nvidia-container" in p or p.startswith("/etc/containerd")]
+    with pytest.raises(ValueError, match="NVIDIA Container Toolkit"):
+        kindconfig.render(spec.from_dict(data), "i", Path("/l"))
 
 
 def test_status_update_frequency_reaches_kubelet_in_go_duration_text() -> None:
@@ -92,7 +111,7 @@ def test_plugin_start_false_leaves_the_plugin_label_off() -> None:
         {"role": "control-plane"},
         {"gpus": [{"profile": "T4", "count": 1}], "plugin": {"start": False}},
     ]})  # fmt: skip
-    labels = kindconfig.render(lab, "i", Path("/l"))["nodes"][1]["labels"]
+    labels = kindconfig.render(lab, "i", Path("/l"), "/tk")["nodes"][1]["labels"]
     assert "gpulab.dev/plugin" not in labels and labels["gpulab.dev/fake-gpus"] == "true"
 
 
@@ -123,7 +142,7 @@ def test_bad_specs_are_refused_with_one_line(data: dict, message: str) -> None:
 
 
 def test_unknown_lab_names_the_known_ones() -> None:
-    shipped = "dra, dra-mig, hetero, mig, seed, single, wide"
+    shipped = "dra, dra-mig, hetero, mig, seed, single, stock, wide"
     with pytest.raises(spec.SpecError, match=rf"no lab 'nope' \(shipped: {shipped}\)"):
         spec.load("nope")
 
@@ -137,13 +156,13 @@ def test_a_lab_made_with_another_kind_config_is_not_reused(
         infra,
         "require",
         lambda images=(), kube=None: infra.Products(
-            node_images={versions.kube_version(): "node:img"}
+            node_images={versions.kube_version(): "node:img"}, toolkit="/tk"
         ),
     )
     lab = Lab("seed", subject="gpulab")
     lab.labs_root, lab.host.dir = tmp_path, tmp_path / "seed"
     assert actions.changed_config(lab) == "its kind config was not recorded"
-    cfg = kindconfig.render(lab.lab, "node:img", tmp_path)
+    cfg = kindconfig.render(lab.lab, "node:img", tmp_path, "/tk")
     lab.host.dir.mkdir()
     (lab.host.dir / "kind.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
     assert actions.changed_config(lab) == ""
