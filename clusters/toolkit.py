@@ -71,12 +71,18 @@ def prepare(out: Path, node_image: str, toolkit: str) -> None:
             raise StepError(f"nvidia-ctk runtime configure in {node_image} wrote no {name}")
 
 
-def generate_args() -> list[str]:
+def generate_args(root: str = kindconfig.DRIVER_ROOT, dev_root: str = "/",
+                  ctk: str = CTK) -> list[str]:  # fmt: skip
     """`nvidia-ctk cdi generate` for fakenvml's driver root, to stdout as JSON (both name
-    strategies, index and uuid, as its defaults: NVIDIA's plugin hands uuids)."""
-    return [CTK, "cdi", "generate", "--driver-root", kindconfig.DRIVER_ROOT, "--dev-root", "/",
-            f"--nvidia-cdi-hook-path={NODE_DIR}/nvidia-cdi-hook", "--format", "json",
-            "--quiet"]  # fmt: skip
+    strategies, index and uuid, as its defaults: NVIDIA's plugin hands uuids). The toolkit
+    reads the MIG capability minors from /proc/driver/nvidia-caps/mig-minors, which a real
+    driver's kernel module makes and no kind node has: it runs in a mount namespace of its
+    own with the driver root's proc/driver over /proc/driver (the node's stays as it is)."""
+    generate = [ctk, "cdi", "generate", "--driver-root", root,
+                "--dev-root", dev_root, f"--nvidia-cdi-hook-path={NODE_DIR}/nvidia-cdi-hook",
+                "--format", "json", "--quiet"]  # fmt: skip
+    proc = 'mount --bind "$1/proc/driver" /proc/driver && shift && exec "$@"'
+    return ["unshare", "--mount", "sh", "-c", proc, "sh", root, *generate]
 
 
 def with_state_mount(spec: dict) -> dict:

@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
+from clusters import toolkit
 from clusters.lab import Lab
 from clusters.subject import Subject
 from e2e.fixtures import namespaced_pods
@@ -108,6 +109,7 @@ def test_a_layout_changed_at_run_time_changes_capacity_after_a_plugin_restart(
     verdict.expect(f"GPU 1 -> {NEW_LAYOUT}: mig-1g.10gb 8, mig-2g.20gb 1, mig-3g.40gb 1")
     try:
         mig.configure(node, 1, NEW_LAYOUT)
+        toolkit.refresh(mig_lab)  # the new slices in the CDI spec, as NVIDIA's mig-manager does
         mig_lab.restart_plugin()
         for name, count in (("nvidia.com/mig-3g.40gb", 1), ("nvidia.com/mig-2g.20gb", 1),
                             ("nvidia.com/mig-1g.10gb", 8)):  # fmt: skip
@@ -116,6 +118,7 @@ def test_a_layout_changed_at_run_time_changes_capacity_after_a_plugin_restart(
         verdict.saw(", ".join(f"{n} {c}" for n, (c, _) in sorted(seen.items()) if c))
     finally:
         mig.configure(node, 1, "all-1g.10gb")
+        toolkit.refresh(mig_lab)
         mig_lab.restart_plugin()
 
 

@@ -4,6 +4,7 @@ kind cluster, and both workers report their 10 fake GPUs with each plugin."""
 from __future__ import annotations
 
 import io
+import json
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -13,7 +14,7 @@ import pytest
 from docker.models.containers import Container
 from rich.console import Console
 
-from clusters import actions, features
+from clusters import actions, features, toolkit
 from clusters.lab import RESOURCE, Lab
 from clusters.registration import Mark, registrations
 from clusters.steps import StepError
@@ -140,9 +141,18 @@ def test_a_lab_comes_up_with_fake_gpus_and_no_plugin(seed: Lab) -> None:
     assert "no plugin (subject: none)" in out.getvalue()
     assert bare.apps.list_daemon_set_for_all_namespaces(
         label_selector=actions.SUBJECT_LABEL).items == []  # fmt: skip
+    # NFD stays (its PCI label on the GPU nodes); gpulab's GFD goes: a chart brings its own.
+    assert bare.kube.pods(features.NAMESPACE, features.GFD) == []
     for worker in WORKERS:
         assert len(bare.fake_gpus(worker).node().gpus) == 10
         assert "character special" in bare.node_exec(worker, "stat", "-c", "%F", "/dev/nvidia9")
+        labels = bare.core.read_node(worker).metadata.labels
+        assert labels.get(features.PCI_LABEL) == "true"
+        # The NVIDIA Container Toolkit's CDI spec: every GPU by index and by UUID, and "all".
+        spec = json.loads(bare.node_read(worker, toolkit.SPEC))
+        names = {d["name"] for d in spec["devices"]}
+        uuids = {g.uuid for g in bare.fake_gpus(worker).node().gpus}
+        assert names == {str(i) for i in range(10)} | uuids | {"all"}
     with pytest.raises(ValueError, match="runs no plugin under test"):
         bare.plugin_pods()
 

@@ -1,15 +1,21 @@
 """The NVIDIA Container Toolkit's lab side (clusters/toolkit.py) without a cluster: the CDI
 spec edit, the generate command, and the configs `nvidia-ctk runtime configure` writes in
-the node image (needs `make infra`: the node image and the toolkit's binaries)."""
+the node image, and a MIG driver root's spec (needs `make infra`: the node image and the
+toolkit's binaries)."""
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 import tomllib
 from pathlib import Path
 
 import pytest
 
 from clusters import infra, kindconfig, toolkit, versions
+from fakenvml import mig
+from fakenvml.node import NodeDir
 
 
 def test_the_spec_gets_the_state_mount_once_and_keeps_the_drivers() -> None:
@@ -27,7 +33,10 @@ def test_the_spec_gets_the_state_mount_once_and_keeps_the_drivers() -> None:
 
 def test_the_spec_is_generated_for_fakenvmls_driver_root_with_the_mounted_hook() -> None:
     args = toolkit.generate_args()
-    assert args[:3] == [f"{kindconfig.TOOLKIT_DIR}/nvidia-ctk", "cdi", "generate"]
+    ctk = args.index(f"{kindconfig.TOOLKIT_DIR}/nvidia-ctk")
+    assert args[ctk + 1 : ctk + 3] == ["cdi", "generate"]
+    # In a mount namespace of its own, the driver root's proc/driver over /proc/driver.
+    assert args[:2] == ["unshare", "--mount"] and args[ctk - 1] == kindconfig.DRIVER_ROOT
     assert args[args.index("--driver-root") + 1] == kindconfig.DRIVER_ROOT
     assert f"--nvidia-cdi-hook-path={kindconfig.TOOLKIT_DIR}/nvidia-cdi-hook" in args
 
@@ -51,3 +60,25 @@ def test_runtime_configure_in_the_node_image_makes_nvidia_the_default_in_cdi_mod
     assert cri["enable_cdi"] is True and "/pause:" in cri["sandbox_image"]
     runtime = tomllib.loads((tmp_path / "runtime.toml").read_text())
     assert runtime["nvidia-container-runtime"]["mode"] == "cdi"
+
+
+def test_a_mig_driver_roots_spec_names_every_slice_by_index_and_uuid(tmp_path: Path) -> None:
+    """The real nvidia-ctk over a fake driver root with MIG on (it reads the slices'
+    capability minors from the root's proc/driver, mounted over /proc/driver for it)."""
+    p = infra.require((), versions.kube_version())
+    state, root = tmp_path / "state", tmp_path / "root"
+    inv = tmp_path / "inv.yaml"
+    inv.write_text("gpus: [{profile: H100-SXM5-80GB, count: 2, mig: all-1g.10gb}]\n")
+    fakenvml = [sys.executable, "-m", "fakenvml"]
+    subprocess.run([*fakenvml, "init", "--state-dir", str(state), str(inv)], check=True)
+    subprocess.run([*fakenvml, "install-driver", "--state-dir", str(state), str(root)],
+                   check=True, capture_output=True)  # fmt: skip
+    (root / "var/lib").mkdir(parents=True)
+    (root / "var/lib/fakenvml").symlink_to(state)  # where the library looks, as on nodes
+    args = toolkit.generate_args(str(root), str(root), f"{p.toolkit}/nvidia-ctk")
+    out = subprocess.run(args, check=True, capture_output=True, text=True, timeout=60).stdout
+    names = {d["name"] for d in json.loads(out)["devices"]}
+    slices = mig.devices(NodeDir(state))
+    assert len(slices) == 14
+    # <GPU index>:<MIG device index>, as NVIDIA's index strategy names them, and MIG UUIDs.
+    assert names == {f"{d.gpu}:{d.index}" for d in slices} | {d.uuid for d in slices} | {"all"}
