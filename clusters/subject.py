@@ -115,6 +115,9 @@ class Image(Strict):
         return self
 
 
+# `id: opaque`: ids that name no GPU (a counter, a hash). Which GPU each is, e2e learns from
+# the device specs the plugin's Allocate answers hold (e2e/checkpoint.py): device_specs only.
+OPAQUE = "opaque"
 # A device id pattern's placeholders: the one that names the GPU, and the replica.
 GPU_KEYS = ("uuid", "minor", "index")
 REPLICA = "replica"
@@ -170,8 +173,8 @@ def id_form(pattern: str, keys: tuple[str, ...] = GPU_KEYS, replica: bool = True
     gpu = [k for k in found if k in keys]
     if not gpu:
         gpus = ", ".join(f"{{{k}}}" for k in keys)
-        raise ValueError(f"{pattern!r} names no GPU: give one of {gpus} (opaque ids are "
-                         "not supported: clusters/subject.py says why)")  # fmt: skip
+        raise ValueError(f"{pattern!r} names no GPU: give one of {gpus}, or `{OPAQUE}` for "
+                         "ids that name none (with device_specs)")  # fmt: skip
     if len(gpu) > 1 or found.count(REPLICA) > 1:
         raise ValueError(f"{pattern!r}: each placeholder once, and one GPU placeholder only")
     if "}{" in pattern:
@@ -202,16 +205,22 @@ class DeviceIds(Strict):
     env: str | None = None
     cdi: str | None = None  # e.g. k8s.device-plugin.nvidia.com/gpu
     device_specs: str | None = None  # e.g. /dev/nvidia{minor}
-    id: str = "{uuid}"  # e.g. nvidia{minor}, {uuid}, gpu{index}::{replica}
+    id: str = "{uuid}"  # e.g. nvidia{minor}, {uuid}, gpu{index}::{replica}, opaque
 
     @model_validator(mode="after")
     def _one(self) -> DeviceIds:
         if sum(v is not None for v in (self.env, self.cdi, self.device_specs)) != 1:
             raise ValueError("give exactly one of env, cdi, device_specs")
-        try:
-            id_form(self.id)
-        except ValueError as e:
-            raise ValueError(f"id: {e}") from None
+        if self.opaque:
+            if self.device_specs is None:
+                raise ValueError(f"id: {OPAQUE} needs device_specs: the device nodes Allocate "
+                                 "hands say which GPU an opaque id is (an env var or a CDI "
+                                 "name shows only the id again)")  # fmt: skip
+        else:
+            try:
+                id_form(self.id)
+            except ValueError as e:
+                raise ValueError(f"id: {e}") from None
         if self.device_specs is not None:
             path = PurePosixPath(self.device_specs)
             if path.parent != PurePosixPath("/dev") or "{" not in path.name:
@@ -224,8 +233,15 @@ class DeviceIds(Strict):
         return self
 
     @property
+    def opaque(self) -> bool:
+        """The ids name no GPU: e2e maps them through the device specs of each Allocate."""
+        return self.id == OPAQUE
+
+    @property
     def form(self) -> IdForm:
-        """How a device id names its GPU."""
+        """How a device id names its GPU (ValueError for opaque ids: none)."""
+        if self.opaque:
+            raise ValueError(f"{OPAQUE} ids name no GPU")
         return id_form(self.id)
 
     @property
@@ -239,12 +255,13 @@ class DeviceIds(Strict):
         self, device_id: str, gpus: Sequence[Gpu], mig: Sequence[MigDevice] = ()
     ) -> str | None:
         """The UUID of the GPU (a MIG device's own, for `{uuid}` ids) `device_id` names,
-        replica suffix or not; None if it names none of `gpus` / `mig`."""
-        return self.form.gpu_of(device_id, gpus, mig)
+        replica suffix or not; None if it names none of `gpus` / `mig`, and for every opaque
+        id (e2e/checkpoint.py maps those)."""
+        return None if self.opaque else self.form.gpu_of(device_id, gpus, mig)
 
     def replica_of(self, device_id: str) -> int | None:
         """The replica a time-sliced id names (<uuid>::<k>, or the `{replica}` of `id`)."""
-        found = self.form.parse(device_id)
+        found = None if self.opaque else self.form.parse(device_id)
         return None if found is None else found[1]
 
     def describe(self) -> str:

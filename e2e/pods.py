@@ -19,6 +19,7 @@ from kubernetes.client.exceptions import ApiException
 from kubernetes.stream import stream
 
 from clusters.subject import DeviceIds
+from e2e import checkpoint
 from fakenvml import mig
 from fakenvml.mig import MigDevice
 from fakenvml.model import Gpu
@@ -58,6 +59,8 @@ DEVICE_ENV = "NVIDIA_VISIBLE_DEVICES"
 
 # A node's GPUs and MIG devices, by node name: what the plugin's device ids name.
 NodeGpus = Callable[[str], tuple[Sequence[Gpu], Sequence[MigDevice]]]
+# A node -> the kubelet's Allocate answers for the resource: (device ids, device node paths).
+Answers = Callable[[str], list[tuple[list[str], list[str]]]]
 DEVICE_NODE = re.compile(r"^nvidia(\d+)$")
 # The grace period a DRA lab's pods are deleted with (see Pods: force-deleting costs ~70 s).
 DRA_GRACE_S = 1
@@ -79,11 +82,13 @@ class Pods:
 
     def __init__(self, core: client.CoreV1Api, namespace: str, image: str,
                  resource: str = GPU, ids: DeviceIds | None = None,
-                 node_gpus: NodeGpus | None = None, grace_s: int = 0) -> None:  # fmt: skip
+                 node_gpus: NodeGpus | None = None, grace_s: int = 0,
+                 answers: Answers | None = None) -> None:  # fmt: skip
         self.core, self.ns, self.image, self.grace_s = core, namespace, image, grace_s
         self.resource = resource
         self.ids = ids or DeviceIds(env=DEVICE_ENV)
         self.node_gpus = node_gpus
+        self.answers = answers
 
     def gpu_pod(self, name: str, gpus: int, node: str | None = None) -> dict:
         """A workload pod asking for `gpus` (scheduled by the scheduler, onto `node` if
@@ -108,8 +113,13 @@ class Pods:
             d = lab.fake_gpus(node)
             return d.node().gpus, mig.devices(d)
 
+        def answers(node: str) -> list[tuple[list[str], list[str]]]:
+            got = checkpoint.allocated_nodes(lab, node)
+            return [v for (_, _, resource), v in got.items() if resource == s.resource]
+
         return cls(lab.core, namespace, lab.images["workload"], s.resource, s.device_ids,
-                   node_gpus, grace_s=DRA_GRACE_S if lab.lab.spec.dra else 0)  # fmt: skip
+                   node_gpus, grace_s=DRA_GRACE_S if lab.lab.spec.dra else 0,
+                   answers=answers if s.device_ids.opaque else None)  # fmt: skip
 
     # -- lifecycle
 
@@ -216,19 +226,40 @@ class Pods:
 
     def gpus_of(self, node: str, ids: Iterable[str]) -> list[str]:
         """The GPUs (UUIDs; a MIG device's own) the plugin's device ids name on `node`: what
-        the kubelet's checkpoint or a pod's status holds, compared with `devices`."""
+        the kubelet's checkpoint or a pod's status holds, compared with `devices`. Opaque
+        ids are named through the plugin's Allocate answers (checkpoint.solve): one by one
+        where they tell, else as the group one answer handed together."""
+        ids = list(ids)
+        if self.ids.opaque:
+            return self._opaque_gpus(node, ids)
         gpus, slices = self._gpus(node)
         named = ((i, self.ids.gpu_of(i, gpus, slices)) for i in ids)
         return [gpu or f"{i} (names no GPU of {node})" for i, gpu in named]
 
-    def gpus_of_nodes(self, node: str, entries: Iterable[str]) -> list[str]:
-        """The GPUs whose device nodes are among a container's /dev `entries`, as the
-        subject's device nodes name them (/dev/nvidia<minor>); other entries are not GPUs."""
+    def _opaque_gpus(self, node: str, ids: list[str]) -> list[str]:
+        if self.answers is None:
+            raise ValueError("opaque ids are named through Allocate answers (Pods.of gives them)")
+        answers = [(got, self.gpus_at(node, paths)) for got, paths in self.answers(node)]
+        solved = checkpoint.solve(answers)
+        if not all(i in solved for i in ids):
+            for got, gpus in answers:
+                if sorted(got) == sorted(ids):
+                    return gpus
+        return [solved.get(i) or f"{i} (no Allocate answer tells its GPU)" for i in ids]
+
+    def gpus_at(self, node: str, paths: Iterable[str]) -> list[str]:
+        """The GPUs device node paths name, as the subject's device nodes do (/dev/nvidia<minor>);
+        paths of no GPU are left out."""
         form = self.ids.nodes
         assert form is not None  # not an env subject
         gpus, _ = self._gpus(node)
-        paths = [f"/dev/{e}" for e in entries if form.parse(f"/dev/{e}")]
-        return [form.gpu_of(p, gpus) or f"{p} (names no GPU of {node})" for p in paths]
+        named = [p for p in paths if form.parse(p)]
+        return [form.gpu_of(p, gpus) or f"{p} (names no GPU of {node})" for p in named]
+
+    def gpus_of_nodes(self, node: str, entries: Iterable[str]) -> list[str]:
+        """The GPUs whose device nodes are among a container's /dev `entries`, as the
+        subject's device nodes name them (/dev/nvidia<minor>); other entries are not GPUs."""
+        return self.gpus_at(node, (f"/dev/{e}" for e in entries))
 
     def health(self, pod: client.V1Pod) -> dict[str, str]:
         """device_health of the subject's resource, each device id named as its GPU."""

@@ -9,6 +9,9 @@
 //	devices              devices are nvidia<minor> (NVML's minor number); Allocate hands the
 //	                     container /dev/nvidia<minor> of each GPU and the driver's control
 //	                     nodes the host has (nvidiactl, nvidia-uvm, ...), and sets no env
+//	opaque               as devices, but devices are named gpu-<8 hex digits>, a hash of the
+//	                     UUID that says nothing of which GPU it is (as a plugin that numbers
+//	                     its devices, or hashes them, would)
 //
 // In devices mode the host's /dev must be mounted at /dev: the plugin refuses to start
 // when a GPU has no device node there (a driver that is not loaded yet), so the
@@ -18,6 +21,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"hash/fnv"
 	"log"
 	"net"
 	"os"
@@ -47,9 +51,11 @@ var controlNodes = []string{"nvidiactl", "nvidia-uvm", "nvidia-uvm-tools", "nvid
 
 type plugin struct {
 	api.UnimplementedDevicePluginServer
-	nodes   bool              // devices mode: Allocate returns device nodes, not an env
+	nodes   bool              // devices/opaque mode: Allocate returns device nodes, not an env
+	opaque  bool              // opaque mode: ids are hashes of the UUID
 	control []string          // the control nodes found at start (devices mode)
-	ids     map[string]string // GPU UUID -> device id (the UUID, or nvidia<minor>)
+	ids     map[string]string // GPU UUID -> device id (the UUID, nvidia<minor>, gpu-<hash>)
+	paths   map[string]string // device id -> its device node (devices/opaque mode)
 	mu      sync.Mutex
 	health  map[string]string // device id -> health
 	changed chan struct{}
@@ -102,7 +108,7 @@ func (p *plugin) Allocate(_ context.Context, req *api.AllocateRequest) (*api.All
 			if !p.known(id) {
 				return nil, fmt.Errorf("Allocate: no GPU %q on this node (it has %s)", id, p.names())
 			}
-			got.Devices = append(got.Devices, nodeSpec(filepath.Join(devDir, id)))
+			got.Devices = append(got.Devices, nodeSpec(p.paths[id]))
 		}
 		for _, path := range p.control {
 			got.Devices = append(got.Devices, nodeSpec(path))
@@ -185,22 +191,28 @@ func register() error {
 	return err
 }
 
-// deviceID is how the plugin names GPU i to the kubelet: its UUID, or in devices mode
-// nvidia<minor>, whose node must exist under /dev.
-func deviceID(i int, d nvml.Device, uuid string, nodes bool) string {
-	if !nodes {
-		return uuid
+// deviceID is how the plugin names GPU i to the kubelet, and its device node in devices
+// and opaque mode (which must exist under /dev): its UUID; nvidia<minor>; gpu-<hash>.
+func deviceID(i int, d nvml.Device, uuid string, p *plugin) (string, string) {
+	if !p.nodes {
+		return uuid, ""
 	}
 	minor, ret := d.GetMinorNumber()
 	if ret != nvml.SUCCESS {
 		log.Fatalf("nvmlDeviceGetMinorNumber(%d): %v", i, nvml.ErrorString(ret))
 	}
-	id := fmt.Sprintf("nvidia%d", minor)
-	if _, err := os.Stat(filepath.Join(devDir, id)); err != nil {
+	node := fmt.Sprintf("nvidia%d", minor)
+	path := filepath.Join(devDir, node)
+	if _, err := os.Stat(path); err != nil {
 		log.Fatalf("devices mode: GPU %d (%s) has no device node: %v; mount the host's /dev "+
 			"at /dev, on a host whose driver made /dev/nvidia<minor>", i, uuid, err)
 	}
-	return id
+	if p.opaque {
+		h := fnv.New32a()
+		h.Write([]byte(uuid))
+		return fmt.Sprintf("gpu-%08x", h.Sum32()), path
+	}
+	return node, path
 }
 
 // presentControlNodes are the control nodes this host's /dev has.
@@ -217,8 +229,8 @@ func presentControlNodes() []string {
 
 func main() {
 	mode := os.Getenv(modeVar)
-	if mode != "" && mode != "uuids" && mode != "devices" {
-		log.Fatalf("%s=%q: expected uuids (the default) or devices", modeVar, mode)
+	if mode != "" && mode != "uuids" && mode != "devices" && mode != "opaque" {
+		log.Fatalf("%s=%q: expected uuids (the default), devices or opaque", modeVar, mode)
 	}
 	if ret := nvml.Init(); ret != nvml.SUCCESS {
 		log.Fatalf("nvmlInit: %v", nvml.ErrorString(ret))
@@ -227,7 +239,8 @@ func main() {
 	if ret != nvml.SUCCESS {
 		log.Fatalf("nvmlDeviceGetCount: %v", nvml.ErrorString(ret))
 	}
-	p := &plugin{nodes: mode == "devices", ids: map[string]string{}, health: map[string]string{},
+	p := &plugin{nodes: mode == "devices" || mode == "opaque", opaque: mode == "opaque",
+		ids: map[string]string{}, paths: map[string]string{}, health: map[string]string{},
 		changed: make(chan struct{}, 1)}
 	var handles []nvml.Device
 	for i := 0; i < count; i++ {
@@ -236,14 +249,15 @@ func main() {
 			log.Fatalf("nvmlDeviceGetHandleByIndex(%d): %v", i, nvml.ErrorString(ret))
 		}
 		uuid, _ := d.GetUUID()
-		id := deviceID(i, d, uuid, p.nodes)
+		id, path := deviceID(i, d, uuid, p)
 		p.ids[uuid] = id
+		p.paths[id] = path
 		p.health[id] = api.Healthy
 		handles = append(handles, d)
 	}
 	if p.nodes {
 		p.control = presentControlNodes()
-		log.Printf("devices mode: %s, with control nodes [%s]", p.names(), strings.Join(p.control, " "))
+		log.Printf("%s mode: %s, with control nodes [%s]", mode, p.names(), strings.Join(p.control, " "))
 	}
 
 	path := filepath.Join(api.DevicePluginPath, socket)

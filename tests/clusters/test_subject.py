@@ -248,8 +248,17 @@ def test_socket_is_a_name_or_a_glob(tmp_path: Path, socket: str, endpoint: str,
         ),
         (
             {"device_ids": {"env": "X", "id": "gpu-slot"}},
-            "device_ids: id: 'gpu-slot' names no GPU: give one of {uuid}, {minor}, {index} "
-            "(opaque ids are not supported",
+            "device_ids: id: 'gpu-slot' names no GPU: give one of {uuid}, {minor}, {index}, "
+            "or `opaque` for ids that name none (with device_specs)",
+        ),
+        (
+            {"device_ids": {"env": "X", "id": "opaque"}},
+            "device_ids: id: opaque needs device_specs: the device nodes Allocate hands say "
+            "which GPU an opaque id is",
+        ),
+        (
+            {"device_ids": {"cdi": "a/gpu", "id": "opaque"}},
+            "device_ids: id: opaque needs device_specs",
         ),
         (
             {"device_ids": {"env": "X", "id": "nvidia{gpu}"}},
@@ -337,7 +346,7 @@ def test_prepare_goes_with_build_only(tmp_path: Path) -> None:
 
 
 def test_the_example_plugin_is_a_subject_of_its_own() -> None:
-    tiny, devices = subject.examples()
+    tiny, devices, opaque = subject.examples()
     assert tiny.name == "tiny-gpu-plugin"
     assert tiny.spec.resource == "example.com/gpu"
     assert tiny.spec.device_ids.env == "TINY_GPU_UUIDS"
@@ -346,6 +355,9 @@ def test_the_example_plugin_is_a_subject_of_its_own() -> None:
     assert devices.name == "tiny-gpu-plugin-devices" and devices.plugin == tiny.plugin
     assert devices.spec.device_ids.device_specs == "/dev/nvidia{minor}"
     assert devices.spec.device_ids.env is None
+    # Its opaque mode: the devices mode's DaemonSet with its mode changed, ids naming no GPU.
+    assert opaque.plugin == tiny.plugin and opaque.spec.env == {"TINY_GPU_MODE": "opaque"}
+    assert opaque.spec.device_ids.opaque and opaque.gpu_of("gpu-7f3a19c2", []) is None
 
 
 def test_a_subject_deployed_from_its_own_chart_directory(tmp_path: Path) -> None:

@@ -66,6 +66,26 @@ def shown_gpus(subject: Subject, response: object, gpus: list[Gpu],
     return [form.gpu_of(p, gpus) or f"{p} (no GPU)" for p in paths if form.parse(p)]
 
 
+def naming(subject: Subject, kubelet: Kubelet, gpus: list[Gpu]) -> Callable[[str], str | None]:
+    """How this tier names a device id as its GPU: the id itself says (subject.gpu_of), or,
+    for opaque ids, the one device node an Allocate of that id alone answers with."""
+    ids = subject.spec.device_ids
+    if not ids.opaque:
+        return lambda d: subject.gpu_of(d, gpus)
+    form = ids.nodes
+    assert form is not None  # opaque ids come with device specs
+    learned: dict[str, str | None] = {}
+
+    def name(d: str) -> str | None:
+        if d not in learned:
+            resp = kubelet.allocate(subject.spec.resource, [d])
+            paths = [x.container_path for x in resp.devices if form.parse(x.container_path)]
+            learned[d] = form.gpu_of(paths[0], gpus) if len(paths) == 1 else None
+        return learned[d]
+
+    return name
+
+
 def faulted(kubelet: Kubelet, resource: str) -> frozenset[str]:
     res = kubelet.resources.get(resource)
     return res.unhealthy if res else frozenset()
@@ -94,7 +114,7 @@ def test_the_image_serves_the_nodes_gpus_and_marks_a_faulted_one(
     subject: Subject, kubelet: Kubelet, fake_node: Callable[..., NodeDir]
 ) -> None:
     """Every id is compared as the GPU it names (the subject's device_ids: env, CDI or
-    device specs; {uuid}, {minor} or {index} ids)."""
+    device specs; {uuid}, {minor}, {index} or opaque ids)."""
     node = fake_node()
     gpus = node.node().gpus
     uuids = [g.uuid for g in gpus]
@@ -103,7 +123,8 @@ def test_the_image_serves_the_nodes_gpus_and_marks_a_faulted_one(
     with SubjectContainer(subject, image_of(subject), kubelet.dir, node.path) as plugin:
         res = kubelet.wait_devices(resource, 8 * expects.replicas, timeout=30)
         assert subject.serves_on(res.endpoint), (res.endpoint, subject.spec.socket)
-        assert {subject.gpu_of(d, gpus) for d in res.devices} == set(uuids), sorted(res.devices)
+        gpu_of = naming(subject, kubelet, gpus)
+        assert {gpu_of(d) for d in res.devices} == set(uuids), sorted(res.devices)
         got = kubelet.admit(resource, 2)
         if kind := subject.spec.device_ids.cdi:
             # Every GPU has a device in a spec the plugin wrote, named by its id, with its
@@ -114,10 +135,10 @@ def test_the_image_serves_the_nodes_gpus_and_marks_a_faulted_one(
             assert {u: nodes.get(u) for u in want} == want, specs
             assert set(cdi_ids(kind, got.response)) <= set(specs)
         # Time-sliced ids are <uuid>::<k>; the container gets the GPUs behind them.
-        behind = {subject.gpu_of(d, gpus) for d in got.devices}
+        behind = {gpu_of(d) for d in got.devices}
         assert sorted(shown_gpus(subject, got.response, gpus)) == sorted(behind)
         unhealthy = inject_until_faulted(kubelet, resource, lambda: node.inject_xid(3, 79))
-        assert {subject.gpu_of(d, gpus) for d in unhealthy} == {uuids[3]}
+        assert {gpu_of(d) for d in unhealthy} == {uuids[3]}
         assert len(unhealthy) == expects.out_per_faulted_gpu
 
 

@@ -3,7 +3,9 @@ a container got, and what the kubelet holds, by GPU whatever the plugin calls it
 
 from __future__ import annotations
 
+import base64
 import itertools
+import json
 import re
 import subprocess
 import sys
@@ -14,10 +16,12 @@ import pytest
 from kubernetes import client
 
 from clusters.subject import DeviceIds
+from e2e import checkpoint
 from e2e.pods import Pods
 from fakenvml import inventory
 from fakenvml.mig import MigDevice, mig_uuid
 from fakenvml.model import Gpu
+from plugin.api.v1beta1 import api_pb2 as pb
 
 
 class Recorder:
@@ -170,3 +174,51 @@ def test_pod_status_health_is_keyed_by_the_gpu_each_id_names() -> None:
         GPUS[0].uuid: "Healthy"
     }
     assert uuids.health(status("example.com/gpu", {GPUS[0].uuid: "Healthy"})) == {}
+
+
+OPAQUE = DeviceIds(device_specs="/dev/nvidia{minor}", id="opaque")
+
+
+def answered(answers: list[tuple[list[str], list[str]]]) -> Shown:
+    """Pods of an opaque-id subject whose node's Allocate answers are `answers`."""
+    p = Shown(OPAQUE)
+    p.answers = lambda node: answers
+    return p
+
+
+def test_opaque_ids_are_named_by_the_device_specs_each_allocate_answered_with() -> None:
+    """One id with one device node names it; known ids are taken out of the others."""
+    p = answered([(["a"], ["/dev/nvidia0"]), (["b", "c"], ["/dev/nvidia1", "/dev/nvidia2"]),
+                  (["c"], ["/dev/nvidia2"])])  # fmt: skip
+    assert p.gpus_of(NODE, ["a", "b", "c"]) == [GPUS[3].uuid, GPUS[2].uuid, GPUS[1].uuid]
+
+
+def test_opaque_ids_only_handed_together_are_named_as_their_group() -> None:
+    p = answered([(["x", "y"], ["/dev/nvidia0", "/dev/nvidia3"])])
+    assert sorted(p.gpus_of(NODE, ["y", "x"])) == sorted([GPUS[3].uuid, GPUS[0].uuid])
+    assert p.gpus_of(NODE, ["x"]) == ["x (no Allocate answer tells its GPU)"]
+
+
+def test_replica_ids_answered_with_one_device_node_all_name_its_gpu() -> None:
+    assert answered([(["r1", "r2"], ["/dev/nvidia0"])]).gpus_of(NODE, ["r1", "r2"]) == [
+        GPUS[3].uuid, GPUS[3].uuid]  # fmt: skip
+
+
+def test_an_opaque_id_answered_with_two_gpus_is_the_plugins_bug() -> None:
+    p = answered([(["a"], ["/dev/nvidia0"]), (["a"], ["/dev/nvidia1"])])
+    with pytest.raises(checkpoint.InconsistentIds, match="device id a came with"):
+        p.gpus_of(NODE, ["a"])
+
+
+def test_the_kubelets_checkpoint_keeps_each_answers_device_specs() -> None:
+    """kubelet stores every ContainerAllocateResponse (AllocResp) beside the ids."""
+    spec = pb.DeviceSpec(container_path="/dev/nvidia2", host_path="/dev/nvidia2", permissions="rw")
+    resp = pb.ContainerAllocateResponse(devices=[spec])
+    entry = {"PodUID": "u1", "ContainerName": "main", "ResourceName": "example.com/gpu",
+             "DeviceIDs": {"-1": ["dev-7f3a"]},
+             "AllocResp": base64.b64encode(resp.SerializeToString()).decode()}  # fmt: skip
+    text = json.dumps({"Data": {"PodDeviceEntries": [entry], "RegisteredDevices": {}},
+                       "Checksum": 1})  # fmt: skip
+    lab = SimpleNamespace(node_read=lambda node, path: text)
+    got = checkpoint.allocated_nodes(lab, NODE)  # type: ignore[arg-type]
+    assert got == {("u1", "main", "example.com/gpu"): (["dev-7f3a"], ["/dev/nvidia2"])}
