@@ -11,11 +11,6 @@ app.kubernetes.io/part-of: gpulab
 {{ .Values.image.repository }}:{{ .Values.image.tag }}
 {{- end }}
 
-{{/* Where fakenvml installs the library inside the driver root. */}}
-{{- define "fake-gpus.libdir" -}}
-{{ .Values.driverRoot }}/usr/lib/x86_64-linux-gnu
-{{- end }}
-
 {{/* The GPUs a pool's inventory lists: each `gpus:` entry counts `count` (default 1). */}}
 {{- define "fake-gpus.count" -}}
 {{- $n := 0 }}
