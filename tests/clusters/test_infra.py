@@ -257,8 +257,8 @@ def _wait_for(proc: subprocess.Popen[str], done: Callable[[], bool], what: str) 
 def test_subjects_that_build_one_directory_share_one_image_tag() -> None:
     from clusters import subject
 
-    tiny, devices = subject.examples()
+    tiny, devices, opaque = subject.examples()
     assert devices.path(devices.spec.image.build or "") == tiny.path(".")
     tag = infra._subject_tag(tiny)
     assert tag.startswith("gpulab-subject/tiny-gpu-plugin:")
-    assert infra._subject_tag(devices) == tag
+    assert infra._subject_tag(devices) == infra._subject_tag(opaque) == tag
