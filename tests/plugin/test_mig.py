@@ -7,6 +7,7 @@ mig-2g.20gb 1, mig-3g.40gb 1. single: both GPUs all-1g.10gb: nvidia.com/gpu 14.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,6 +19,7 @@ from clusters.subject import Subject
 from fakenvml import driver, library, mig
 from fakenvml.node import NodeDir
 from plugin.standin import Kubelet, gpulab
+from plugin.standin.kubelet import StandinError
 from plugin.standin.process import PluginProcess
 
 MIG_SUBJECTS = [s for s in subject_mod.shipped() if s.expects.mig != "none"]
@@ -129,24 +131,36 @@ def test_an_xid_on_every_slice_of_a_gpu(subject: Subject, running: Running,
     in its event map and drops the Xids of the others: exactly one goes Unhealthy."""
     name, devices = max(running.by_resource.items(), key=lambda kv: len(kv[1]))
     gpu0 = [d for d in devices if d.gpu == 0]
-    for d in gpu0:
-        running.node.inject_xid(d.gpu, 79, d.gi, d.ci)
-    if subject.expects.mig_slice_xid == "that-slice":
-        kubelet.wait_health(name, {d.uuid for d in gpu0}, timeout=15)
-        return
-    # Plugins read events in order: a sentinel on GPU 1 (whole GPU: its one kept slice)
-    # shows the Xids before it were all read.
-    running.node.inject_xid(1, 79)
     others = {d.uuid for d in gpu0}
+    slice_only = subject.expects.mig_slice_xid == "that-slice"
 
-    def sentinel_seen() -> object:
+    def marked() -> object:
         res = kubelet.resources.get(name)
-        return res if res and res.unhealthy - others else None
+        if slice_only:
+            return res if res and others <= res.unhealthy else None
+        return res if res and res.unhealthy - others and res.unhealthy & others else None
 
-    res = kubelet.wait_for(sentinel_seen, f"{name}: the GPU 1 sentinel marked",
-                           lambda: kubelet.resource(name).summary(), 15)  # fmt: skip
-    marked = res.unhealthy & others  # type: ignore[attr-defined]
-    assert len(marked) == 1, sorted(marked)
+    # A plugin's health loop registers for events a moment after it serves its devices;
+    # Xids before that are missed, as on hardware (CI once saw NVIDIA's v0.17.4 miss all
+    # of them: 0 unhealthy after 15 s). So the Xids go again every 3 s until they show:
+    # repeats change nothing once seen (a marked slice stays marked). For NVIDIA's, a
+    # sentinel on GPU 1 (whole GPU: its one kept slice) shows the Xids before it were read.
+    deadline = time.monotonic() + 30
+    while True:
+        for d in gpu0:
+            running.node.inject_xid(d.gpu, 79, d.gi, d.ci)
+        if not slice_only:
+            running.node.inject_xid(1, 79)
+        try:
+            res = kubelet.wait_for(marked, f"{name}: GPU 0's slices (and the sentinel) marked",
+                                   lambda: kubelet.resource(name).summary(), 3)  # fmt: skip
+            break
+        except StandinError:
+            if time.monotonic() > deadline:
+                raise
+    if not slice_only:
+        hit = res.unhealthy & others  # type: ignore[attr-defined]
+        assert len(hit) == 1, sorted(hit)
 
 
 def test_device_specs_give_the_container_the_slice_s_capability_nodes(
