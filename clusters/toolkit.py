@@ -27,7 +27,6 @@ Only GPU nodes get the toolkit, as on real clusters; the control plane runs plai
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -111,14 +110,10 @@ def refresh_node(lab: Lab, node: str) -> dict:
     return spec
 
 
-def _each_gpu_node(lab: Lab, fn: Callable[[Lab, str], object]) -> None:
+def refresh(lab: Lab) -> None:
+    """Every GPU node's CDI spec, from its fake GPUs as they are now (in parallel)."""
     if not lab.lab.spec.container_toolkit:
         return
     nodes = [n.name for n in lab.lab.gpu_nodes]
     with ThreadPoolExecutor(max_workers=max(1, len(nodes))) as pool:
-        list(pool.map(lambda n: fn(lab, n), nodes))
-
-
-def refresh(lab: Lab) -> None:
-    """Every toolkit GPU node's CDI spec, from its fake GPUs as they are now."""
-    _each_gpu_node(lab, refresh_node)
+        list(pool.map(lambda n: refresh_node(lab, n), nodes))
