@@ -33,16 +33,18 @@ at the root's proc/devices.
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from kubernetes import client
 
-from clusters import chart, infra, kindconfig, post_render, spec, versions
+from clusters import actions, chart, features, infra, kindconfig, post_render, spec, versions
+from clusters.actions import Action
+from clusters.context import Context
+from clusters.kube import Kube
+from clusters.serving import Serving
 from fakenvml import mig
-
-if TYPE_CHECKING:
-    from clusters.lab import Lab
 
 MODULE = "sigs.k8s.io/dra-driver-nvidia-gpu"
 CHART_DIR = "deployments/helm/dra-driver-nvidia-gpu"
@@ -118,17 +120,24 @@ def renderer(static_mig: bool) -> list[str] | None:
     return [sys.executable, str(Path(post_render.__file__)), CONTAINER, MOUNT_PROC_DRIVER]
 
 
-def api(lab: Lab) -> client.ResourceV1Api:
+class Cluster(Protocol):
+    """A lab's API server seam: a Context, or the Lab a suite holds."""
+
+    @property
+    def kube(self) -> Kube: ...
+
+
+def api(lab: Cluster) -> client.ResourceV1Api:
     return client.ResourceV1Api(lab.kube.api)
 
 
-def slices(lab: Lab, node: str | None = None) -> list[client.V1ResourceSlice]:
+def slices(lab: Cluster, node: str | None = None) -> list[client.V1ResourceSlice]:
     """The driver's ResourceSlices (of `node` only, if given)."""
     fields = f"spec.driver={DRIVER}" + (f",spec.nodeName={node}" if node else "")
     return api(lab).list_resource_slice(field_selector=fields).items
 
 
-def devices(lab: Lab, node: str) -> dict[str, client.V1Device]:
+def devices(lab: Cluster, node: str) -> dict[str, client.V1Device]:
     """The node's published devices by name."""
     return {d.name: d for s in slices(lab, node) for d in s.spec.devices or []}
 
@@ -141,20 +150,114 @@ def attribute(device: client.V1Device, name: str) -> object:
     return next((v for v in (a.string, a.int, a.bool, a.version) if v is not None), None)
 
 
-# -- lab actions (clusters/actions.py DRA)
+# -- workloads: claims (a pod's spec.resourceClaims), what a claim was given, taints
+#
+#    dra.create_template(lab, ns, "t4", "device.attributes['gpu.nvidia.com'].productName"
+#                        " == 'Tesla T4'")
+#    pods.create(dra.pod("job", pods.image, template="t4"))
+#    dra.allocated(lab, ns, pods.get("job"))       # [(node pool, device name)]
+
+CLAIM = "gpu"  # the name a pod gives its one claim (pod.spec.resourceClaims[].name)
 
 
-def deploy(lab: Lab) -> None:
-    gates = lab.lab.spec.dra.feature_gates if lab.lab.spec.dra else {}
-    static_mig = has_mig(lab.lab)
-    install(lab.kubeconfig, lab.images["dra"], gates, static_mig, lab.images["gpulab"])
+def request(selector: str | None = None, count: int = 1,
+            device_class: str = DEVICE_CLASS) -> dict:  # fmt: skip
+    """A claim spec: `count` devices of `device_class` (whole GPUs unless named), matching
+    the CEL `selector`."""
+    exactly: dict = {"deviceClassName": device_class, "count": count}
+    if selector:
+        exactly["selectors"] = [{"cel": {"expression": selector}}]
+    return {"devices": {"requests": [{"name": "gpu", "exactly": exactly}]}}
 
 
-def wait_pods(lab: Lab) -> None:
-    lab.kube.wait_daemonset(DAEMONSET, NAMESPACE)
+def create_template(lab: Cluster, namespace: str, name: str, selector: str | None = None,
+                    count: int = 1, device_class: str = DEVICE_CLASS) -> None:  # fmt: skip
+    """A ResourceClaimTemplate `name` (made again if one is left from an earlier run). Give
+    each selector a name of its own: the claim controller makes claims from its cached copy,
+    which can still hold the template deleted a moment ago under the same name."""
+    body = {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate",
+            "metadata": {"name": name},
+            "spec": {"spec": request(selector, count, device_class)}}  # fmt: skip
+    try:
+        api(lab).delete_namespaced_resource_claim_template(name, namespace)
+    except client.ApiException as e:
+        if e.status != 404:
+            raise
+    api(lab).create_namespaced_resource_claim_template(namespace, body)
 
 
-def expected_devices(lab: Lab, node: str) -> int:
+def delete_claims(lab: Cluster, namespace: str) -> None:
+    """Every claim and claim template in `namespace` (claims made from templates go with
+    their pods; shared ones and templates stay until this)."""
+    api(lab).delete_collection_namespaced_resource_claim(namespace)
+    api(lab).delete_collection_namespaced_resource_claim_template(namespace)
+
+
+def pod(name: str, image: str, template: str | None = None, claim: str | None = None) -> dict:
+    """A workload pod whose container uses one ResourceClaim: made from `template` for this
+    pod, or the existing `claim` (shared)."""
+    source = {"resourceClaimTemplateName": template} if template else {"resourceClaimName": claim}
+    spec = {"restartPolicy": "Never", "terminationGracePeriodSeconds": 0,
+            "resourceClaims": [{"name": CLAIM, **source}],
+            "containers": [{"name": "main", "image": image, "imagePullPolicy": "Never",
+                            "resources": {"claims": [{"name": CLAIM}]}}]}  # fmt: skip
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": spec}
+
+
+def use_claim(doc: dict, template: str) -> dict:
+    """A device-plugin pod spec (e2e/specs) turned into one that uses a claim from
+    `template`: its extended-resource GPU requests go (a DRA node has none to give)."""
+    spec = doc["spec"]
+    for c in spec.get("containers", []) + spec.get("initContainers", []):
+        for amounts in (c.get("resources") or {}).values():
+            for r in [r for r in amounts or {} if r.endswith("/gpu")]:
+                del amounts[r]
+    spec["resourceClaims"] = [{"name": CLAIM, "resourceClaimTemplateName": template}]
+    first = spec["containers"][0].setdefault("resources", {})
+    first["claims"] = [{"name": CLAIM}]
+    return doc
+
+
+def allocated(lab: Cluster, namespace: str, p: client.V1Pod) -> list[tuple[str, str]]:
+    """(node pool, device) of every device the pod's first claim was allocated: the claim
+    made from its template (named in the pod's status), or the one it names. Empty while
+    it is not allocated."""
+    made = {s.name: s.resource_claim_name for s in p.status.resource_claim_statuses or []}
+    ref = p.spec.resource_claims[0]
+    name = made.get(ref.name) or ref.resource_claim_name
+    if not name:
+        return []
+    claim = api(lab).read_namespaced_resource_claim(name, namespace)
+    if claim.status is None or claim.status.allocation is None:
+        return []
+    return [(r.pool, r.device) for r in claim.status.allocation.devices.results]
+
+
+def taint_text(t: client.V1DeviceTaint) -> str:
+    """`key=value:effect`, as kubectl writes node taints."""
+    return f"{t.key}{'=' + t.value if t.value else ''}:{t.effect}"
+
+
+def taints(found: list[client.V1ResourceSlice]) -> dict[str, dict[str, list[str]]]:
+    """node -> device -> its taints (`taint_text`), for the devices that have any."""
+    out: dict[str, dict[str, list[str]]] = {}
+    for s in found:
+        for d in s.spec.devices or []:
+            if d.taints:
+                out.setdefault(s.spec.node_name, {})[d.name] = [taint_text(t) for t in d.taints]
+    return out
+
+
+def gpu_uuid(device: client.V1Device) -> str | None:
+    """The UUID of the GPU a published device is (a MIG device: its parent's)."""
+    u = attribute(device, "parentUUID") or attribute(device, "uuid")
+    return str(u) if u else None
+
+
+# -- the driver as what serves a lab's GPUs
+
+
+def expected_devices(lab: Context, node: str) -> int:
     """How many devices the driver publishes for `node`, by its fake state: a GPU in MIG
     mode as its MIG devices (v0.4.1 without DynamicMIG: the statically made ones, and
     nothing for one with none), any other GPU as itself."""
@@ -162,7 +265,7 @@ def expected_devices(lab: Lab, node: str) -> int:
                for m in mig.layout(lab.fake_gpus(node)))  # fmt: skip
 
 
-def wait_slices(lab: Lab, deadline_s: float = 180, untainted: bool = False) -> None:
+def wait_slices(lab: Context, deadline_s: float = 180, untainted: bool = False) -> None:
     """Until every GPU node's slices publish as many devices as its fake GPUs make (and,
     with `untainted`, none of them has a taint: a restarted driver's slices replace the
     old ones, and between the two a node may have none, which is not "untainted")."""
@@ -184,3 +287,102 @@ def wait_slices(lab: Lab, deadline_s: float = 180, untainted: bool = False) -> N
     lab.kube.watch_until(f"{what}{DRIVER} ResourceSlices of {sorted(want)}",
                          api(lab).list_resource_slice, published, deadline_s,
                          field_selector=f"spec.driver={DRIVER}")  # fmt: skip
+
+
+def choose(lab: spec.Lab, otherwise: Callable[[], Serving]) -> Serving:
+    """What serves a lab's GPUs: this driver where its spec says `dra:` (the chart refuses
+    to run beside a device plugin), else what `otherwise` makes."""
+    return DraDriver(lab.spec.dra) if lab.spec.dra else otherwise()
+
+
+class DraDriver(Serving):
+    """NVIDIA's DRA driver: pods ask through ResourceClaims; health is device taints in its
+    ResourceSlices (its NVMLDeviceHealthCheck gate); v0.4.1 never lifts a taint it set, so
+    healing restarts its kubelet plugins."""
+
+    name = "nvidia-dra-driver"
+    signal = "taints"
+    switches = False  # the lab's spec chose it: no subject can take its place
+    # A force-deleted pod leaves the API before its node unprepared its claim, and the
+    # claim stays reserved for ~70 s (docs/dra-driver.md): workload pods get a 1 s grace.
+    grace_s = 1
+
+    def __init__(self, dra: spec.DraSpec) -> None:
+        self.feature_gates = dra.feature_gates
+        self.words = f"NVIDIA's DRA driver {version()}"
+
+    @property
+    def recorded(self) -> str:
+        return self.words
+
+    @property
+    def report_suffix(self) -> str:
+        return ""  # one driver: out/experiments/<name>
+
+    def actions(self) -> list[Action]:
+        return [
+            *actions.gpus(wanted=["dra"]),
+            Action(
+                "Deploy node-feature-discovery and gpu-feature-discovery",
+                lambda ctx: features.deploy(ctx, self.mig_strategy),
+            ),
+            Action(
+                "Wait for GFD's and NFD's labels on every GPU node",
+                lambda ctx: features.wait_labels(ctx, self.mig_strategy),
+            ),
+            Action(f"{self.words} through its Helm chart", self.deploy),
+            Action(
+                "Wait for the DRA driver's kubelet plugin pods",
+                lambda ctx: ctx.kube.wait_daemonset(DAEMONSET, NAMESPACE),
+            ),
+            Action("Wait for every GPU node's ResourceSlices", wait_slices),
+        ]
+
+    def deploy(self, ctx: Context) -> None:
+        install(ctx.kubeconfig, ctx.images["dra"], self.feature_gates, has_mig(ctx.lab),
+                ctx.images["gpulab"])  # fmt: skip
+
+    def pods(self, ctx: Context, node: str | None = None) -> list[client.V1Pod]:
+        return ctx.kube.pods(NAMESPACE, POD_LABELS, node)
+
+    def restart(self, ctx: Context) -> None:
+        """A restart is what clears v0.4.1's taints: until every node publishes again."""
+        self.forget(ctx)
+        wait_slices(ctx)
+
+    def forget(self, ctx: Context) -> None:
+        ctx.kube.restart_pods(NAMESPACE, POD_LABELS, DAEMONSET)
+
+    def heal(self, ctx: Context, disturbed: bool) -> str:
+        if disturbed or taints(slices(ctx)):
+            self.restart(ctx)
+        wait_slices(ctx, 60, untainted=True)
+        return ""
+
+    def taints(self, api_client: client.ApiClient) -> dict[str, dict[str, list[str]]]:
+        found = client.ResourceV1Api(api_client).list_resource_slice(
+            field_selector=f"spec.driver={DRIVER}", _request_timeout=5).items  # fmt: skip
+        return taints(found)
+
+    def ask(self, ctx: Context, namespace: str, name: str, selector: str | None,
+            gpus: int) -> None:  # fmt: skip
+        create_template(ctx, namespace, name, selector, gpus)  # each pod gets its own claim
+
+    def request(self, doc: dict, name: str, gpus: int | None) -> dict:
+        if not doc["spec"].get("resourceClaims"):  # an inline pod may bring its own
+            use_claim(doc, name)
+        return doc
+
+    def given(self, ctx: Context, namespace: str, pod: client.V1Pod) -> list[str] | None:
+        out = []
+        for node, device in allocated(ctx, namespace, pod):
+            d = devices(ctx, node).get(device)
+            out.append((d and gpu_uuid(d)) or f"{node}/{device}")
+        return out
+
+    def devices(self, ctx: Context, node: str, uuids: list[str]) -> dict[str, int] | None:
+        return {name: uuids.index(u) for name, d in devices(ctx, node).items()
+                if (u := gpu_uuid(d)) in uuids}  # fmt: skip
+
+    def clean(self, ctx: Context, namespace: str) -> None:
+        delete_claims(ctx, namespace)

@@ -11,12 +11,10 @@ API (fakenvml/remote.py).
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from clusters import chart, infra, spec
-
-if TYPE_CHECKING:
-    from clusters.lab import Lab
+from clusters.context import Context
 
 CHART = Path(__file__).resolve().parent / "charts" / "fake-gpus"
 RELEASE = "fake-gpus"
@@ -52,12 +50,12 @@ def lab_values(lab: spec.Lab, image: str) -> dict[str, Any]:
             "pools": pools, "plugin": {"kind": "none"}}  # fmt: skip
 
 
-def deploy(lab: Lab) -> None:
+def deploy(ctx: Context) -> None:
     """The lab's fake GPUs through the chart (a cluster an older gpulab made carries a
     plain `fakenvml` DaemonSet instead: deleted first, or each node would run two)."""
-    lab.kube.delete_daemonset(LEGACY, NAMESPACE)  # the chart's are fakenvml-<pool>
-    install(lab.kubeconfig, RELEASE, NAMESPACE, lab_values(lab.lab, lab.images["gpulab"]))
+    ctx.kube.delete_daemonset(LEGACY, NAMESPACE)  # the chart's are fakenvml-<pool>
+    install(ctx.kubeconfig, RELEASE, NAMESPACE, lab_values(ctx.lab, ctx.images["gpulab"]))
     # helm's --wait lets a DaemonSet of one node count as ready with none ready (its
     # maxUnavailable is 1): wait for every pool's pod ourselves.
-    for n in lab.lab.gpu_nodes:
-        lab.kube.wait_daemonset(f"fakenvml-{n.name}", NAMESPACE)
+    for n in ctx.lab.gpu_nodes:
+        ctx.kube.wait_daemonset(f"fakenvml-{n.name}", NAMESPACE)

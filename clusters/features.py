@@ -8,15 +8,11 @@ namespace as NVIDIA's chart configures it, turns those into nvidia.com/gpu.produ
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import yaml
 from kubernetes import client
 
 from clusters import chart, infra, steps, versions
-
-if TYPE_CHECKING:
-    from clusters.lab import Lab
+from clusters.context import Context
 
 NAMESPACE = "node-feature-discovery"
 MODULE = "sigs.k8s.io/node-feature-discovery"
@@ -59,63 +55,63 @@ def nfd_docs(image: str, kube_version: str) -> list[dict]:
     return [d for d in docs if "helm.sh/hook" not in (d["metadata"].get("annotations") or {})]
 
 
-def gfd_docs(lab: Lab) -> list[dict]:
-    strategy = lab.subject.expects.mig
-    return steps.manifest("gfd.yaml", {"${GPULAB_IMAGE}": lab.images["gpulab"],
-                                       "${NVIDIA_IMAGE}": lab.images["gfd"],
+def gfd_docs(ctx: Context, strategy: str) -> list[dict]:
+    """gpulab's GFD DaemonSet (NVIDIA's binary) for a subject's MIG strategy."""
+    return steps.manifest("gfd.yaml", {"${GPULAB_IMAGE}": ctx.images["gpulab"],
+                                       "${NVIDIA_IMAGE}": ctx.images["gfd"],
                                        "${MIG_STRATEGY}": strategy})  # fmt: skip
 
 
-def deploy_nfd(lab: Lab) -> None:
+def deploy_nfd(ctx: Context) -> None:
     """NFD applied (server-side), its CRDs served: a lab with no plugin gets only this, as
     a cluster where NFD runs before anyone installs NVIDIA's chart (which then takes
     nfd.enabled=false, as NVIDIA's docs say)."""
-    lab.kube.ensure_namespace(NAMESPACE)
-    nfd = nfd_docs(lab.images["nfd"], lab.lab.kubernetes)
+    ctx.kube.ensure_namespace(NAMESPACE)
+    nfd = nfd_docs(ctx.images["nfd"], ctx.lab.kubernetes)
     for doc in nfd:
-        lab.kube.apply(doc, namespace=NAMESPACE)
+        ctx.kube.apply(doc, namespace=NAMESPACE)
     # GFD's first pass creates a NodeFeature: before its CRD is served that fails, and the
     # container's restart back-off can outlast the wait for labels.
     crds = [d["metadata"]["name"] for d in nfd if d["kind"] == "CustomResourceDefinition"]
-    lab.kube.wait_crds_established(crds)
+    ctx.kube.wait_crds_established(crds)
 
 
-def deploy(lab: Lab) -> None:
+def deploy(ctx: Context, strategy: str) -> None:
     """NFD and GFD applied (server-side: a second apply changes only what differs, e.g.
     GFD's MIG strategy when the subject changes)."""
-    deploy_nfd(lab)
-    for doc in gfd_docs(lab):
-        lab.kube.apply(doc, namespace=NAMESPACE)
+    deploy_nfd(ctx)
+    for doc in gfd_docs(ctx, strategy):
+        ctx.kube.apply(doc, namespace=NAMESPACE)
 
 
-def remove_gfd(lab: Lab) -> None:
+def remove_gfd(ctx: Context) -> None:
     """gpulab's GFD gone (a lab switched to no plugin: whoever installs a chart brings its
     own), its pods too."""
-    lab.kube.delete_daemonset("gpu-feature-discovery", NAMESPACE)
+    ctx.kube.delete_daemonset("gpu-feature-discovery", NAMESPACE)
 
 
-def wait_pci_label(lab: Lab, deadline_s: float = 120) -> None:
+def wait_pci_label(ctx: Context, deadline_s: float = 120) -> None:
     """Until NFD labels every GPU node with the fake GPUs' PCI vendor (what NVIDIA's chart's
     default affinity selects on)."""
-    want = {n.name for n in lab.lab.gpu_nodes}
+    want = {n.name for n in ctx.lab.gpu_nodes}
 
     def labelled(nodes: dict) -> tuple[bool, str]:
         pci = {n: (nodes[n].metadata.labels or {}).get(PCI_LABEL) for n in want if n in nodes}
         return set(pci.values()) == {"true"} and len(pci) == len(want), f"{PCI_LABEL}: {pci}"
 
-    lab.kube.watch_until(f"NFD's {PCI_LABEL} on {sorted(want)}", lab.core.list_node, labelled,
+    ctx.kube.watch_until(f"NFD's {PCI_LABEL} on {sorted(want)}", ctx.core.list_node, labelled,
                          deadline_s)  # fmt: skip
 
 
-def wait_labels(lab: Lab, deadline_s: float = 180, stall_s: float = 90) -> None:
+def wait_labels(ctx: Context, strategy: str, deadline_s: float = 180,
+                stall_s: float = 90) -> None:  # fmt: skip
     """Until every fake-GPU node carries GFD's labels for the subject's MIG strategy: the
     strategy itself where there is one (single: gpu.count counts MIG devices), else the
     inventory's GPU count. Labels come within seconds; a v1.34 pass in CI once had none on
     any node for 180 s with every NFD and GFD pod Running. A wait that stalls that long
     prints what NFD and GFD show, restarts nfd-master and GFD once and waits again."""
-    strategy = lab.subject.expects.mig
-    key, want = ((STRATEGY, {n.name: strategy for n in lab.lab.gpu_nodes}) if strategy != "none"
-                 else (LABEL, {n.name: str(n.gpu_count) for n in lab.lab.gpu_nodes}))  # fmt: skip
+    key, want = ((STRATEGY, {n.name: strategy for n in ctx.lab.gpu_nodes}) if strategy != "none"
+                 else (LABEL, {n.name: str(n.gpu_count) for n in ctx.lab.gpu_nodes}))  # fmt: skip
 
     def labelled(nodes: dict) -> tuple[bool, str]:
         got = {n: (nodes[n].metadata.labels or {}).get(key) for n in want if n in nodes}
@@ -126,28 +122,28 @@ def wait_labels(lab: Lab, deadline_s: float = 180, stall_s: float = 90) -> None:
 
     what = f"GFD's and NFD's labels on {sorted(want)}"
     try:
-        lab.kube.watch_until(what, lab.core.list_node, labelled, stall_s)
+        ctx.kube.watch_until(what, ctx.core.list_node, labelled, stall_s)
         return
     except steps.StepError as e:
-        lab.console.print(f"[yellow]![/] {e}; {diagnosis(lab)}: restarting nfd-master and GFD",
+        ctx.console.print(f"[yellow]![/] {e}; {diagnosis(ctx)}: restarting nfd-master and GFD",
                           highlight=False)  # fmt: skip
     for labels, name in ((MASTER, "nfd-master"), (GFD, "GFD")):
-        lab.kube.restart_pods(NAMESPACE, labels, name)
+        ctx.kube.restart_pods(NAMESPACE, labels, name)
     try:
-        lab.kube.watch_until(what, lab.core.list_node, labelled, max(deadline_s - stall_s, 30))
+        ctx.kube.watch_until(what, ctx.core.list_node, labelled, max(deadline_s - stall_s, 30))
     except steps.StepError as e:
-        raise steps.StepError(f"{e} (after restarting nfd-master and GFD); {diagnosis(lab)}"
+        raise steps.StepError(f"{e} (after restarting nfd-master and GFD); {diagnosis(ctx)}"
                               ) from None  # fmt: skip
 
 
-def diagnosis(lab: Lab) -> str:
-    return f"NFD/GFD pods: {pod_states(lab)}; {node_features(lab)}; {log_tails(lab)}"
+def diagnosis(ctx: Context) -> str:
+    return f"NFD/GFD pods: {pod_states(ctx)}; {node_features(ctx)}; {log_tails(ctx)}"
 
 
-def node_features(lab: Lab) -> str:
+def node_features(ctx: Context) -> str:
     """The NodeFeature objects NFD's workers and GFD published, by name."""
     try:
-        got = client.CustomObjectsApi(lab.kube.api).list_namespaced_custom_object(
+        got = client.CustomObjectsApi(ctx.kube.api).list_namespaced_custom_object(
             "nfd.k8s-sigs.io", "v1alpha1", NAMESPACE, "nodefeatures"
         )
     except Exception as e:  # a diagnosis must not hide the failure it explains
@@ -156,18 +152,18 @@ def node_features(lab: Lab) -> str:
                                or "none")  # fmt: skip
 
 
-def log_tails(lab: Lab, lines: int = 4) -> str:
+def log_tails(ctx: Context, lines: int = 4) -> str:
     """The last lines of nfd-master's log and of one GFD pod's (which side stalled)."""
     out = []
-    for p in lab.kube.pods(NAMESPACE, MASTER) + lab.kube.pods(NAMESPACE, GFD)[:1]:
-        out.append(f"{p.metadata.name} log: " + " | ".join(lab.kube.log_tail(p, lines)))
+    for p in ctx.kube.pods(NAMESPACE, MASTER) + ctx.kube.pods(NAMESPACE, GFD)[:1]:
+        out.append(f"{p.metadata.name} log: " + " | ".join(ctx.kube.log_tail(p, lines)))
     return "; ".join(out)
 
 
-def pod_states(lab: Lab) -> str:
+def pod_states(ctx: Context) -> str:
     """What each NFD and GFD pod is doing, in one line (for a wait that failed)."""
     out = []
-    for p in lab.core.list_namespaced_pod(NAMESPACE).items:
+    for p in ctx.core.list_namespaced_pod(NAMESPACE).items:
         states = [f"{c.name} restarts={c.restart_count}"
                   + (f" {c.state.waiting.reason}" if c.state and c.state.waiting else "")
                   for c in (p.status.init_container_statuses or [])

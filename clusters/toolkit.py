@@ -29,13 +29,10 @@ from __future__ import annotations
 import json
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from clusters import kindconfig
+from clusters.context import Context
 from clusters.steps import StepError
-
-if TYPE_CHECKING:
-    from clusters.lab import Lab
 
 NODE_DIR = kindconfig.TOOLKIT_DIR
 CTK = f"{NODE_DIR}/nvidia-ctk"
@@ -96,9 +93,9 @@ def with_state_mount(spec: dict) -> dict:
     return spec
 
 
-def refresh_node(lab: Lab, node: str) -> dict:
+def refresh_node(ctx: Context, node: str) -> dict:
     """The node's CDI spec generated again from its fake GPUs as they are now; the spec."""
-    out = lab.node_exec(node, *generate_args())
+    out = ctx.node_exec(node, *generate_args())
     try:
         spec = with_state_mount(json.loads(out))
     except ValueError as e:
@@ -106,14 +103,14 @@ def refresh_node(lab: Lab, node: str) -> dict:
     text = json.dumps(spec, indent=1)  # JSON is YAML: one parser for the runtime either way
     # Renamed into place: the runtime never reads half a spec.
     write = 'mkdir -p "${1%/*}" && printf "%s\\n" "$2" >"$1.tmp" && mv "$1.tmp" "$1"'
-    lab.node_exec(node, "sh", "-c", write, "sh", SPEC, text)
+    ctx.node_exec(node, "sh", "-c", write, "sh", SPEC, text)
     return spec
 
 
-def refresh(lab: Lab) -> None:
+def refresh(ctx: Context) -> None:
     """Every GPU node's CDI spec, from its fake GPUs as they are now (in parallel)."""
-    if not lab.lab.spec.container_toolkit:
+    if not ctx.lab.spec.container_toolkit:
         return
-    nodes = [n.name for n in lab.lab.gpu_nodes]
+    nodes = [n.name for n in ctx.lab.gpu_nodes]
     with ThreadPoolExecutor(max_workers=max(1, len(nodes))) as pool:
-        list(pool.map(lambda n: refresh_node(lab, n), nodes))
+        list(pool.map(lambda n: refresh_node(ctx, n), nodes))

@@ -44,7 +44,7 @@ def _run(args: argparse.Namespace, console: Console) -> int:
         return 2
     try:
         lab = Lab(exp.lab, subject=subject, console=console)
-        out = args.out or report_dir(exp.name, subject.name, lab.lab.spec.dra is not None)
+        out = args.out or OUT / f"{exp.name}{lab.serving.report_suffix}"
         lab.up()
         rec = Runner(exp, lab, console, reset_after=not args.no_reset).run()
     except (SpecError, StepError) as e:
@@ -52,12 +52,6 @@ def _run(args: argparse.Namespace, console: Console) -> int:
         return 3
     outcomes = report.write(rec, out)
     return _verdict(console, outcomes, out)
-
-
-def report_dir(experiment: str, subject: str, dra: bool) -> Path:
-    """out/experiments/<name>-<subject>; a DRA lab has no subject to name (NVIDIA's DRA
-    driver is what it runs), so <name> alone."""
-    return OUT / (experiment if dra else f"{experiment}-{subject}")
 
 
 def _verdict(console: Console, outcomes: list, out: Path) -> int:  # type: ignore[type-arg]

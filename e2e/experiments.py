@@ -41,7 +41,9 @@ from typing import Annotated, Literal
 
 from pydantic import AliasChoices, Field, field_validator, model_validator
 
+from clusters import dra
 from clusters import spec as labspec
+from clusters.serving import NoPlugin
 from clusters.subject import SubjectName
 from e2e.pods import SPECS
 from fakenvml import yamlmodel
@@ -347,7 +349,7 @@ class Taints(_Check):
     equals: int = Field(ge=0)
 
     def matches(self, taint: str) -> bool:
-        """`taint` as claims.taint_text writes it: key=value:effect."""
+        """`taint` as clusters.dra.taint_text writes it: key=value:effect."""
         if self.key is None:
             return True
         key = taint.split(":")[0].split("=")[0]
@@ -474,21 +476,22 @@ def _check_driver(exp: Experiment, lab: labspec.Lab, fail: Callable[[str, str], 
     """Refuse what the lab's kind of driver cannot show: a DRA lab has no extended resource
     (nothing in allocatable, no plugin DaemonSet per node), a device-plugin lab no
     ResourceSlices (no taints, no claims to select with)."""
-    dra = lab.spec.dra is not None
+    server = dra.choose(lab, NoPlugin)  # what serves its GPUs: its signal decides
+    by_taints = server.signal == "taints"
     for at, item in [*((f"timeline[{i}]", a) for i, a in enumerate(exp.timeline)),
                     *((f"expect[{i}]", e) for i, e in enumerate(exp.expect))]:  # fmt: skip
         name = getattr(item, "do", None) or getattr(item, "check", "")
         where = f"{at} ({name})"
-        if dra and isinstance(item, PLUGIN_ONLY):
-            fail(where, f"lab {exp.lab} runs NVIDIA's DRA driver: no device plugin and no "
+        if by_taints and isinstance(item, PLUGIN_ONLY):
+            fail(where, f"lab {exp.lab} runs {server.words}: no device plugin and no "
                         "extended resource to read (check `taints` or `pod`)")  # fmt: skip
-        elif dra and isinstance(item, CreatePod) and item.gpus == 0:
+        elif by_taints and isinstance(item, CreatePod) and item.gpus == 0:
             fail(where, "`gpus: 0` on a DRA lab: a claim asks for 1 GPU or more")
-        elif dra and isinstance(item, Changes) and item.of != "tainted":
-            fail(where, f"lab {exp.lab} runs NVIDIA's DRA driver: count changes `of: tainted`")
-        elif not dra and isinstance(item, DRA_ONLY):
+        elif by_taints and isinstance(item, Changes) and item.of != "tainted":
+            fail(where, f"lab {exp.lab} runs {server.words}: count changes `of: tainted`")
+        elif not by_taints and isinstance(item, DRA_ONLY):
             fail(where, f"lab {exp.lab} runs a device plugin: no device taints (a `dra:` lab has)")
-        elif not dra and isinstance(item, Changes) and item.of == "tainted":
+        elif not by_taints and isinstance(item, Changes) and item.of == "tainted":
             fail(where, f"lab {exp.lab} runs a device plugin: no device taints to count")
-        elif not dra and isinstance(item, CreatePod) and item.selector:
+        elif not by_taints and isinstance(item, CreatePod) and item.selector:
             fail(where, f"lab {exp.lab} runs a device plugin: `selector:` needs a `dra:` lab")

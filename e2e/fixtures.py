@@ -313,7 +313,7 @@ def _fresh_plugin_after_a_failure(request: pytest.FixtureRequest) -> Iterator[No
     values = getattr(request.node, "funcargs", None) or {}  # what the test was given
     for name in ("lab", "hetero"):
         lab = values.get(name)
-        if isinstance(lab, Lab) and lab.lab.spec.dra is None:
+        if isinstance(lab, Lab) and lab.serves_plugin:
             with contextlib.suppress(StepError):
                 lab.restart_plugin()
 
@@ -479,39 +479,21 @@ def namespaced_pods(lab: Lab) -> Iterator[Pods]:
 
 
 def recovering_gpus(lab: Lab) -> Iterator[Callable[[str], NodeDir]]:
-    """get(node) -> NodeDir: inject/recover on that node's GPUs from the host. Afterwards
-    every GPU faulted meanwhile is recovered and the lab brought back to full health: a
-    subject that does not recover by itself (NVIDIA's) is restarted until capacity is
-    whole; on a DRA lab the kubelet plugins restart (v0.4.1 never lifts a taint it set)
-    until no device is tainted."""
-    touched: dict[str, tuple[NodeDir, int]] = {}
+    """get(node) -> NodeDir: inject/recover on that node's GPUs from the host. Afterwards,
+    where a GPU had a fault meanwhile, the lab heals (clusters/serving.py `heal`: faulted
+    GPUs recovered, what serves them restarted where it would not come back by itself,
+    until its signal shows every device). A subject that says it recovers but came back
+    only after a restart fails the test: the restart keeps it from spilling further."""
+    since: dict[str, int] = {}
 
     def get(node: str) -> NodeDir:
         d = lab.fake_gpus(node)
-        touched.setdefault(node, (d, len(list(d.events()))))
+        since.setdefault(node, len(list(d.events())))
         return d
 
     yield get
-    faulted = False
-    for d, start in touched.values():
-        for gpu in sorted({r.gpu for r in d.events(start) if r.kind.is_fault}):
-            d.recover(gpu)
-            faulted = True
-    if not faulted:
-        return
-    if lab.lab.spec.dra:
-        lab.restart_plugin()
-        lab.wait_untainted(deadline_s=60)
-        return
-    if lab.subject.spec.expects.recovers is not True:  # unstated: restart, to be sure
-        lab.restart_plugin()
-    try:
-        lab.wait_capacity(deadline_s=60)
-    except StepError:
-        # A recovering subject that did not recover: this test errors, and fresh plugin
-        # pods keep the failure from spilling into every later test.
-        lab.restart_plugin()
-        raise
+    if since and (healed := lab.heal(since)).restart:
+        raise StepError(healed.restart)
 
 
 @pytest.fixture

@@ -62,8 +62,6 @@ NodeGpus = Callable[[str], tuple[Sequence[Gpu], Sequence[MigDevice]]]
 # A node -> the kubelet's Allocate answers for the resource: (device ids, device node paths).
 Answers = Callable[[str], list[tuple[list[str], list[str]]]]
 DEVICE_NODE = re.compile(r"^nvidia(\d+)$")
-# The grace period a DRA lab's pods are deleted with (see Pods: force-deleting costs ~70 s).
-DRA_GRACE_S = 1
 
 
 class Pods:
@@ -118,7 +116,7 @@ class Pods:
             return [v for (_, _, resource), v in got.items() if resource == s.resource]
 
         return cls(lab.core, namespace, lab.images["workload"], s.resource, s.device_ids,
-                   node_gpus, grace_s=DRA_GRACE_S if lab.lab.spec.dra else 0,
+                   node_gpus, grace_s=lab.serving.grace_s,
                    answers=answers if s.device_ids.opaque else None)  # fmt: skip
 
     # -- lifecycle

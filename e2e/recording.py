@@ -120,6 +120,9 @@ class Recording:
     log: list[LogLine] = field(default_factory=list)
     pods: list[PodInfo] = field(default_factory=list)
     sample_errors: int = 0
+    # How faults showed on the API server: "allocatable" or "taints" (Serving.signal); a
+    # recording without it had taints where its nodes name devices apart from GPUs.
+    signal: str = ""
 
     # -- persistence
 
@@ -152,15 +155,18 @@ class Recording:
         return self.samples[-1].t if self.samples else 0.0
 
     @property
-    def dra(self) -> bool:
-        """Recorded on a DRA lab (its GPUs are devices in ResourceSlices)."""
+    def by_taints(self) -> bool:
+        """Faults showed as device taints (a DRA driver's ResourceSlices), not as a Node's
+        allocatable: what the report draws and tabulates."""
+        if self.signal:
+            return self.signal == "taints"
         return any("devices" in info for info in self.nodes.values())
 
     @property
     def measure(self) -> str:
-        """What a node's series follows by default: allocatable, or on a DRA lab the
-        number of tainted devices."""
-        return "tainted" if self.dra else "allocatable"
+        """What a node's series follows by default: allocatable, or where faults show as
+        taints the number of tainted devices."""
+        return "tainted" if self.by_taints else "allocatable"
 
     # -- reading the samples
 
@@ -263,7 +269,7 @@ def traces(rec: Recording) -> list[Trace]:
         ]
         if cands:
             cands[0].seen = ln.t
-    if rec.dra:
+    if rec.by_taints:
         _taint_layer(rec, out)
         return out
     for ln in lines:
@@ -378,13 +384,13 @@ def disruptions(rec: Recording) -> list[Disruption]:
 Stats = tuple[int, float, float, float]  # n, min, median, max (ms)
 
 
-def layer_stats(trs: list[Trace], dra: bool = False) -> dict[str, Stats | None]:
+def layer_stats(trs: list[Trace], by_taints: bool = False) -> dict[str, Stats | None]:
     """n, min, median, max in ms for each layer, over the faults that reached it."""
     out: dict[str, Stats | None] = {}
     layers = (
         ("injected → driver's Xid line", lambda t: None if t.seen is None else t.seen - t.fault.t),
         ("injected → device taint in API", lambda t: t.total),
-    ) if dra else (
+    ) if by_taints else (
         ("injected → plugin update", lambda t: t.to_plugin),
         ("plugin update → API allocatable", lambda t: t.to_api),
         ("injected → API allocatable", lambda t: t.total),

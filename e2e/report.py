@@ -77,8 +77,8 @@ def _table(head: list[str], rows: list[list[str]]) -> str:
 
 
 def _served(rec: Recording) -> str:
-    """What served the GPUs: `gpulab plugin`, or NVIDIA's DRA driver on a DRA lab."""
-    return rec.plugin if rec.dra else f"{rec.plugin} plugin"
+    """What served the GPUs: `gpulab plugin`, or a driver's own name (NVIDIA's DRA driver)."""
+    return rec.plugin if rec.by_taints else f"{rec.plugin} plugin"
 
 
 def _short(node: str, rec: Recording) -> str:
@@ -119,7 +119,7 @@ def markdown(rec: Recording, trs: list[Trace], outcomes: list[Outcome]) -> str:
         (
             "From the fault's journal record to the driver's Xid log line and to the "
             "device's taint in its ResourceSlice, over the faults that reached each layer "
-            if rec.dra
+            if rec.by_taints
             else "From the fault's journal record to the plugin's ListAndWatch update (its "
             "log line) to the node's allocatable in the API server, over the faults that "
             "reached each layer "
@@ -127,17 +127,19 @@ def markdown(rec: Recording, trs: list[Trace], outcomes: list[Outcome]) -> str:
         + (
             "(API times are when the first slice list that showed the change arrived: "
             f"late by up to a {interval:.0f} ms interval and the list's own time, never early)."
-            if rec.dra
+            if rec.by_taints
             else f"(API times are the first sample that showed the change: ±{interval:.0f} ms)."
         ),
         "",
-        _stats(trs, rec.dra),
+        _stats(trs, rec.by_taints),
         "",
         "## Faults",
         "",
         _faults(rec, trs),
         "",
-        "## Driver and API activity per node" if rec.dra else "## Plugin and API activity per node",
+        "## Driver and API activity per node"
+        if rec.by_taints
+        else "## Plugin and API activity per node",
         "",
         _activity(rec, trs),
     ]
@@ -146,7 +148,7 @@ def markdown(rec: Recording, trs: list[Trace], outcomes: list[Outcome]) -> str:
             "",
             "## Node disruptions",
             "",
-            f"The node's {'count of tainted devices' if rec.dra else 'allocatable'} in the "
+            f"The node's {'count of tainted devices' if rec.by_taints else 'allocatable'} in the "
             "API after the action: its first change, its lowest value and where it settled "
             "(its last change in the run).",
             "",
@@ -158,9 +160,9 @@ def markdown(rec: Recording, trs: list[Trace], outcomes: list[Outcome]) -> str:
     return "\n".join(parts)
 
 
-def _stats(trs: list[Trace], dra: bool = False) -> str:
+def _stats(trs: list[Trace], by_taints: bool = False) -> str:
     rows = []
-    for name, st in layer_stats(trs, dra).items():
+    for name, st in layer_stats(trs, by_taints).items():
         if st is None:
             rows.append([name, "0", "—", "—", "—"])
         else:
@@ -178,8 +180,8 @@ def _api_cell(tr: Trace) -> str:
 
 
 def _faults(rec: Recording, trs: list[Trace]) -> str:
-    if rec.dra:
-        return _dra_faults(rec, trs)
+    if rec.by_taints:
+        return _taint_faults(rec, trs)
     rows = []
     for _, grp in groupby(trs, key=lambda t: (t.fault.action, t.fault.node, t.fault.gpu)):
         g = list(grp)
@@ -244,7 +246,7 @@ def _faults(rec: Recording, trs: list[Trace]) -> str:
     return (_table(head, rows) if rows else "No faults injected.") + note
 
 
-def _dra_faults(rec: Recording, trs: list[Trace]) -> str:
+def _taint_faults(rec: Recording, trs: list[Trace]) -> str:
     """A DRA lab's faults: the driver's Xid line and the device's taint, a burst one row."""
     rows = []
     for _, grp in groupby(trs, key=lambda t: (t.fault.action, t.fault.node, t.fault.gpu)):
@@ -266,7 +268,7 @@ def _dra_faults(rec: Recording, trs: list[Trace]) -> str:
 
 
 def _activity(rec: Recording, trs: list[Trace]) -> str:
-    if rec.dra:
+    if rec.by_taints:
         rows = [
             [_short(node, rec), str(sum(t.fault.node == node for t in trs)),
              str(sum(x.event == "xid" and x.node == node and 0 <= x.t <= rec.end
@@ -355,7 +357,7 @@ def _actions(rec: Recording) -> str:
 
 
 def _method(rec: Recording) -> str:
-    if rec.dra:
+    if rec.by_taints:
         return (
             "<details><summary>How this was measured</summary>\n\n"
             "- All times are seconds since t=0 on the host's realtime clock, which the kind "
@@ -542,7 +544,7 @@ def timeline_png(rec: Recording, trs: list[Trace], outcomes: list[Outcome], path
     # Panel 2: allocatable per node as step lines, capacity dashed.
     top = 1
     for n in nodes:
-        al, cap = rec.series(n), rec.series(n, "tainted" if rec.dra else "capacity")
+        al, cap = rec.series(n), rec.series(n, "tainted" if rec.by_taints else "capacity")
         if not al:
             continue
         xs, ys = [t for t, _ in al] + [rec.end], [v for _, v in al] + [al[-1][1]]
@@ -571,10 +573,10 @@ def timeline_png(rec: Recording, trs: list[Trace], outcomes: list[Outcome], path
             )
     ax_al.set_ylim(-0.4, top + 0.8)
     ax_al.yaxis.get_major_locator().set_params(integer=True)
-    ax_al.set_ylabel("tainted devices" if rec.dra else "nvidia.com/gpu")
+    ax_al.set_ylabel("tainted devices" if rec.by_taints else "nvidia.com/gpu")
     ax_al.set_title(
         "tainted devices per node in the ResourceSlices · +latency from the fault"
-        if rec.dra
+        if rec.by_taints
         else "allocatable per node in the API (solid) · capacity (dashed) · "
         "+latency from the fault",
         fontsize=9,

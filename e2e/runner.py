@@ -10,10 +10,10 @@ goes away and at the end. Before and after, every GPU faulted is recovered, plug
 back on their nodes and the experiment's pods are gone, so runs do not leak into each
 other.
 
-On a DRA lab (NVIDIA's DRA driver) the sampler also reads the driver's ResourceSlices (every
-device's taints), pods use claims made from a ResourceClaimTemplate per create_pod, and the
-reset restarts the driver's kubelet plugins when a device is tainted (v0.4.1 lifts no
-taint by itself).
+What serves the lab's GPUs (`lab.serving`, clusters/serving.py) is asked, never branched
+on: how a pod asks for GPUs (NVIDIA's DRA driver: a claim from a ResourceClaimTemplate per
+create_pod), what it was given, where faults show (a driver whose signal is taints: the
+sampler reads its ResourceSlices too) and how the lab heals (clusters/serving.py `heal`).
 """
 
 from __future__ import annotations
@@ -27,15 +27,13 @@ from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 from rich.console import Console
 
-from clusters import dra, kindconfig
 from clusters.lab import RESOURCE, Lab
 from clusters.steps import StepError
 from clusters.subject import load as load_subject
-from e2e import claims
 from e2e import experiments as ex
-from e2e.pods import GPU, Pods, load_spec
+from e2e.pods import Pods, load_spec
 from e2e.recording import ActionRun, Fault, LogLine, PodInfo, Recording, Sample
-from fakenvml.journal import Kind, Record
+from fakenvml.journal import Record
 
 # One line per ListAndWatch update, in both plugins' words (NVIDIA: server.go; ours: main.py).
 UPDATE = re.compile(r"'[^']+' device marked (?P<health>healthy|unhealthy): (?P<dev>[^\s,]+)")
@@ -88,12 +86,11 @@ class Sampler(threading.Thread):
         self, lab: Lab, nodes: list[str], namespace: str, interval: float, t0_ns: int
     ) -> None:
         super().__init__(name="sampler", daemon=True)
-        api = config.new_client_from_config(str(lab.kubeconfig))
-        self.core = client.CoreV1Api(api)
-        # A DRA lab's devices and their taints are in the driver's ResourceSlices.
-        self.slices = client.ResourceV1Api(api) if lab.lab.spec.dra else None
+        self.api = config.new_client_from_config(str(lab.kubeconfig))
+        self.core = client.CoreV1Api(self.api)
+        self.serving = lab.serving
         self.nodes, self.ns, self.interval, self.t0_ns = set(nodes), namespace, interval, t0_ns
-        self.resource = lab.subject.spec.resource
+        self.resource = lab.serving.resource
         self.samples: list[Sample] = []
         self.errors = 0
         self.stop = threading.Event()
@@ -108,18 +105,15 @@ class Sampler(threading.Thread):
             self.stop.wait(next_at - time.monotonic())
 
     def _sample(self) -> None:
-        """One read of the timed layer first, then the rest. A plugin lab is timed by the
-        node list, stamped at its request's middle. A DRA lab is timed by the slice list,
-        stamped when its answer arrived: under load a sample can take longer than its
-        interval, and a slice list read after the stamp showed a taint "before" its fault
-        (CI: a GPU-lost taint stamped 0.3 s before the loss)."""
+        """One read of the timed layer first, then the rest. Where the signal is the
+        nodes' allocatable, the node list times it, stamped at its request's middle. Where
+        it is taints, their read does, stamped when its answer arrived: under load a sample
+        can take longer than its interval, and a slice list read after the stamp showed a
+        taint "before" its fault (CI: a GPU-lost taint stamped 0.3 s before the loss)."""
         try:
-            slices, stamp = [], 0
-            if self.slices:
-                slices = self.slices.list_resource_slice(
-                    field_selector=f"spec.driver={dra.DRIVER}", _request_timeout=5
-                ).items
-                stamp = time.time_ns()
+            by_taints = self.serving.signal == "taints"
+            found = self.serving.taints(self.api) if by_taints else {}
+            stamp = time.time_ns() if by_taints else 0
             a = time.time_ns()
             nodes = self.core.list_node(_request_timeout=5).items
             b = time.time_ns()
@@ -137,7 +131,7 @@ class Sampler(threading.Thread):
         for p in pods:
             phase = "Terminating" if p.metadata.deletion_timestamp else p.status.phase
             phases[p.metadata.name] = [phase, p.spec.node_name or ""]
-        taints = {n: d for n, d in claims.taints(slices).items() if n in self.nodes}
+        taints = {n: d for n, d in found.items() if n in self.nodes}
         t = round(((stamp or (a + b) / 2) - self.t0_ns) / 1e9, 4)
         self.samples.append(Sample(t, seen, phases, taints))
 
@@ -155,22 +149,19 @@ class Runner:
         self.created: dict[str, float] = {}
         self.t0_ns = 0
         self._stop = threading.Event()
-        self.dra = lab.lab.spec.dra is not None
+        self.serving = lab.serving
 
     # -- the run
 
     def run(self) -> Recording:
         exp = self.exp
-        if self.dra:  # what served the GPUs, as the report names it
-            subject = served = f"NVIDIA's DRA driver {dra.version()}"
-        else:
-            if self.lab.subject.name != load_subject(exp.subject).name:
-                self.lab.use_subject(exp.subject)
-            subject, served = self.lab.subject.name, f"the {self.lab.subject.name} plugin"
-        self._say(f"Experiment {exp.name} on {self.lab.name} with {served}")
+        if self.serving.switches and self.serving.name != load_subject(exp.subject).name:
+            self.lab.use_subject(exp.subject)
+            self.serving = self.lab.serving
+        self._say(f"Experiment {exp.name} on {self.lab.name} with {self.serving.words}")
         self._reset("before the run")
-        rec = Recording(exp.model_dump(mode="json"), subject, "", 0,
-                        self._inventories())  # fmt: skip
+        rec = Recording(exp.model_dump(mode="json"), self.serving.recorded, "", 0,
+                        self._inventories(), signal=self.serving.signal)  # fmt: skip
         self.t0_ns = time.time_ns()
         rec.t0_ns = self.t0_ns
         rec.started = datetime.fromtimestamp(self.t0_ns / 1e9, UTC).isoformat(timespec="seconds")
@@ -241,9 +232,7 @@ class Runner:
             r = self.lab.fake_gpus(a.node).recover(a.gpu)
             rec.faults.append(self._fault(r, a.node, i, rec))
         elif isinstance(a, ex.CreatePod):
-            if self.dra:  # one template; each pod gets its own claim from it
-                claims.create_template(self.lab, self.exp.namespace, a.name, a.selector,
-                                       a.gpus or 1)  # fmt: skip
+            self.serving.ask(self.lab.ctx, self.exp.namespace, a.name, a.selector, a.gpus or 1)
             for name in a.names:
                 self.created[name] = self._now()
                 self.pods.create(self._pod_doc(a, name))
@@ -285,8 +274,6 @@ class Runner:
         image = self.lab.images["workload"]
         if a.spec is not None:
             doc = load_spec(a.spec, image)
-        elif a.pod is None and self.dra:
-            doc = claims.pod(name, image, template=a.name)
         elif a.pod is None:
             doc = self.pods.gpu_pod(name, 1 if a.gpus is None else a.gpus)
         else:
@@ -296,13 +283,7 @@ class Runner:
         doc.setdefault("metadata", {})["name"] = name
         if a.node:
             doc["spec"].setdefault("nodeSelector", {})["kubernetes.io/hostname"] = a.node
-        if self.dra:
-            if not doc["spec"].get("resourceClaims"):  # an inline pod may bring its own
-                claims.use_claim(doc, a.name)
-        elif a.gpus is not None:
-            res = doc["spec"]["containers"][0].setdefault("resources", {})
-            for k in ("limits", "requests"):
-                res.setdefault(k, {})[GPU] = a.gpus  # Pods.create asks for the subject's
+        doc = self.serving.request(doc, a.name, a.gpus)
         # The kubernetes client validates quantities as strings; YAML authors write `2`.
         for c in doc["spec"].get("containers", []) + doc["spec"].get("initContainers", []):
             for k, v in (c.get("resources") or {}).items():
@@ -335,8 +316,11 @@ class Runner:
                 msgs = [e.message for e in self.pods.events(name) if e.reason == "FailedScheduling"]
                 # The scheduler's verdict, without its preemption epilogue.
                 info.reason = (msgs[-1] or "").split(". ")[0] if msgs else info.reason
-            if pod.status.phase == "Running" and self.dra:
-                info.devices = self._claimed(pod)
+            given = None
+            if pod.status.phase == "Running":
+                given = self.serving.given(self.lab.ctx, self.exp.namespace, pod)
+            if given is not None:
+                info.devices = given
             elif pod.status.phase == "Running":
                 try:
                     info.devices = [d for d in self.pods.devices(name) if d]
@@ -347,97 +331,30 @@ class Runner:
             out.append(info)
         return out
 
-    def _claimed(self, pod: client.V1Pod) -> list[str]:
-        """The UUIDs of the GPUs a DRA pod's claim was given (a MIG device: its parent's)."""
-        out = []
-        for node, device in claims.allocated(self.lab, self.exp.namespace, pod):
-            d = dra.devices(self.lab, node).get(device)
-            uuid = d and (dra.attribute(d, "parentUUID") or dra.attribute(d, "uuid"))
-            out.append(str(uuid or f"{node}/{device}"))
-        return out
-
     def _inventories(self) -> dict[str, dict]:
         out = {}
         for n in self.lab.lab.gpu_nodes:
             gpus = self.lab.fake_gpus(n.name).node().gpus
             uuids = [g.uuid for g in gpus]
             out[n.name] = {"gpus": len(gpus), "product": n.gpu_product, "uuids": uuids}
-            if self.dra:  # device name -> GPU index (a MIG device: its parent's)
-                out[n.name]["devices"] = {
-                    name: uuids.index(str(u))
-                    for name, d in dra.devices(self.lab, n.name).items()
-                    if (u := dra.attribute(d, "parentUUID") or dra.attribute(d, "uuid")) in uuids
-                }
+            devices = self.serving.devices(self.lab.ctx, n.name, uuids)
+            if devices is not None:  # device name -> GPU index (a MIG device: its parent's)
+                out[n.name]["devices"] = devices
         return out
 
     # -- reset
 
     def _reset(self, when: str) -> None:
-        """Every GPU healthy, the plugin on every node it starts on, no experiment pods,
-        and the API showing capacity = allocatable = inventory."""
+        """No experiment pods (nor what they left: claims), every GPU healthy and what
+        serves them showing every device again (clusters/serving.py `heal`)."""
         t0 = time.monotonic()
         self.lab.ensure_namespace(self.exp.namespace)
         self.pods.delete_all()
-        if self.dra:
-            self._reset_dra(when, t0)
-            return
-        label = f"{kindconfig.LABEL_PREFIX}/plugin"
-        for n in self.lab.lab.gpu_nodes:
-            labels = self.lab.core.read_node(n.name).metadata.labels or {}
-            if n.spec.plugin.start and labels.get(label) != "true":
-                self.lab.set_plugin_on(n.name, True)
-        recovered = self._recover_all()
-        restarted = False
-        if recovered and self.lab.subject.spec.expects.recovers is not True:
-            self.lab.restart_plugin()  # e.g. NVIDIA's never returns a GPU to Healthy
-            restarted = True
-        try:
-            self.lab.wait_capacity(deadline_s=60)
-        except StepError:
-            if restarted:
-                raise
-            # A plugin that lost track (e.g. stale health after a kubelet restart).
-            self.lab.restart_plugin()
-            self.lab.wait_capacity(deadline_s=120)
+        self.serving.clean(self.lab.ctx, self.exp.namespace)
+        healed = self.lab.heal()
+        if healed.restart:
+            self.console.print(f"[yellow]![/] {healed.restart}", highlight=False, markup=False)
         self.console.print(
-            f"[green]✓[/] Lab reset {when}: {recovered} GPUs recovered "
+            f"[green]✓[/] Lab reset {when}: {healed.recovered} GPUs recovered "
             f"[dim]({time.monotonic() - t0:.1f}s)[/]"
         )
-
-    def _recover_all(self) -> int:
-        """Recover every GPU faulted since its last recovery; how many there were."""
-        recovered = 0
-        for n in self.gpu_nodes:
-            d = self.lab.fake_gpus(n)
-            for gpu in faulted(list(d.events())):
-                d.recover(gpu)
-                recovered += 1
-        return recovered
-
-    def _reset_dra(self, when: str, t0: float) -> None:
-        """A DRA lab: no experiment claims or templates, every GPU healthy, and no device
-        tainted (v0.4.1 keeps a taint until its kubelet plugin restarts)."""
-        claims.delete_all(self.lab, self.exp.namespace)
-        recovered = self._recover_all()
-        tainted = claims.taints(dra.slices(self.lab))
-        if recovered or tainted:
-            self.lab.restart_plugin()
-        self.lab.wait_untainted()
-        self.console.print(
-            f"[green]✓[/] Lab reset {when}: {recovered} GPUs recovered, "
-            f"{sum(map(len, tainted.values()))} tainted devices cleared "
-            f"[dim]({time.monotonic() - t0:.1f}s)[/]"
-        )
-
-
-def faulted(records: list[Record]) -> list[int]:
-    """GPUs with a fault (Xid, ECC, lost, a recovery action) since their last recover."""
-    bad: set[int] = set()
-    for r in records:
-        if not r.kind.is_fault:  # telemetry and knobs
-            continue
-        if r.kind == Kind.RECOVER:
-            bad.discard(r.gpu)
-        elif r.kind != Kind.RECOVERY_ACTION or r.data != 0:
-            bad.add(r.gpu)
-    return sorted(bad)

@@ -18,9 +18,10 @@ import pytest
 import yaml
 
 from clusters import chart, fakegpus, infra, kindconfig, versions
+from clusters.capacity import node_gpus
 from clusters.host import Host
 from clusters.kube import Kube, ready
-from clusters.lab import LABS_ROOT, Lab, node_gpus
+from clusters.lab import LABS_ROOT, Lab
 
 CLUSTER = "gpulab-any"
 NODE = f"{CLUSTER}-control-plane"  # one node: kind removes the control-plane taint

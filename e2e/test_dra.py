@@ -20,7 +20,6 @@ from kubernetes.utils import parse_quantity
 
 from clusters import dra
 from clusters.lab import Lab
-from e2e import claims
 from e2e.fixtures import NAMESPACE, namespaced_pods, recovering_gpus
 from e2e.pods import DEVICE_NODE, Pods
 from e2e.verdict import Verdict
@@ -46,7 +45,7 @@ def dra_lab(labs: Callable[..., Lab]) -> Lab:
 @pytest.fixture
 def dpods(dra_lab: Lab) -> Iterator[Pods]:
     yield from namespaced_pods(dra_lab)
-    claims.delete_all(dra_lab, NAMESPACE)  # a shared claim outlives its pods
+    dra.delete_claims(dra_lab, NAMESPACE)  # a shared claim outlives its pods
 
 
 @pytest.fixture
@@ -56,18 +55,18 @@ def dra_faults(dra_lab: Lab) -> Iterator[Callable[[str], NodeDir]]:
 
 
 def create_template(lab: Lab, name: str, selector: str | None = None) -> None:
-    claims.create_template(lab, NAMESPACE, name, selector)
+    dra.create_template(lab, NAMESPACE, name, selector)
 
 
 def claim_pod(pods: Pods, name: str, template: str | None = None,
               claim: str | None = None) -> str:  # fmt: skip
     """A workload pod whose container uses one ResourceClaim: made from `template` for this
     pod, or the existing `claim` (shared)."""
-    return pods.create(claims.pod(name, pods.image, template, claim))
+    return pods.create(dra.pod(name, pods.image, template, claim))
 
 
 def allocated(lab: Lab, pods: Pods, name: str) -> list[tuple[str, str]]:
-    return claims.allocated(lab, NAMESPACE, pods.get(name))
+    return dra.allocated(lab, NAMESPACE, pods.get(name))
 
 
 def uuid_of(lab: Lab, node: str, device: str) -> str:
@@ -190,7 +189,7 @@ def test_a_claim_no_gpu_satisfies_stays_pending_with_the_reason(
 
 def test_two_pods_share_one_claim_and_its_gpu(dra_lab: Lab, dpods: Pods) -> None:
     body = {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
-            "metadata": {"name": "shared"}, "spec": claims.request()}  # fmt: skip
+            "metadata": {"name": "shared"}, "spec": dra.request()}  # fmt: skip
     dra.api(dra_lab).create_namespaced_resource_claim(NAMESPACE, body)
     a = claim_pod(dpods, "dra-share-a", claim="shared")
     b = claim_pod(dpods, "dra-share-b", claim="shared")

@@ -24,7 +24,6 @@ from kubernetes.utils import parse_quantity
 
 from clusters import dra, kindconfig
 from clusters.lab import Lab
-from e2e import claims
 from e2e.fixtures import NAMESPACE, namespaced_pods, recovering_gpus
 from e2e.pods import DEVICE_NODE, Pods
 from e2e.test_dra import (
@@ -101,7 +100,7 @@ def dra_mig_lab(labs: Callable[..., Lab]) -> Lab:
 @pytest.fixture
 def mpods(dra_mig_lab: Lab) -> Iterator[Pods]:
     yield from namespaced_pods(dra_mig_lab)
-    claims.delete_all(dra_mig_lab, NAMESPACE)
+    dra.delete_claims(dra_mig_lab, NAMESPACE)
 
 
 @pytest.fixture
@@ -112,7 +111,7 @@ def faults(dra_mig_lab: Lab) -> Iterator[NodeDir]:
 
 
 def create_template(lab: Lab, name: str, device_class: str, selector: str | None = None) -> None:
-    claims.create_template(lab, NAMESPACE, name, selector, device_class=device_class)
+    dra.create_template(lab, NAMESPACE, name, selector, device_class=device_class)
 
 
 def profile_selector(profile: str) -> str:

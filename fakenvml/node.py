@@ -15,7 +15,7 @@ Every method validates first and writes last, so bad input changes nothing.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from fakenvml import journal, knobs, statefile, telemetry, xids
@@ -179,13 +179,10 @@ class NodeDir:
         """Clear the GPU's faults: reachable again, recovery action NONE (an event)."""
         return self._append(gpu, Kind.RECOVER)
 
-    def faulted(self) -> set[int]:
-        """Indexes of the GPUs with a fault after their last recover."""
-        out: set[int] = set()
-        for r in self.events():
-            if r.kind.is_fault:
-                (out.discard if r.kind == Kind.RECOVER else out.add)(r.gpu)
-        return out
+    def faulted(self, start: int = 0, recovered_too: bool = False) -> set[int]:
+        """Indexes of the GPUs with a fault after their last recover (the journal from
+        record `start`; `recovered_too`: also those recovered since): see `faulted`."""
+        return faulted(self.events(start), recovered_too)
 
     # ------------------------------------------------------------------- telemetry
 
@@ -269,3 +266,21 @@ class NodeDir:
             yield from journal.read(self.path, start)
         except FileNotFoundError:
             raise FakeNvmlError(f"no journal in {self.path}: run `fakenvml init` first") from None
+
+
+def faulted(records: Iterable[Record], recovered_too: bool = False) -> set[int]:
+    """The one rule for which GPUs are faulted, for the lab's heal and the CLI alike: a GPU
+    with a fault record (Xid, ECC, lost, a recovery action other than NONE) after its last
+    recover; `recovered_too` keeps those recovered since, for a heal that must know a
+    plugin saw a fault even when the GPU is fine again. A recovery action of 0 (NONE) is
+    what `recover` leaves, not a fault."""
+    out: set[int] = set()
+    for r in records:
+        if not r.kind.is_fault:  # telemetry, knobs, MIG layout changes
+            continue
+        if r.kind == Kind.RECOVER:
+            if not recovered_too:
+                out.discard(r.gpu)
+        elif r.kind != Kind.RECOVERY_ACTION or r.data != 0:
+            out.add(r.gpu)
+    return out

@@ -27,7 +27,7 @@ def test_gfd_runs_the_nvidia_image_with_the_subjects_mig_strategy() -> None:
     for subject, strategy in (("gpulab", "none"), ("nvidia-mig", "mixed")):
         lab = Lab("mig", subject=subject)
         lab.images = {"gpulab": "gpulab/gpulab:1", "gfd": "gpulab/nvidia-device-plugin:v9"}
-        docs = features.gfd_docs(lab)
+        docs = features.gfd_docs(lab.ctx, lab.serving.mig_strategy)
         assert "${" not in yaml.safe_dump_all(docs)
         ds = next(d for d in docs if d["kind"] == "DaemonSet")
         c = ds["spec"]["template"]["spec"]["containers"][0]

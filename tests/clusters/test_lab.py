@@ -75,7 +75,7 @@ def test_a_stalled_label_wait_restarts_nfd_master_and_gfd(seed: Lab) -> None:
     out, console = io.StringIO(), seed.console
     seed.console = Console(file=out, width=1000)
     try:
-        features.wait_labels(seed, deadline_s=150, stall_s=10)
+        features.wait_labels(seed.ctx, "none", deadline_s=150, stall_s=10)
     finally:
         seed.console = console
     assert "seed-worker': None" in out.getvalue()
@@ -199,9 +199,9 @@ def test_a_lab_whose_fake_gpu_state_is_unreadable_is_made_again(
     out = io.StringIO()
     lab = Lab("seed", subject="nvidia", console=Console(file=out, width=200))
     downs: list[str] = []
-    monkeypatch.setattr(lab, "down", lambda: downs.append(lab.name))
+    monkeypatch.setattr(lab.ctx, "delete", lambda: downs.append(lab.name))
     try:
-        actions.reuse_or_recreate(lab)
+        actions.reuse_or_recreate(lab.ctx)
     finally:
         state.write_bytes(good)  # the lab stays whole for whoever reuses it
     assert "seed: fake GPU state of seed-worker:" in out.getvalue()

@@ -7,8 +7,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from clusters import actions, infra, kindconfig, spec, versions
+from clusters import actions, capacity, infra, kindconfig, spec, versions
 from clusters.lab import Lab
+from clusters.serving import NoPlugin
 from clusters.steps import StepError
 
 
@@ -160,17 +161,17 @@ def test_a_lab_made_with_another_kind_config_is_not_reused(
         ),
     )
     lab = Lab("seed", subject="gpulab")
-    lab.labs_root, lab.host.dir = tmp_path, tmp_path / "seed"
-    assert actions.changed_config(lab) == "its kind config was not recorded"
+    lab.ctx.labs_root, lab.host.dir = tmp_path, tmp_path / "seed"
+    assert actions.changed_config(lab.ctx) == "its kind config was not recorded"
     cfg = kindconfig.render(lab.lab, "node:img", tmp_path, "/tk")
     lab.host.dir.mkdir()
     (lab.host.dir / "kind.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
-    assert actions.changed_config(lab) == ""
+    assert actions.changed_config(lab.ctx) == ""
     for n in cfg["nodes"]:  # as labs were made before the second mount
         if "extraMounts" in n:
             n["extraMounts"] = n["extraMounts"][:1]
     (lab.host.dir / "kind.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
-    assert actions.changed_config(lab) == "its kind config differs from this checkout's"
+    assert actions.changed_config(lab.ctx) == "its kind config differs from this checkout's"
 
 
 def test_a_lab_with_subject_none_brings_up_fake_gpus_and_no_plugin(tmp_path: Path) -> None:
@@ -179,8 +180,8 @@ def test_a_lab_with_subject_none_brings_up_fake_gpus_and_no_plugin(tmp_path: Pat
                     "  - gpus: [{profile: T4, count: 2}]\n")  # fmt: skip
     lab = Lab(path)
     assert not lab.serves_plugin and lab.serves == "no plugin (subject: none)"
-    assert lab._serving() == actions.NO_PLUGIN
-    titles = [a.title for a in actions.NO_PLUGIN]
+    assert isinstance(lab.serving, NoPlugin)
+    titles = [a.title for a in lab.actions()]
     assert not any("Deploy {subject}" in t or "capacity" in t for t in titles)
     with pytest.raises(ValueError, match="lab bare runs no plugin under test"):
         lab.subject  # noqa: B018
@@ -197,11 +198,11 @@ def test_a_wait_for_allocatable_stops_at_once_when_capacity_exceeds_the_node(
     lab = Lab(path)
     seen = iter([{"l-worker": (10, 10)}, {"l-worker": (11, 9)}])
 
-    def fake_wait(what, names, check, deadline_s, resource=None):  # type: ignore[no-untyped-def]
+    def fake_wait(ctx, what, names, check, deadline_s, resource):  # type: ignore[no-untyped-def]
         while not check(next(seen)):
             pass
         return 0
 
-    monkeypatch.setattr(lab, "wait_nodes", fake_wait)
+    monkeypatch.setattr(capacity, "wait_nodes", fake_wait)
     with pytest.raises(StepError, match=r"capacity 11, more devices than the node has \(10\)"):
         lab.wait_allocatable("l-worker", 9, 10)

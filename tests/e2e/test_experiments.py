@@ -9,9 +9,11 @@ from pathlib import Path
 
 import pytest
 
+from clusters import dra
+from clusters.lab import Lab
 from e2e import experiments as ex
 from e2e import report
-from e2e.cli import main, report_dir
+from e2e.cli import main
 from e2e.recording import (
     ActionRun,
     Fault,
@@ -23,8 +25,8 @@ from e2e.recording import (
     layer_stats,
     traces,
 )
-from e2e.runner import faulted, parse_log
-from fakenvml.journal import ECC, Kind, Record
+from e2e.runner import parse_log
+from fakenvml.journal import ECC, Kind
 
 SHIPPED = sorted(ex.EXPERIMENTS.glob("*.yaml"))
 MINIMAL = {
@@ -124,14 +126,16 @@ XID = {"at": 1, "do": "xid", "node": "dra-worker", "gpu": 1, "code": 79}
     ("lab", "timeline", "expect", "message"),
     [
         ("dra", [XID], [{"check": "allocatable", "node": "dra-worker", "equals": 4}],
-         "expect[0] (allocatable): lab dra runs NVIDIA's DRA driver: no device plugin"),
+         f"expect[0] (allocatable): lab dra runs NVIDIA's DRA driver {dra.version()}: no device "
+         "plugin"),
         ("dra", [XID], [{"check": "plugin_log", "node": "dra-worker", "event": "xid", "min": 1}],
          "expect[0] (plugin_log): lab dra runs NVIDIA's DRA driver"),
         ("dra", [XID], [{"check": "devices_healthy"}], "expect[0] (devices_healthy): lab dra runs"),
         ("dra", [XID, {"at": 2, "do": "stop_plugin", "node": "dra-worker"}], [],
          "timeline[1] (stop_plugin): lab dra runs NVIDIA's DRA driver"),
         ("dra", [XID], [{"check": "changes", "node": "dra-worker", "equals": 1}],
-         "expect[0] (changes): lab dra runs NVIDIA's DRA driver: count changes `of: tainted`"),
+         f"expect[0] (changes): lab dra runs NVIDIA's DRA driver {dra.version()}: count changes "
+         "`of: tainted`"),
         ("dra", [{"at": 0, "do": "create_pod", "name": "p", "gpus": 0}], [],
          "timeline[0] (create_pod): `gpus: 0` on a DRA lab"),
         ("dra", [XID], [{"check": "taints", "node": "dra-worker", "gpu": 4, "equals": 1}],
@@ -229,17 +233,6 @@ def test_parse_log_reads_both_plugins_lines_with_containerd_timestamps() -> None
         (3.0, "registered", "", None, None),
         (5.0, "update", "GPU-a", True, None),
     ]
-
-
-def test_faulted_gpus_are_those_not_recovered_since() -> None:
-    def r(seq: int, kind: Kind, gpu: int, data: int = 0) -> Record:
-        return Record(seq, 0, 0, kind, gpu, data)
-
-    records = [
-        r(1, Kind.XID, 0, 79), r(2, Kind.RECOVERY_ACTION, 0, 2), r(3, Kind.LOST, 1),
-        r(4, Kind.RECOVER, 0), r(5, Kind.RECOVERY_ACTION, 0, 0), r(6, Kind.ECC_DOUBLE, 3),
-    ]  # fmt: skip
-    assert faulted(records) == [1, 3]
 
 
 # -- a recorded run, rendered
@@ -405,7 +398,7 @@ def test_a_dra_recordings_layers_are_the_drivers_line_and_the_devices_taint() ->
     assert (xid13.api, xid13.taint, xid13.api_value) == (3.1, "gpu.nvidia.com/xid=13:None", (1, 2))
     # v0.4.1 lifts nothing on recovery: the taint goes with the restart, 2 s later.
     assert (recover.api, recover.taint) == (7.0, "none")
-    stats = layer_stats(traces(dra_recording()), dra=True)
+    stats = layer_stats(traces(dra_recording()), by_taints=True)
     assert list(stats) == ["injected → driver's Xid line", "injected → device taint in API"]
     assert stats["injected → device taint in API"][0] == 3
 
@@ -487,5 +480,9 @@ def test_a_recording_that_spelled_ecc_dbe_reads_as_ecc_double(tmp_path: Path) ->
 
 
 def test_a_report_is_named_by_experiment_and_subject_on_a_dra_lab_by_experiment_alone() -> None:
-    assert report_dir("xid-storm", "nvidia", dra=False).name == "xid-storm-nvidia"
-    assert report_dir("dra-taints", "gpulab", dra=True).name == "dra-taints"
+    """What serves the lab names the report directory: a subject adds its name, NVIDIA's
+    DRA driver (one per lab, no subject) nothing."""
+    nvidia = Lab("seed", subject="nvidia")
+    assert nvidia.serving.report_suffix == f"-{nvidia.subject.name}"
+    assert Lab("dra").serving.report_suffix == ""
+    assert Lab("dra").serving.recorded.startswith("NVIDIA's DRA driver v")

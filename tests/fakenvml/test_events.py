@@ -15,8 +15,8 @@ import pynvml as nv
 import pytest
 
 from fakenvml import journal
-from fakenvml.journal import Kind
-from fakenvml.node import NodeDir
+from fakenvml.journal import Kind, Record
+from fakenvml.node import NodeDir, faulted
 from tests.fakenvml.conftest import H100x8, build_node, subprocess_env
 
 XID = nv.nvmlEventTypeXidCriticalError
@@ -301,3 +301,18 @@ def test_journal_numbers_and_timestamps_every_fault(state: NodeDir) -> None:
         (Kind.XID, 79), (Kind.RECOVERY_ACTION, 2),
     ]  # fmt: skip
     assert all(a.monotonic_ns <= b.monotonic_ns for a, b in itertools.pairwise(journal))
+
+
+def test_faulted_gpus_are_those_not_recovered_since() -> None:
+    """The one rule for faulted GPUs (fakenvml.node.faulted): the lab's heal, NodeDir."""
+
+    def r(seq: int, kind: Kind, gpu: int, data: int = 0) -> Record:
+        return Record(seq, 0, 0, kind, gpu, data)
+
+    records = [
+        r(1, Kind.XID, 0, 79), r(2, Kind.RECOVERY_ACTION, 0, 2), r(3, Kind.LOST, 1),
+        r(4, Kind.RECOVER, 0), r(5, Kind.RECOVERY_ACTION, 0, 0), r(6, Kind.ECC_DOUBLE, 3),
+    ]  # fmt: skip
+    assert faulted(records) == {1, 3}  # a recovery action of 0 (NONE) is no fault
+    # The heal's question: which GPUs had a fault at all, even those recovered since.
+    assert faulted(records, recovered_too=True) == {0, 1, 3}
