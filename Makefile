@@ -7,8 +7,8 @@ BUILD := build
 ASAN_RT := $(shell gcc -print-file-name=libasan.so) $(shell gcc -print-file-name=libubsan.so)
 FUZZ_SECONDS ?= 60
 
-.PHONY: action-check install infra lib lib-asan test test-unit test-asan lint lint-workflows bench fuzz e2e \
-	cluster cluster-down clean e2e-suites
+.PHONY: action-check install infra lib lib-asan test test-unit test-asan lint lint-workflows docs bench \
+	fuzz e2e cluster cluster-down clean e2e-suites
 
 # apt packages, the venv, the fake library, the gRPC code: what every tier needs.
 install:
@@ -26,8 +26,13 @@ lib:
 lib-asan:
 	@$(PY) -m fakenvml.native.build --variant asan --out $(BUILD)
 
-lint: install lint-workflows
+lint: install lint-workflows docs
 	@.venv/bin/ruff check . && .venv/bin/ruff format --check .
+
+# The documentation site (mkdocs.yml, docs/): --strict fails on a broken link or anchor
+# between pages (tests/test_docs.py checks the README's). Under a second; fetches nothing.
+docs: install
+	@NO_MKDOCS_2_WARNING=1 .venv/bin/mkdocs build --strict --quiet --site-dir $(BUILD)/site
 
 # actionlint (built from the Go module proxy, with shellcheck for the run: scripts).
 lint-workflows:
@@ -57,7 +62,7 @@ TIMED = python3 -m bench.budget time
 # The $(CI_KUBE) pass, a smoke set: the seeds' scenario, one fault and one kubelet and
 # plugin restart, and device health in pod status (off before 1.36), for one plugin of
 # each family (ours, NVIDIA's): what the kubelet's version changes. The rest of the matrix
-# exercises the plugins and the lab, which do not change with it (README: e2e).
+# exercises the plugins and the lab, which do not change with it (docs/faults-and-experiments.md).
 E2E_OLD_ARGS := -m smoke
 E2E_OLD_RESTARTS := 1
 # The newest Kubernetes' pass restarts gpulab's plugin 5 times in CI (`make e2e`: 20, about
@@ -127,7 +132,8 @@ LAB ?= seed
 # NVIDIA's Helm chart nvidia-helm) or subject files (clusters/subject.py), comma-separated.
 # `make infra` builds their images where a subject says `image: {build: DIR}` and fetches
 # the Go modules their charts come from; `make cluster` deploys the first. nvidia-helm is
-# not in the default list until its one unexplained cluster-tier failure is (README).
+# not in the default list until its one unexplained cluster-tier failure is
+# (docs/not-done-yet.md).
 SUBJECT ?= gpulab,nvidia,gpulab-timeslicing,nvidia-timeslicing,nvidia-cdi,gpulab-mig,nvidia-mig,gpulab-mig-single,nvidia-mig-single
 export GPULAB_SUBJECTS := $(SUBJECT)
 # `make e2e SUBJECT=mine` runs the suites that test the subjects (SUITES=subject); with

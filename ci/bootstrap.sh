@@ -28,8 +28,8 @@ stamp=.venv/.installed-$(cat pyproject.toml "$0" | sha256sum | cut -c1-16)
 if [[ ! -e $stamp ]]; then
   echo "==> python: installing gpulab and pinned dependencies"
   # compat: a plain path in a .pth; the default editable finder costs every `fakenvml`
-  # command ~10 ms of start-up (README, "Injection that starts fast").
-  .venv/bin/pip install -q --disable-pip-version-check -e ".[dev,build]" \
+  # command ~10 ms of start-up (docs/benchmarks.md, "Injection that starts fast").
+  .venv/bin/pip install -q --disable-pip-version-check -e ".[dev,build,docs]" \
     --config-settings editable_mode=compat
   touch "$stamp"
 fi

@@ -149,7 +149,8 @@ class Kube:
         pods, Ready (a DaemonSet's status still counts the old ones for a moment).
         Gracefully, as `kubectl delete pod` does: a force delete lets the replacement start
         while the old container still runs, and a gRPC server shutting down unlinks its
-        socket path even when the successor already serves there (README, e2e)."""
+        socket path even when the successor already serves there
+        (docs/faults-and-experiments.md, "The suites")."""
         old = {p.metadata.uid for p in self.pods(namespace, labels)}
         self.core.delete_collection_namespaced_pod(namespace, label_selector=labels)
 

@@ -1,6 +1,6 @@
-"""Keep the README's list of implemented NVML functions equal to what the build found.
+"""Keep the docs' list of implemented NVML functions equal to what the build found.
 
-python -m fakenvml.native.readme          # rewrite the block in README.md, and
+python -m fakenvml.native.readme          # rewrite the block in docs/fakenvml.md, and
                                           # fakenvml/nvml_functions.txt (the exports)
 """
 
@@ -12,8 +12,12 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 IMPLEMENTED = REPO / "build" / "gen" / "implemented.txt"
+# The page that lists them ("Implemented NVML functions: N functions").
+DOC = REPO / "docs" / "fakenvml.md"
 START, END = "<!-- implemented:start -->", "<!-- implemented:end -->"
 _BLOCK = re.compile(re.escape(START) + r".*?" + re.escape(END), re.S)
+_COUNT_PREFIX = "## Implemented NVML functions: "
+_COUNT = re.compile(re.escape(_COUNT_PREFIX) + r"\d+ functions")
 
 
 def implemented() -> list[str]:
@@ -24,19 +28,20 @@ def block(names: list[str]) -> str:
     return f"{START}\n```\n" + "\n".join(names) + f"\n```\n{END}"
 
 
-def listed(readme: str) -> list[str]:
-    m = _BLOCK.search(readme)
+def listed(doc: str) -> list[str]:
+    m = _BLOCK.search(doc)
     if not m:
         return []
     return [ln for ln in m.group(0).splitlines()[1:-1] if ln.startswith("nvml")]
 
 
 def main() -> None:
-    readme = REPO / "README.md"
-    text = readme.read_text()
+    text = DOC.read_text()
     names = implemented()
-    readme.write_text(_BLOCK.sub(lambda _: block(names), text))
-    print(f"README.md lists {len(names)} implemented functions")
+    text = _BLOCK.sub(lambda _: block(names), text)
+    text = _COUNT.sub(f"{_COUNT_PREFIX}{len(names)} functions", text)
+    DOC.write_text(text)
+    print(f"{DOC.relative_to(REPO)} lists {len(names)} implemented functions")
     from fakenvml import knobs, library
 
     out = subprocess.run(["nm", "-D", "--defined-only", str(library.path())],

@@ -303,7 +303,7 @@ static void drain(int fd) {
 nvmlReturn_t nvmlEventSetWait_v2(nvmlEventSet_t set, nvmlEventData_t *data, unsigned int timeoutms) {
     if (!data) return NVML_ERROR_INVALID_ARGUMENT;
     pthread_mutex_lock(&fnv_lock);
-    if (fnv_g) { /* knobs apply; a failing wait answers at once (see README) */
+    if (fnv_g) { /* knobs apply; a failing wait answers at once (docs/fakenvml.md) */
         fnv_journal_refresh(fnv_g);
         nvmlReturn_t knob = fnv_knob_count ? fnv_gate(__func__, FNV_ALL_GPUS) : NVML_SUCCESS;
         if (knob != NVML_SUCCESS) {

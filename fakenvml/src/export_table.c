@@ -1,7 +1,8 @@
 /* nvmlInternalGetExportTable: the private interface NVIDIA's nvidia-smi asks for right
  * after nvmlInit. It is not in nvml.h; everything here was read off nvidia-smi 535.261.03
  * (Debian's nvidia-smi 535.261.03-1) with objdump and by running it against a table whose
- * every slot logged its arguments and return address. README "The real nvidia-smi".
+ * every slot logged its arguments and return address. docs/fakenvml.md, "The real
+ * nvidia-smi".
  *
  * nvidia-smi calls nvmlInternalGetExportTable(&table, &guid) and, on any error, prints
  * "Mismatch in versions between nvidia-smi and NVML." and exits. The table is a size in

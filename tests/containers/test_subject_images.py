@@ -151,7 +151,7 @@ def test_a_mig_image_serves_the_slices_and_marks_a_faulted_one(
     root's proc/driver; ours reads NVML alone) on two H100s all-1g.10gb: 14 slices under
     the strategy's resource, MIG UUIDs in the env, and a fault: ours marks the slice an Xid
     names; NVIDIA's keeps one slice per GPU in its event map, so a whole-GPU Xid marks
-    exactly one (README, MIG)."""
+    exactly one (docs/fakenvml.md, MIG)."""
     node = fake_node({"gpus": [{"profile": "H100-SXM5-80GB", "count": 2}]})
     for gpu in (0, 1):
         mig.configure(node, gpu, "all-1g.10gb")

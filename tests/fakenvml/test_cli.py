@@ -699,9 +699,9 @@ def test_the_injection_path_loads_no_yaml_or_pydantic(node: Path) -> None:
 
 
 def test_inject_loads_neither_the_model_nor_dataclasses_nor_typing(node: Path) -> None:
-    """What took `inject` from 58 to 36 ms (README, "Injection that starts fast"): the
-    dataclasses stack (inspect, ast, dis), typing and the model stay unimported; inject
-    reads only the GPUs' names from the state."""
+    """What took `inject` from 58 to 36 ms (docs/benchmarks.md, "Injection that starts
+    fast"): the dataclasses stack (inspect, ast, dis), typing and the model stay
+    unimported; inject reads only the GPUs' names from the state."""
     heavy = {"dataclasses", "typing", "inspect", "fakenvml.model", "yaml", "pydantic"}
     code = (
         "import sys; from fakenvml.cli import main; "
