@@ -24,6 +24,7 @@ from typing import Any
 import pytest
 
 from clusters import spec
+from clusters.dra import DraDriver
 from clusters.infra import InfraMissing
 from clusters.lab import Lab
 from clusters.spec import SpecError
@@ -165,17 +166,17 @@ def _subject_of(item: pytest.Item) -> Subject | None:
     return s if isinstance(s, Subject) else None
 
 
-# The DRA suites' column: NVIDIA's DRA driver serves their labs, no subject does.
-DRA_COLUMN = "nvidia-dra-driver"
-DRA_TESTS = ("e2e/test_dra", "e2e/test_experiment_run.py::test_dra_")
+# Suites whose labs no subject serves: their column is what does (its Serving.name).
+SERVED_BY = {("e2e/test_dra", "e2e/test_experiment_run.py::test_dra_"): DraDriver.name}
 
 
 def summary_key(nodeid: str, names: list[str]) -> tuple[str, str] | None:
-    """('scenario [other params]', subject) for an e2e test id (a DRA test's column is
-    DRA_COLUMN, all its parameters in the scenario), or None."""
-    if nodeid.startswith(DRA_TESTS):
-        base, _, param = nodeid.rstrip("]").partition("[")
-        return base.split("::")[-1] + (f" [{param}]" if param else ""), DRA_COLUMN
+    """('scenario [other params]', subject) for an e2e test id (a test of a suite in
+    SERVED_BY: what serves its lab, all its parameters in the scenario), or None."""
+    for prefixes, column in SERVED_BY.items():
+        if nodeid.startswith(prefixes):
+            base, _, param = nodeid.rstrip("]").partition("[")
+            return base.split("::")[-1] + (f" [{param}]" if param else ""), column
     if "[" not in nodeid or not nodeid.startswith("e2e/"):
         return None
     base, param = nodeid.rstrip("]").split("[", 1)
@@ -226,13 +227,13 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     if not rows:  # not an e2e run (the plugin is loaded into every pytest run)
         return
     width = terminalreporter._tw.fullwidth
-    dra = {k: r for k, r in rows.items() if DRA_COLUMN in r}
-    plugins = {k: r for k, r in rows.items() if k not in dra}
-    both: list[htmlreport.Section] = [
-        ("scenario x subject", plugins, names),
-        ("NVIDIA's DRA driver", dra, [DRA_COLUMN]),
+    # One grid of subjects, and one per server of the GPUs that is no subject.
+    servers = sorted({column for r in rows.values() for column in r} - set(names))
+    plugins = {k: r for k, r in rows.items() if not set(r) & set(servers)}
+    every: list[htmlreport.Section] = [("scenario x subject", plugins, names)] + [
+        (column, {k: r for k, r in rows.items() if column in r}, [column]) for column in servers
     ]
-    sections = [s for s in both if s[1]]
+    sections = [s for s in every if s[1]]
     for title, r, columns in sections:
         terminalreporter.section(f"gpulab e2e: {title}")
         for line in summary(r, columns, width):

@@ -11,7 +11,8 @@ from pathlib import Path
 
 from pytest import CollectReport, TestReport
 
-from e2e.fixtures import DRA_COLUMN, summary_rows
+from clusters.dra import DraDriver
+from e2e.fixtures import summary_rows
 from e2e.verdict import Cell, failures, first_line, grid, summary
 
 REPO = Path(__file__).resolve().parents[2]
@@ -143,10 +144,10 @@ def test_rows_come_from_the_calls_and_the_setups_that_errored() -> None:
     assert bad.trace == TRACE
     assert list(got["test_lost"]) == ["nvidia"] and got["test_lost"]["nvidia"].failure == "no lab"
     dra = summary_rows({"passed": [report("e2e/test_dra.py::test_slices[dra]", "passed")]}, [])
-    assert list(dra["test_slices [dra]"]) == [DRA_COLUMN]
+    assert list(dra["test_slices [dra]"]) == [DraDriver.name]
     # A DRA module that did not import is a failed cell, not a crash of the summary.
     broken = CollectReport("e2e/test_dra.py", "failed", "E   ImportError: no kubernetes", [])
-    cell = summary_rows({"error": [broken]}, [])["e2e/test_dra.py"][DRA_COLUMN]
+    cell = summary_rows({"error": [broken]}, [])["e2e/test_dra.py"][DraDriver.name]
     assert (cell.short, cell.failure) == ("FAIL", "no kubernetes")
 
 
