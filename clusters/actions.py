@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 
 import yaml
 
-from clusters import dra, fakegpus, features, infra, kindconfig, toolkit, versions
+from clusters import built, dra, fakegpus, features, kindconfig, toolkit, versions
 from fakenvml.errors import FakeNvmlError
 
 if TYPE_CHECKING:
@@ -44,7 +44,7 @@ class Action:
 
 
 def infrastructure(lab: Lab) -> None:
-    lab.host.kind = infra.require((), lab.lab.kubernetes).kind
+    lab.host.kind = built.require((), lab.lab.kubernetes).kind
 
 
 def reuse_or_recreate(lab: Lab) -> object:
@@ -69,9 +69,9 @@ def reuse_or_recreate(lab: Lab) -> object:
 
 
 def kind_config(lab: Lab) -> dict:
-    p = infra.require((), lab.lab.kubernetes)
+    p = built.require((), lab.lab.kubernetes)
     if lab.lab.spec.container_toolkit and not p.toolkit:
-        raise infra.InfraMissing(f"the NVIDIA Container Toolkit is not built; {infra.MAKE_INFRA}")
+        raise built.InfraMissing(f"the NVIDIA Container Toolkit is not built; {built.MAKE_INFRA}")
     return kindconfig.render(lab.lab, p.node_images[lab.lab.kubernetes], lab.labs_root, p.toolkit)
 
 
@@ -116,7 +116,7 @@ def toolkit_configs(lab: Lab) -> object:
     """The containerd and runtime configs a new cluster's GPU nodes start with."""
     if lab.host.exists() or not lab.lab.spec.container_toolkit:
         return SKIP
-    p = infra.require((), lab.lab.kubernetes)
+    p = built.require((), lab.lab.kubernetes)
     toolkit.prepare(kindconfig.toolkit_dir(lab.labs_root, lab.lab),
                     p.node_images[lab.lab.kubernetes], p.toolkit)  # fmt: skip
     return None
@@ -159,10 +159,10 @@ def lab_images(lab: Lab) -> None:
     # lab runs no device plugin: the DRA driver's image instead of the subject's.
     newest = f"nvidia-{versions.nvidia_plugin_versions()[0]}"
     wanted = ["gpulab", "workload", newest, "nfd"] + (["dra"] if lab.lab.spec.dra else [])
-    products = infra.require(wanted, lab.lab.kubernetes)
+    products = built.require(wanted, lab.lab.kubernetes)
     lab.images = {k: products.images[k] for k in wanted}
     if lab.serves_plugin:
-        lab.images["subject"] = infra.subject_image(lab.subject, products)
+        lab.images["subject"] = lab.subject.image_ref(products)
     lab.images["gfd"] = products.images[newest]  # GFD is a command of NVIDIA's image
 
 

@@ -11,7 +11,7 @@ import pytest
 
 from e2e import experiments as ex
 from e2e import report
-from e2e.cli import main, report_dir
+from e2e.play import report_dir
 from e2e.recording import (
     ActionRun,
     Fault,
@@ -25,6 +25,7 @@ from e2e.recording import (
 )
 from e2e.runner import faulted, parse_log
 from fakenvml.journal import ECC, Kind, Record
+from gpulab.cli import main
 
 SHIPPED = sorted(ex.EXPERIMENTS.glob("*.yaml"))
 MINIMAL = {
