@@ -18,7 +18,7 @@ install:
 
 # What the node and cluster tiers need, built outside any test (idempotent; seconds warm).
 infra: install
-	@$(PY) -m clusters.infra
+	@$(PY) -m gpulab infra
 
 lib:
 	@$(PY) -m fakenvml.native.build --variant release --out $(BUILD)
@@ -122,7 +122,7 @@ fuzz: install
 	@$(PY) -m fakenvml.native.fuzz --seconds $(FUZZ_SECONDS) --out $(BUILD)
 
 bench: install
-	@$(PY) -m clusters.infra nvidia-plugins
+	@$(PY) -m gpulab infra nvidia-plugins
 	@$(PY) -m bench.run --out $(BUILD)/bench.json
 
 LAB ?= seed
@@ -144,10 +144,10 @@ comma := ,
 
 # A lab up (re-using what exists), fakenvml and the first SUBJECT deployed, capacity checked.
 cluster: infra
-	@$(PY) -m clusters up $(LAB) --subject $(firstword $(subst $(comma), ,$(SUBJECT)))
+	@$(PY) -m gpulab lab up $(LAB) --subject $(firstword $(subst $(comma), ,$(SUBJECT)))
 
 cluster-down: install
-	@$(PY) -m clusters down $(LAB)
+	@$(PY) -m gpulab lab down $(LAB)
 
 # The cluster tier: labs up, suites for every SUBJECT (JUnit XML, a scenario x subject
 # grid, an HTML report beside the XML), labs down unless KEEP=1.
@@ -157,7 +157,7 @@ e2e: infra
 
 e2e-suites:
 	@echo "==> e2e: cluster-tier suites ($(SUITES)) for $(SUBJECT), Kubernetes $${GPULAB_KUBE_VERSION:-$$($(PY) -c 'from clusters import versions; print(versions.kube_version())')}"
-	@KEEP=$(KEEP) $(PY) -m pytest -q -p no:cacheprovider e2e --suites $(SUITES) --junitxml=$(E2E_JUNIT) $(E2E_ARGS)
+	@KEEP=$(KEEP) $(PY) -m gpulab test -q --suites $(SUITES) --junitxml=$(E2E_JUNIT) $(E2E_ARGS)
 
 include ci/cluster.mk
 

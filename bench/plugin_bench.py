@@ -25,8 +25,8 @@ import grpc
 from fakenvml import inventory
 from fakenvml.node import NodeDir
 from plugin.api.v1beta1 import HEALTHY
-from plugin.standin import Kubelet, gpulab, nvidia
-from plugin.standin.process import PluginProcess
+from standin import Kubelet, gpulab, nvidia
+from standin.process import PluginProcess
 
 Row = dict[str, object]
 Command = Callable[[Path, Path, Path], tuple[list[str], dict[str, str]]]

@@ -29,10 +29,12 @@ if [[ ! -e $stamp ]]; then
   echo "==> python: installing gpulab and pinned dependencies"
   # compat: a plain path in a .pth; the default editable finder costs every `fakenvml`
   # command ~10 ms of start-up (docs/benchmarks.md, "Injection that starts fast").
-  .venv/bin/pip install -q --disable-pip-version-check -e ".[dev,build,docs]" \
+  # lab: what a lab runner needs beyond a node (pyproject.toml: the extras); docs: mkdocs.
+  extras=lab,dev,build,docs
+  .venv/bin/pip install -q --disable-pip-version-check -e ".[$extras]" \
     --config-settings editable_mode=compat
   touch "$stamp"
 fi
 # Bytecode for the project's own modules: machines that set PYTHONDONTWRITEBYTECODE never
 # cache it, and compiling them anew doubled every CLI start. Stale files are only ignored.
-.venv/bin/python -m compileall -q -j 0 fakenvml plugin clusters e2e >/dev/null
+.venv/bin/python -m compileall -q -j 0 fakenvml plugin clusters e2e standin gpulab >/dev/null

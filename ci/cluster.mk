@@ -1,4 +1,4 @@
-# Pieces of `make infra` (clusters/infra.py groups), included from the top-level Makefile.
+# Pieces of `make infra` (`gpulab infra` groups), included from the top-level Makefile.
 #   make engine         a Docker engine that runs kind's privileged nodes (clusters/scripts/docker.sh)
 #   make kind           the pinned kind, on PATH or built with Go (clusters/scripts/kind.sh)
 #   make node-image     kind's node image, pulled or built locally (clusters/scripts/node-image.sh)
@@ -9,10 +9,10 @@ CLUSTER_CI := $(patsubst %/,%,$(dir $(lastword $(MAKEFILE_LIST))))
 
 .PHONY: engine kind node-image cluster-smoke
 engine: install
-	@$(PY) -m clusters.infra engine
+	@$(PY) -m gpulab infra engine
 kind: install
-	@$(PY) -m clusters.infra kind
+	@$(PY) -m gpulab infra kind
 node-image: install
-	@$(PY) -m clusters.infra node-image
+	@$(PY) -m gpulab infra node-image
 cluster-smoke: infra
 	@$(CLUSTER_CI)/cluster-smoke.sh

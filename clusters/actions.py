@@ -19,7 +19,7 @@ import shutil
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from clusters import fakegpus, infra, kindconfig, toolkit, versions
+from clusters import built, fakegpus, kindconfig, toolkit, versions
 from clusters.context import Context
 from clusters.subject import Subject
 from fakenvml.errors import FakeNvmlError
@@ -37,7 +37,7 @@ class Action:
 
 
 def infrastructure(ctx: Context) -> None:
-    ctx.host.kind = infra.require((), ctx.lab.kubernetes).kind
+    ctx.host.kind = built.require((), ctx.lab.kubernetes).kind
 
 
 def reuse_or_recreate(ctx: Context) -> object:
@@ -62,9 +62,9 @@ def reuse_or_recreate(ctx: Context) -> object:
 
 
 def kind_config(ctx: Context) -> dict:
-    p = infra.require((), ctx.lab.kubernetes)
+    p = built.require((), ctx.lab.kubernetes)
     if ctx.lab.spec.container_toolkit and not p.toolkit:
-        raise infra.InfraMissing(f"the NVIDIA Container Toolkit is not built; {infra.MAKE_INFRA}")
+        raise built.InfraMissing(f"the NVIDIA Container Toolkit is not built; {built.MAKE_INFRA}")
     return kindconfig.render(ctx.lab, p.node_images[ctx.lab.kubernetes], ctx.labs_root, p.toolkit)
 
 
@@ -109,7 +109,7 @@ def toolkit_configs(ctx: Context) -> object:
     """The containerd and runtime configs a new cluster's GPU nodes start with."""
     if ctx.host.exists() or not ctx.lab.spec.container_toolkit:
         return SKIP
-    p = infra.require((), ctx.lab.kubernetes)
+    p = built.require((), ctx.lab.kubernetes)
     toolkit.prepare(kindconfig.toolkit_dir(ctx.labs_root, ctx.lab),
                     p.node_images[ctx.lab.kubernetes], p.toolkit)  # fmt: skip
     return None
@@ -136,10 +136,10 @@ def lab_images(wanted: Sequence[str], subject: Subject | None) -> Callable[[Cont
         # less.
         newest = f"nvidia-{versions.nvidia_plugin_versions()[0]}"
         roles = ["gpulab", "workload", newest, "nfd", *wanted]
-        products = infra.require(roles, ctx.lab.kubernetes)
+        products = built.require(roles, ctx.lab.kubernetes)
         ctx.images = {k: products.images[k] for k in roles}
         if subject is not None:
-            ctx.images["subject"] = infra.subject_image(subject, products)
+            ctx.images["subject"] = subject.image_ref(products)
         ctx.images["gfd"] = products.images[newest]
 
     return images

@@ -39,7 +39,7 @@ from typing import Any, Protocol
 
 from kubernetes import client
 
-from clusters import actions, chart, features, infra, kindconfig, post_render, spec, versions
+from clusters import actions, built, chart, features, kindconfig, post_render, spec, versions
 from clusters.actions import Action
 from clusters.context import Context
 from clusters.kube import Kube
@@ -64,7 +64,7 @@ def version() -> str:
 def chart_dir() -> Path:
     where = chart.module_dir(f"{MODULE}@{version()}") / CHART_DIR
     if not (where / "Chart.yaml").is_file():
-        raise infra.InfraMissing(f"the DRA driver's chart is not in {where}; {infra.MAKE_INFRA}")
+        raise built.InfraMissing(f"the DRA driver's chart is not in {where}; {built.MAKE_INFRA}")
     return where
 
 
@@ -107,7 +107,7 @@ def values(image: str, feature_gates: dict[str, bool], static_mig: bool = False,
 
 def install(kubeconfig: Path, image: str, feature_gates: dict[str, bool],
             static_mig: bool = False, library: str = "", timeout_s: int = 240) -> str:  # fmt: skip
-    return chart.install(infra.helm(), chart_dir(), RELEASE, NAMESPACE,
+    return chart.install(built.helm(), chart_dir(), RELEASE, NAMESPACE,
                          values(image, feature_gates, static_mig, library), kubeconfig,
                          timeout_s, renderer(static_mig))  # fmt: skip
 

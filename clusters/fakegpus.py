@@ -13,7 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from clusters import chart, infra, spec
+from clusters import built, chart, spec
 from clusters.context import Context
 
 CHART = Path(__file__).resolve().parent / "charts" / "fake-gpus"
@@ -26,18 +26,18 @@ def install(kubeconfig: Path, release: str, namespace: str, values: dict[str, An
             timeout_s: int = 180) -> str:  # fmt: skip
     """`helm upgrade --install --wait` (helm waits for Deployments and DaemonSets by its own
     rule, which lets a one-node DaemonSet pass with no pod ready: callers wait for theirs)."""
-    return chart.install(infra.helm(), CHART, release, namespace, values, kubeconfig, timeout_s)
+    return chart.install(built.helm(), CHART, release, namespace, values, kubeconfig, timeout_s)
 
 
 def test(kubeconfig: Path, release: str, namespace: str, timeout_s: int = 180) -> str:
     """`helm test` with its pods' logs; ChartError (their logs in it) when one fails."""
     args = ["test", release, "--namespace", namespace, "--logs", "--timeout", f"{timeout_s}s"]
-    return chart.run(infra.helm(), args, kubeconfig, timeout_s + 30)
+    return chart.run(built.helm(), args, kubeconfig, timeout_s + 30)
 
 
 def uninstall(kubeconfig: Path, release: str, namespace: str) -> str:
     args = ["uninstall", release, "--namespace", namespace, "--wait"]
-    return chart.run(infra.helm(), args, kubeconfig)
+    return chart.run(built.helm(), args, kubeconfig)
 
 
 def lab_values(lab: spec.Lab, image: str) -> dict[str, Any]:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import yaml
 from kubernetes import client
 
-from clusters import chart, infra, steps, versions
+from clusters import built, chart, steps, versions
 from clusters.context import Context
 
 NAMESPACE = "node-feature-discovery"
@@ -30,8 +30,8 @@ def nfd_docs(image: str, kube_version: str) -> list[dict]:
     uninstall`."""
     where = chart.module_dir(f"{MODULE}@{versions.get('NFD_VERSION')}") / CHART_DIR
     if not (where / "Chart.yaml").is_file():
-        raise infra.InfraMissing(f"node-feature-discovery's chart is not in {where}; "
-                                 f"{infra.MAKE_INFRA}")  # fmt: skip
+        raise built.InfraMissing(f"node-feature-discovery's chart is not in {where}; "
+                                 f"{built.MAKE_INFRA}")  # fmt: skip
     repo, tag = chart.split_image(image)
     values = {
         "image": {"repository": repo, "tag": tag, "pullPolicy": "IfNotPresent"},
@@ -49,7 +49,7 @@ def nfd_docs(image: str, kube_version: str) -> list[dict]:
         },
         "postDeleteCleanup": False,
     }
-    text = chart.template(infra.helm(), where, "nfd", NAMESPACE, values, kube_version,
+    text = chart.template(built.helm(), where, "nfd", NAMESPACE, values, kube_version,
                           include_crds=True)  # fmt: skip
     docs = [d for d in yaml.safe_load_all(text) if d]
     return [d for d in docs if "helm.sh/hook" not in (d["metadata"].get("annotations") or {})]

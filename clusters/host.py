@@ -13,7 +13,7 @@ from pathlib import Path
 
 import yaml
 
-from clusters import infra, steps
+from clusters import built, steps
 
 
 class LabInUse(steps.StepError):
@@ -35,9 +35,9 @@ class Host:
     def kind(self) -> str:
         """kind's binary, as `make infra` built it."""
         if not self._kind:
-            self._kind = infra.Products.load().kind
+            self._kind = built.Products.load().kind
         if not self._kind:
-            raise infra.InfraMissing(f"kind is not built; {infra.MAKE_INFRA}")
+            raise built.InfraMissing(f"kind is not built; {built.MAKE_INFRA}")
         return self._kind
 
     @kind.setter
@@ -71,8 +71,7 @@ class Host:
             os.close(fd)  # closing the last descriptor drops the flock
 
     def exists(self) -> bool:
-        out = steps.kind(self.kind, "get", "clusters", capture=True)
-        return self.name in out.split() and self.kubeconfig.exists()
+        return self.name in clusters(self.kind) and self.kubeconfig.exists()
 
     def config(self) -> dict | None:
         """The kind config the cluster was created with; None when none was recorded."""
@@ -128,6 +127,12 @@ class Host:
             if f is None:
                 raise steps.StepError(f"{path} on {node} is not a regular file")
             return f.read().decode()
+
+
+def clusters(kind: str) -> list[str]:
+    """The kind clusters on this machine (`kind get clusters`); StepError when kind cannot
+    tell (no Docker engine answers)."""
+    return steps.kind(kind, "get", "clusters", capture=True).split()
 
 
 def _cmdline() -> str:

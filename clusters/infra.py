@@ -1,31 +1,27 @@
 """The infrastructure the cluster tier needs, as one ordered list of steps (`make infra`).
 
-    python -m clusters.infra                  # every step; seconds when warm
-    python -m clusters.infra nvidia-plugins   # only some groups (see GROUPS)
-    python -m clusters.infra tree-key         # the gpulab image's input key
-    python -m clusters.infra --list           # each group's scripts; runs nothing
-    python -m clusters.infra export DIR       # products + images for a CI cache (infracache)
-    python -m clusters.infra import DIR       # ... restored; then every step finds its product
-    python -m clusters.infra key              # the key an export must match
+    gpulab infra                  # every step; seconds when warm
+    gpulab infra nvidia-plugins   # only some groups (see GROUPS)
+    gpulab infra tree-key         # the gpulab image's input key
+    gpulab infra --list           # each group's scripts; runs nothing
+    gpulab infra export DIR       # products + images for a CI cache (infracache)
+    gpulab infra import DIR       # ... restored; then every step finds its product
+    gpulab infra key              # the key an export must match
 
 Each step runs one script in a process group of its own, with the script's output in a
 log file under $GPULAB_CACHE/logs: one status line per step (✓ or ✗ and seconds), a line a
 minute while a step runs long, and on failure the log's last lines and its path. An
 interrupted run kills the whole group, so no orphaned build goes on writing into the cache.
 
-What the steps made is recorded in $GPULAB_CACHE/infra.json. Labs and test fixtures only
-*use* it, through `require()`: when something is missing they fail at once with one line
-that names `make infra`. No test ever builds, so no test timeout ever wraps a build.
+What the steps made is recorded in $GPULAB_CACHE/infra.json (clusters/built.py), which
+labs and test fixtures only read.
 """
 
 from __future__ import annotations
 
 import argparse
-import hashlib
 import importlib.metadata
-import json
 import os
-import re
 import signal
 import subprocess
 import sys
@@ -33,14 +29,13 @@ import time
 import tomllib
 from collections.abc import Callable, Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TypeVar
 
 from rich.console import Console
 
-from clusters import versions
-from clusters.steps import StepError
+from clusters import built, versions
+from clusters.built import ROOT, Products
 from clusters.subject import Subject, SubjectError
 from clusters.subject import examples as subject_examples
 from clusters.subject import load as load_subject
@@ -48,15 +43,7 @@ from clusters.subject import names as subject_names
 from clusters.subject import shipped as subject_shipped
 from fakenvml import library, paths
 
-# The scripts are package data (clusters/scripts, clusters/nodeimage, clusters/images),
-# named relative to ROOT: the checkout, or site-packages for an installed package.
-ROOT = Path(__file__).resolve().parents[1]
 T = TypeVar("T")
-MAKE_INFRA = "run `make infra`" if paths.checkout() else "run `gpulab infra`"
-# What the gpulab image leaves out: the node side (fakenvml, the plugin) never talks to the
-# API server or Docker nor draws reports, and every lab loads the image into every GPU
-# node (the kubernetes client alone is 126 MB).
-LAB_ONLY = {"kubernetes", "docker", "matplotlib"}
 STEPS = {  # group -> the scripts its steps run (`--list`)
     "engine": ["clusters/scripts/docker.sh"],
     "kind": ["clusters/scripts/kind.sh"],
@@ -71,108 +58,30 @@ STEPS = {  # group -> the scripts its steps run (`--list`)
 }
 
 
-def cache_dir() -> Path:
-    return paths.cache_dir()
-
-
-def manifest_path() -> Path:
-    return cache_dir() / "infra.json"
-
-
 class InfraError(Exception):
     """A step failed; the message names the step and its log."""
 
 
-class InfraMissing(StepError):
-    """Something the cluster tier needs is not there; the message says what makes it."""
-
-
-@dataclass
-class Products:
-    """What `make infra` made, as labs and fixtures need it."""
-
-    kind: str = ""
-    helm: str = ""  # renders subjects deployed from a Helm chart
-    node_images: dict[str, str] = field(default_factory=dict)  # Kubernetes version -> image
-    images: dict[str, str] = field(default_factory=dict)  # base, gpulab, workload, nvidia-<v>
-    nvidia: dict[str, str] = field(default_factory=dict)  # version -> binary
-    # The NVIDIA Container Toolkit's dir (nvidia-container-runtime, nvidia-cdi-hook,
-    # nvidia-ctk) that the newest pinned plugin requires: what lab GPU nodes run.
-    toolkit: str = ""
-    tree_key: str = ""  # the checkout state the gpulab image was built from
-    subjects: dict[str, str] = field(default_factory=dict)  # subject name -> image built
-
-    @classmethod
-    def load(cls) -> Products:
-        path = manifest_path()
-        try:
-            data = json.loads(path.read_text())
-            return cls(**{k: data[k] for k in asdict(cls()) if k in data})
-        except FileNotFoundError:
-            return cls()
-        except (ValueError, TypeError) as e:
-            raise InfraMissing(f"{path} is unreadable ({e}); {MAKE_INFRA}") from e
-
-    def save(self) -> None:
-        path = manifest_path()
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(f".tmp.{os.getpid()}")
-        tmp.write_text(json.dumps(asdict(self), indent=2) + "\n")
-        os.replace(tmp, path)
-
-
-def tree_key() -> str:
-    """A hash of everything the gpulab image is made of: the fakenvml and plugin packages,
-    the pins (pyproject.toml, or an installed package's METADATA), the built library and
-    how the image is built."""
-    h = hashlib.sha256()
-    pins = ROOT / "pyproject.toml" if paths.checkout() else _dist_dir() / "METADATA"
-    files: list[Path] = [
-        pins,
-        ROOT / "clusters/images/gpulab.Dockerfile",
-        ROOT / "clusters/images/build.sh",
-        library.default_path(),
-    ]
-    for pkg in ("fakenvml", "plugin"):
-        files += sorted(
-            p
-            for p in (ROOT / pkg).rglob("*")
-            if p.is_file() and "__pycache__" not in p.parts and p.suffix != ".pyc"
-        )
-    for p in files:
-        name = p.relative_to(ROOT) if p.is_relative_to(ROOT) else Path("build/release", p.name)
-        h.update(str(name).encode() + b"\0")
-        h.update(p.read_bytes() if p.exists() else b"<missing>")
-    return h.hexdigest()[:16]
-
-
-def _dist_dir() -> Path:
-    """The installed package's .dist-info directory."""
-    files = importlib.metadata.distribution("gpulab").files or []
-    return Path(str(next(f for f in files if f.name == "METADATA").locate())).parent
-
-
 def node_requirements() -> list[str]:
-    """gpulab's runtime requirements minus LAB_ONLY: what the gpulab image installs."""
+    """gpulab's base requirements (`[project] dependencies`, no extra): what a GPU node
+    runs, and what the gpulab image installs."""
     if (root := paths.checkout()) is not None:
         with (root / "pyproject.toml").open("rb") as f:
-            deps = tomllib.load(f)["project"]["dependencies"]
-    else:
-        deps = [r for r in importlib.metadata.requires("gpulab") or [] if "extra ==" not in r]
-    return [d for d in deps if re.split(r"[=<>!~\[; ]", d)[0].lower() not in LAB_ONLY]
+            return list(tomllib.load(f)["project"]["dependencies"])
+    return [r for r in importlib.metadata.requires("gpulab") or [] if "extra ==" not in r]
 
 
 def image_env(key: str) -> dict[str, str]:
     """What clusters/images/build.sh needs to build the gpulab image: the interpreter (and
-    its pip), the library, the requirements, and gpulab itself: the checkout to build a
-    wheel of, or the installed package's files to copy."""
+    its pip), the library, the requirements, the node's packages, and where gpulab is: the
+    checkout to build a wheel of, or the installed package's site to copy from."""
     env = {"GPULAB_TREE_KEY": key, "GPULAB_PYTHON": sys.executable,
            "GPULAB_LIBRARY": str(library.default_path()),
-           "GPULAB_NODE_REQS": "\n".join(node_requirements())}  # fmt: skip
+           "GPULAB_NODE_REQS": "\n".join(node_requirements()),
+           "GPULAB_NODE_PACKAGES": " ".join(built.NODE_PACKAGES)}  # fmt: skip
     if (root := paths.checkout()) is not None:
         return {**env, "GPULAB_SOURCE": str(root)}
-    items = ("fakenvml", "plugin", "clusters", "e2e", _dist_dir().name)
-    return {**env, "GPULAB_SITE": str(ROOT), "GPULAB_SITE_ITEMS": " ".join(items)}
+    return {**env, "GPULAB_SITE": str(ROOT)}
 
 
 # -- running steps -----------------------------------------------------------------------
@@ -185,7 +94,7 @@ class Runner:
 
     def __init__(self, console: Console | None = None) -> None:
         self.console = console or Console(stderr=True, soft_wrap=True)
-        self.logs = cache_dir() / "logs"
+        self.logs = built.cache_dir() / "logs"
         self.products = Products.load()
         self.running: set[subprocess.Popen[str]] = set()  # steps in flight, in any lane
 
@@ -229,7 +138,7 @@ class Runner:
                 stdout=products,
                 stderr=err,
                 text=True,
-                env={**os.environ, "GPULAB_CACHE": str(cache_dir()), **(env or {})},
+                env={**os.environ, "GPULAB_CACHE": str(built.cache_dir()), **(env or {})},
                 start_new_session=True,
                 cwd=paths.checkout() or self.logs,
             )
@@ -314,7 +223,7 @@ def run(groups: Iterable[str] = GROUPS, console: Console | None = None) -> Produ
         beside.shutdown(wait=True)
     r.console.print(
         f"[bold green]Infrastructure ready[/] in {time.monotonic() - t0:.1f}s "
-        f"[dim](recorded in {manifest_path()}, logs in {r.logs})[/]",
+        f"[dim](recorded in {built.manifest_path()}, logs in {r.logs})[/]",
         highlight=False,
     )
     return r.products
@@ -450,7 +359,7 @@ def _lab_images(r: Runner, p: Products) -> None:
         from fakenvml.native import build
 
         r.step("fakenvml library (gcc)", lambda: str(build.build("release", library.build_dir())))
-    key = tree_key()
+    key = built.tree_key()
     for which, title, env in (
         ("gpulab", "gpulab image (fakenvml + plugin)", image_env(key)),
         ("nvidia", "NVIDIA plugin images", None),
@@ -479,119 +388,21 @@ def chart_modules() -> list[str]:
     )
 
 
-def _subject_tag(s: Subject) -> str:
-    """A tag named for the subject's build context and changing with any file of it: the
-    subjects that build one directory share one image."""
-    context = s.path(s.spec.image.build or ".")
-    h = hashlib.sha256()
-    for f in sorted(p for p in context.rglob("*") if p.is_file() and ".git" not in p.parts):
-        h.update(str(f.relative_to(context)).encode() + b"\0" + f.read_bytes())
-    name = re.sub(r"[^a-z0-9._-]+", "-", context.name.lower()).strip("-._") or "subject"
-    return f"gpulab-subject/{name}:{h.hexdigest()[:12]}"
-
-
 def _build_subject(r: Runner, s: Subject, p: Products) -> str:
     img = s.spec.image
     if img.prepare is not None:
         # Go's caches are gpulab's (lib.sh's), so a Go plugin builds from the modules
         # NVIDIA's plugin builds already fetched.
-        go = cache_dir() / "go"
+        go = built.cache_dir() / "go"
         env = {"GOMODCACHE": str(go / "mod"), "GOCACHE": str(go / "build"),
                "GOFLAGS": "-buildvcs=false -modcacherw"}  # fmt: skip
         r.script(f"{s.name}: {img.prepare}", f"subject-{s.name}-prepare",
                  str(s.path(img.prepare)), env=env)  # fmt: skip
-    tag = _subject_tag(s)
-    if not _image_present(tag):
+    tag = s.build_tag
+    if not built.image_present(tag):
         r.script(f"{s.name} image", f"subject-{s.name}", "/usr/bin/env", "docker", "build",
                  "-q", "-t", tag, "--build-arg", f"GPULAB_BASE_IMAGE={p.images['base']}",
                  str(s.path(img.build or ".")))  # fmt: skip
-    return tag
-
-
-# -- using it ----------------------------------------------------------------------------
-
-
-def _docker_answers() -> bool:
-    try:
-        return (
-            subprocess.run(
-                ["docker", "info"], capture_output=True, timeout=20, check=False
-            ).returncode
-            == 0
-        )
-    except (OSError, subprocess.TimeoutExpired):
-        return False
-
-
-def _image_present(ref: str) -> bool:
-    return (
-        subprocess.run(
-            ["docker", "image", "inspect", ref], capture_output=True, check=False
-        ).returncode
-        == 0
-    )
-
-
-def require(images: Iterable[str] = ("gpulab", "workload"), kube: str | None = None) -> Products:
-    """What a lab needs — the engine, kind, the node image of Kubernetes `kube` (default:
-    the run's, versions.kube_version()) and `images` — checked in about a second;
-    InfraMissing (one line naming `make infra`) for the first thing that is not there.
-    Never builds."""
-    p = Products.load()
-    kube = kube or versions.kube_version()
-    if not p.node_images:
-        raise InfraMissing(f"no infrastructure recorded in {manifest_path()}; {MAKE_INFRA}")
-    if not _docker_answers():
-        raise InfraMissing(f"no Docker engine answers; {MAKE_INFRA} (it starts one)")
-    if not (p.kind and os.access(p.kind, os.X_OK)):
-        raise InfraMissing(f"kind is not built ({p.kind or 'none recorded'}); {MAKE_INFRA}")
-    node = p.node_images.get(kube, "")
-    if not node:
-        raise InfraMissing(f"no kind node image of Kubernetes {kube} is built; {MAKE_INFRA} "
-                           f"(GPULAB_KUBE_VERSION={kube} builds it)")  # fmt: skip
-    if not _image_present(node):
-        raise InfraMissing(f"the kind node image {node} is not in the Docker engine; {MAKE_INFRA}")
-    for name in images:
-        ref = p.images.get(name, "")
-        if not ref or not _image_present(ref):
-            raise InfraMissing(
-                f"the {name} image {ref or '(none recorded)'} is not in the "
-                f"Docker engine; {MAKE_INFRA}"
-            )
-    if "gpulab" in images and p.tree_key != tree_key():
-        raise InfraMissing(
-            f"the gpulab image {p.images.get('gpulab')} was built from other "
-            f"sources than this checkout's; {MAKE_INFRA}"
-        )
-    return p
-
-
-def helm() -> str:
-    """The helm binary `make infra` built; InfraMissing when it did not."""
-    path = Products.load().helm
-    if not (path and os.access(path, os.X_OK)):
-        raise InfraMissing(f"helm is not built ({path or 'none recorded'}); {MAKE_INFRA}")
-    return path
-
-
-def subject_image(s: Subject, p: Products) -> str:
-    """The image a subject runs, present in the engine; InfraMissing saying how to get it."""
-    img = s.spec.image
-    if img.infra is not None:
-        ref = p.images.get(img.infra, "")
-        if not ref or not _image_present(ref):
-            raise InfraMissing(f"subject {s.name}: the {img.infra} image is not built; "
-                               f"{MAKE_INFRA}")  # fmt: skip
-        return ref
-    if img.ref is not None:
-        if not _image_present(img.ref):
-            raise InfraMissing(f"subject {s.name}: image {img.ref} is not in the Docker "
-                               "engine (no registry here: build or load it first)")  # fmt: skip
-        return img.ref
-    tag = _subject_tag(s)
-    if not _image_present(tag):
-        raise InfraMissing(f"subject {s.name}: its image is not built; run "
-                           f"`make infra SUBJECT={s.source}`")  # fmt: skip
     return tag
 
 
@@ -604,11 +415,13 @@ def _list(groups: Iterable[str]) -> int:
             ok = path.is_file() and os.access(path, os.X_OK)
             missing += not ok
             print(f"{g:<15} {path}{'' if ok else '  (missing or not executable)'}")
-    print(f"cache: {cache_dir()}  record: {manifest_path()}")
+    print(f"cache: {built.cache_dir()}  record: {built.manifest_path()}")
     return 1 if missing else 0
 
 
-def main(argv: list[str] | None = None, prog: str = "python -m clusters.infra") -> int:
+def main(argv: list[str], prog: str = "gpulab infra") -> int:
+    """The build steps' command line; `gpulab infra` hands export, import and key to
+    clusters/infracache.py (the GROUP help names them)."""
     ap = argparse.ArgumentParser(
         prog=prog,
         description=__doc__,
@@ -622,12 +435,6 @@ def main(argv: list[str] | None = None, prog: str = "python -m clusters.infra") 
         "or export DIR, import DIR, key (a cache for CI: `%(prog)s export --help`)",
     )
     ap.add_argument("--list", action="store_true", help="list the steps' scripts; run nothing")
-    if argv is None:
-        argv = sys.argv[1:]
-    if argv[:1] and argv[0] in ("export", "import", "key"):  # the CI cache's commands
-        from clusters import infracache  # it imports this module: not at the top
-
-        return infracache.main(argv, prog)
     args = ap.parse_args(argv)
     if args.list:
         if unknown := set(args.groups) - set(GROUPS):
@@ -636,7 +443,7 @@ def main(argv: list[str] | None = None, prog: str = "python -m clusters.infra") 
             return 2
         return _list(args.groups or GROUPS)
     if args.groups == ["tree-key"]:
-        print(tree_key())
+        print(built.tree_key())
         return 0
     try:
         run(args.groups or GROUPS)
@@ -648,7 +455,3 @@ def main(argv: list[str] | None = None, prog: str = "python -m clusters.infra") 
     except KeyboardInterrupt:
         return 130
     return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

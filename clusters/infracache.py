@@ -46,7 +46,7 @@ from typing import Any
 
 from rich.console import Console
 
-from clusters import infra, versions
+from clusters import built, infra, versions
 
 FORMAT = 1
 MANIFEST = "manifest.json"
@@ -99,12 +99,12 @@ def key() -> str:
     h.update(f"format {FORMAT}\0kube {kube}\0nvidia {nvidia}\0".encode())
     h.update(f"{platform.machine()}\0{_os_release()}\0".encode())
     for rel in KEY_INPUTS:
-        path = infra.ROOT / rel
+        path = built.ROOT / rel
         files = sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]
         for f in files:
             if "__pycache__" in f.parts:
                 continue
-            h.update(str(f.relative_to(infra.ROOT)).encode() + b"\0")
+            h.update(str(f.relative_to(built.ROOT)).encode() + b"\0")
             h.update(f.read_bytes() if f.exists() else b"<missing>")
     return h.hexdigest()
 
@@ -124,16 +124,16 @@ def _os_release() -> str:
 def export(out: Path, build_caches: bool = False, console: Console | None = None) -> dict[str, Any]:
     """Write the cache's products, its images and infra.json to `out`; returns the manifest.
     Refused (nothing written) when there is nothing to export or `out` is someone else's."""
-    cache = infra.cache_dir()
+    cache = built.cache_dir()
     record = cache / INFRA_JSON
     if not record.is_file():
-        raise Refused(f"nothing to export: no {record}; {infra.MAKE_INFRA} first")
+        raise Refused(f"nothing to export: no {record}; {built.MAKE_INFRA} first")
     if out.exists() and not (out.is_dir() and _ours(out)):
         raise Refused(f"{out} is not empty and holds no gpulab export; name a new or empty "
                       "directory")  # fmt: skip
     products = _read_json(record, "infra.json")
     refs = _recorded_images(products)
-    if refs and not infra._docker_answers():
+    if refs and not built.docker_answers():
         raise Refused(f"no Docker engine answers, and {len(refs)} recorded images are in it")
     r = infra.Runner(console)
     t0 = time.monotonic()
@@ -207,7 +207,7 @@ def _recorded_images(products: dict[str, Any]) -> list[str]:
     for field in ("node_images", "images", "subjects"):
         got = products.get(field) or {}
         if not isinstance(got, dict):
-            raise Refused(f"infra.json: {field} is not a mapping; {infra.MAKE_INFRA}")
+            raise Refused(f"infra.json: {field} is not a mapping; {built.MAKE_INFRA}")
         refs += [v for v in got.values() if isinstance(v, str) and v]
     return sorted(set(refs))
 
@@ -215,7 +215,7 @@ def _recorded_images(products: dict[str, Any]) -> list[str]:
 def _not_exported(ref: str) -> str:
     if "@sha256:" in ref:
         return "pinned by registry digest, which `docker load` cannot restore; make infra pulls it"
-    if not infra._image_present(ref):
+    if not built.image_present(ref):
         return "not in the Docker engine; make infra builds it"
     return ""
 
@@ -268,8 +268,8 @@ def import_(src: Path, console: Console | None = None) -> dict[str, Any]:
     """Restore an export into $GPULAB_CACHE and the Docker engine; returns its manifest.
     Refused, with nothing changed, for a missing or broken export or another key."""
     manifest = check(src)
-    cache = infra.cache_dir()
-    if manifest["images"] and not infra._docker_answers():
+    cache = built.cache_dir()
+    if manifest["images"] and not built.docker_answers():
         raise Refused("no Docker engine answers to load the images into; start one "
                       "(`gpulab infra engine`) and import again")  # fmt: skip
     r = infra.Runner(console)
@@ -472,7 +472,7 @@ def _size(path: Path) -> str:
 COMMANDS = ("export", "import", "key")
 
 
-def main(argv: list[str], prog: str = "python -m clusters.infra") -> int:
+def main(argv: list[str], prog: str = "gpulab infra") -> int:
     ap = argparse.ArgumentParser(
         prog=prog, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -495,7 +495,7 @@ def main(argv: list[str], prog: str = "python -m clusters.infra") -> int:
         run = lambda: import_(args.dir)  # noqa: E731
     try:
         run()
-    except (Refused, infra.InfraMissing) as e:
+    except (Refused, built.InfraMissing) as e:
         print(f"infra {args.cmd}: error: {e}", file=sys.stderr)
         return 2
     except infra.InfraError:

@@ -162,3 +162,8 @@ def load(name_or_path: str | Path) -> Lab:
     """A lab by name (clusters/<name>.yaml) or by path."""
     path = yamlmodel.resolve(name_or_path, [LABS_DIR], what="lab", error=SpecError)
     return from_dict(yamlmodel.read(path, what="lab", error=SpecError), str(path), path)
+
+
+def shipped() -> list[Lab]:
+    """The labs that ship: clusters/<name>.yaml."""
+    return [load(p) for p in sorted(LABS_DIR.glob("*.yaml"))]

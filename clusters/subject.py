@@ -69,6 +69,7 @@ would get weaker for everyone to cover them; a plugin with such ids can put the 
 from __future__ import annotations
 
 import fnmatch
+import hashlib
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -79,7 +80,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal, get_args, get_origin
 import yaml
 from pydantic import AfterValidator, Field, model_validator
 
-from clusters import chart, kube, versions
+from clusters import built, chart, kube, versions
 from fakenvml import yamlmodel
 from fakenvml.yamlmodel import LoadError, Strict
 
@@ -471,19 +472,17 @@ class Subject:
         or the chart rendered by `helm template` (once per Subject)."""
         if self.spec.daemonset is not None:
             return self.path(self.spec.daemonset).read_text()
-        from clusters import infra  # infra imports this module; helm is what it built
-
         c = self.spec.chart
         assert c is not None
         where = self.chart_dir()
         if not (where / "Chart.yaml").is_file():
             if c.go_module is not None:
-                raise infra.InfraMissing(f"subject {self.name}: {c.go_module} is not in the "
+                raise built.InfraMissing(f"subject {self.name}: {c.go_module} is not in the "
                                          f"Go module cache ({where}); run `make infra "
                                          f"SUBJECT={self.source}`")  # fmt: skip
             raise SubjectError(f"{self.source}: chart.path: no chart (Chart.yaml) in {where}")
         try:
-            return chart.template(infra.helm(), where, c.release or self.name, c.namespace,
+            return chart.template(built.helm(), where, c.release or self.name, c.namespace,
                                   c.values, versions.kube_version())  # fmt: skip
         except chart.ChartError as e:
             raise SubjectError(f"{self.source}: chart: {e}") from None
@@ -527,6 +526,39 @@ class Subject:
         nvidia-timeslicing) share it."""
         img = self.spec.image
         return img.infra or img.ref or str(self.path(img.build or "."))
+
+    @property
+    def build_tag(self) -> str:
+        """The tag `make infra` builds its image under (`image: {build: DIR}`): named for
+        the build context and changing with any file of it, so the subjects that build one
+        directory share one image."""
+        context = self.path(self.spec.image.build or ".")
+        h = hashlib.sha256()
+        for f in sorted(p for p in context.rglob("*") if p.is_file() and ".git" not in p.parts):
+            h.update(str(f.relative_to(context)).encode() + b"\0" + f.read_bytes())
+        name = re.sub(r"[^a-z0-9._-]+", "-", context.name.lower()).strip("-._") or "subject"
+        return f"gpulab-subject/{name}:{h.hexdigest()[:12]}"
+
+    def image_ref(self, products: built.Products) -> str:
+        """The image it runs, present in the engine; InfraMissing saying how to get it."""
+        img = self.spec.image
+        if img.infra is not None:
+            ref = products.images.get(img.infra, "")
+            if not ref or not built.image_present(ref):
+                raise built.InfraMissing(f"subject {self.name}: the {img.infra} image is not "
+                                         f"built; {built.MAKE_INFRA}")  # fmt: skip
+            return ref
+        if img.ref is not None:
+            if not built.image_present(img.ref):
+                raise built.InfraMissing(f"subject {self.name}: image {img.ref} is not in the "
+                                         "Docker engine (no registry here: build or load it "
+                                         "first)")  # fmt: skip
+            return img.ref
+        tag = self.build_tag
+        if not built.image_present(tag):
+            raise built.InfraMissing(f"subject {self.name}: its image is not built; run "
+                                     f"`make infra SUBJECT={self.source}`")  # fmt: skip
+        return tag
 
     def trait(self, key: str) -> str:
         """An expectation's value ("None": not stated), or a property's of the

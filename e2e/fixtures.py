@@ -24,8 +24,8 @@ from typing import Any
 import pytest
 
 from clusters import spec
+from clusters.built import InfraMissing
 from clusters.dra import DraDriver
-from clusters.infra import InfraMissing
 from clusters.lab import Lab
 from clusters.spec import SpecError
 from clusters.steps import StepError

@@ -46,7 +46,7 @@ def path_for(xmlpath: str | None) -> Path:
 def reports_root() -> Path:
     """Where the experiments write their report directories (test_experiment_run.py's
     $GPULAB_REPORTS, `gpulab experiment run`'s default)."""
-    from e2e.cli import OUT  # here: the CLI's imports would slow every pytest start
+    from e2e.play import OUT  # here: its imports would slow every pytest start
 
     return Path(os.environ.get("GPULAB_REPORTS", str(OUT)))
 

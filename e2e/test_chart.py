@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import pytest
 import yaml
 
-from clusters import chart, fakegpus, infra, kindconfig, versions
+from clusters import built, chart, fakegpus, kindconfig, versions
 from clusters.capacity import node_gpus
 from clusters.host import Host
 from clusters.kube import Kube, ready
@@ -63,7 +63,7 @@ class Cluster:
                               capture_output=True, text=True, timeout=60, check=False)  # fmt: skip
 
     def revision(self) -> int:
-        out = chart.run(infra.helm(), ["status", RELEASE, "-n", NAMESPACE, "-o", "yaml"],
+        out = chart.run(built.helm(), ["status", RELEASE, "-n", NAMESPACE, "-o", "yaml"],
                         self.host.kubeconfig)  # fmt: skip
         return int(yaml.safe_load(out)["version"])
 
@@ -72,7 +72,7 @@ class Cluster:
 def cluster() -> Iterator[Cluster]:
     kube_version = versions.kube_version()
     newest = f"nvidia-{versions.nvidia_plugin_versions()[0]}"
-    products = infra.require(["gpulab", newest], kube_version)
+    products = built.require(["gpulab", newest], kube_version)
     host = Host(CLUSTER, LABS_ROOT / CLUSTER)
     if host.exists():
         host.delete()

@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterator, Sequence
 
 import pytest
 
-from clusters import chart, features, infra, versions
+from clusters import built, chart, features, versions
 from clusters.lab import Lab
 from clusters.subject import DeviceIds
 from e2e.fixtures import NAMESPACE
@@ -43,9 +43,9 @@ def stock(labs: Callable[..., Lab]) -> Iterator[Lab]:
     repo, tag = chart.split_image(lab.images[f"nvidia-{newest}"])
     values = {"image": {"repository": repo, "tag": tag},
               "gfd": {"enabled": True}, "nfd": {"enabled": False}}  # fmt: skip
-    chart.install(infra.helm(), where, RELEASE, CHART_NAMESPACE, values, lab.kubeconfig, 180)
+    chart.install(built.helm(), where, RELEASE, CHART_NAMESPACE, values, lab.kubeconfig, 180)
     yield lab
-    chart.run(infra.helm(), ["uninstall", RELEASE, "--namespace", CHART_NAMESPACE, "--wait"],
+    chart.run(built.helm(), ["uninstall", RELEASE, "--namespace", CHART_NAMESPACE, "--wait"],
               lab.kubeconfig)  # fmt: skip
 
 

@@ -26,7 +26,11 @@ import pytest
 from tests.e2e.test_experiments import sample_recording
 
 REPO = Path(__file__).resolve().parents[1]
-PACKAGES = ("fakenvml", "plugin", "clusters", "e2e")
+PACKAGES = ("fakenvml", "plugin", "clusters", "e2e", "standin", "gpulab")
+# What a GPU node runs (the base requirements) and what only a lab runner needs (`lab`).
+NODE = {"nvidia-ml-py", "PyYAML", "pydantic", "rich", "grpcio", "protobuf", "prometheus-client",
+        "inotify_simple"}  # fmt: skip
+LAB = {"kubernetes", "docker", "testcontainers", "matplotlib", "pytest", "pytest-timeout"}
 # Not the product: never in the wheel. The generated gRPC code is left out of the copy
 # so the wheel must generate it.
 NOT_COPIED = (".git", ".venv", "build", "out", "__pycache__", "*.egg-info", ".*_cache",
@@ -46,10 +50,12 @@ class Installed:
         (d,) = self.site.glob("gpulab-*.dist-info")
         return d
 
-    def run(self, *argv: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    def run(self, *argv: str, timeout: float = 120,
+            env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:  # fmt: skip
         exe = argv[0] if "/" in argv[0] else str(self.venv / "bin" / argv[0])
-        return subprocess.run([exe, *argv[1:]], cwd=self.cwd, env=self.env, text=True,
-                              capture_output=True, timeout=timeout, check=False)  # fmt: skip
+        return subprocess.run([exe, *argv[1:]], cwd=self.cwd, env={**self.env, **(env or {})},
+                              text=True, capture_output=True, timeout=timeout,
+                              check=False)  # fmt: skip
 
 
 def _site_files(site: Path) -> set[str]:
@@ -104,8 +110,22 @@ def test_every_package_imports_from_the_wheel_and_only_the_product_ships(
     for shipped in ("clusters/scripts/kind.sh", "clusters/images/build.sh",
                     "clusters/nodeimage/files/usr/local/bin/entrypoint",
                     "plugin/api/v1beta1/api_pb2_grpc.py", "fakenvml/src/core.c",
-                    "e2e/experiments/xid-storm.yaml", "clusters/versions.env"):  # fmt: skip
+                    "e2e/experiments/xid-storm.yaml", "clusters/versions.env",
+                    "standin/pytest_plugin.py", "gpulab/cli.py"):  # fmt: skip
         assert shipped in names
+
+
+def test_the_wheel_says_what_a_node_needs_and_what_a_lab_runner_needs(
+    installed: Installed,
+) -> None:
+    requires = [line.removeprefix("Requires-Dist: ") for line in
+                (installed.dist_info / "METADATA").read_text().splitlines()
+                if line.startswith("Requires-Dist: ")]  # fmt: skip
+    name = lambda r: re.split(r"[=<>!~;\[ ]", r)[0]  # noqa: E731
+    assert {name(r) for r in requires if "extra ==" not in r} == NODE
+    assert {name(r) for r in requires if 'extra == "lab"' in r} == LAB
+    scripts = (installed.dist_info / "entry_points.txt").read_text()
+    assert "gpulab = gpulab.cli:main" in scripts and "gpulab-kubelet-standin" not in scripts
 
 
 def test_experiments_tool_validates_a_shipped_experiment_by_name(installed: Installed) -> None:
@@ -128,10 +148,6 @@ def test_report_renders_markdown_and_png_from_a_recording(installed: Installed) 
     assert "PASS" in res.stderr
     assert (out / "report.md").read_text().startswith("# ")
     assert (out / "timeline.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    # The PNG needs matplotlib: a runtime requirement of the wheel, not only of `dev`
-    # (this venv borrows the test environment's packages, so it must be checked here).
-    metadata = (installed.dist_info / "METADATA").read_text().splitlines()
-    assert "Requires-Dist: matplotlib==3.11.2" in metadata
 
 
 def test_fakenvml_builds_its_library_into_the_cache_and_serves_smi(installed: Installed) -> None:
@@ -156,9 +172,9 @@ def test_fakenvml_builds_its_library_into_the_cache_and_serves_smi(installed: In
 
 
 def test_plugin_entry_points_start_and_find_the_generated_api(installed: Installed) -> None:
-    for exe in ("gpulab-plugin", "gpulab-kubelet-standin"):
-        res = installed.run(exe, "--help")
-        assert res.returncode == 0 and f"usage: {exe}" in res.stdout, res.stderr
+    for exe in (["gpulab-plugin"], ["gpulab", "standin"]):
+        res = installed.run(*exe, "--help")
+        assert res.returncode == 0 and f"usage: {' '.join(exe)}" in res.stdout, res.stderr
     res = installed.run("python", "-c", "from plugin.api.v1beta1 import load; print(load()[1])")
     assert res.returncode == 0 and str(installed.site / "plugin/api") in res.stdout, res.stderr
 
@@ -174,34 +190,46 @@ def test_infra_lists_its_shipped_scripts(installed: Installed) -> None:
                           ("lab-images", "images/build.sh")):  # fmt: skip
         assert f"{group:<15} {installed.site / 'clusters' / script}" in lines
     assert lines[-1].startswith(f"cache: {installed.env['GPULAB_CACHE']}")
-    res = installed.run("python", "-m", "clusters.infra", "--help")
-    assert res.returncode == 0 and "node-image" in res.stdout
+    res = installed.run("gpulab", "infra", "--help")
+    assert res.returncode == 0 and "node-image" in res.stdout and "export DIR" in res.stdout
     res = installed.run("gpulab", "infra", "--list", "no-such-group")
     assert res.returncode == 2 and "unknown group(s) no-such-group" in res.stderr
 
 
 def test_the_e2e_suites_load_as_a_pytest_plugin(installed: Installed) -> None:
-    res = installed.run("python", "-m", "pytest", "-p", "gpulab_e2e", "-p", "no:cacheprovider",
-                        "--pyargs", "e2e", "--collect-only", "-q")  # fmt: skip
+    res = installed.run("gpulab", "test", "--collect-only", "-q")
     assert res.returncode == 0, res.stdout[-2000:] + res.stderr
     assert "\ntest_seed.py::" in res.stdout and "\ntest_faults.py::" in res.stdout
     assert re.search(r"^\d+/\d+ tests collected", res.stdout, re.M), res.stdout[-500:]
 
 
 def test_the_gpulab_image_is_made_of_the_installed_files(installed: Installed) -> None:
-    code = ("import json; from clusters import infra; "
-            "print(json.dumps({'key': infra.tree_key(), **infra.image_env('k')}))")  # fmt: skip
+    code = ("import json; from clusters import built, infra; "
+            "print(json.dumps({'key': built.tree_key(), **infra.image_env('k')}))")  # fmt: skip
     res = installed.run("python", "-c", code)
     assert res.returncode == 0, res.stderr
     env = json.loads(res.stdout)
     assert re.fullmatch(r"[0-9a-f]{16}", env["key"])
     assert env["GPULAB_SITE"] == str(installed.site) and "GPULAB_SOURCE" not in env
-    items = env["GPULAB_SITE_ITEMS"].split()
-    assert {*PACKAGES, installed.dist_info.name} == set(items)
-    assert all((installed.site / i).is_dir() for i in items)
+    assert env["GPULAB_NODE_PACKAGES"].split() == ["fakenvml", "plugin"]
     reqs = env["GPULAB_NODE_REQS"].split("\n")
     assert "pydantic==2.14.3" in reqs
-    assert not [r for r in reqs if r.split("=")[0] in ("matplotlib", "kubernetes", "docker")]
+    assert {r.split("=")[0] for r in reqs} == NODE
+
+
+def test_the_lab_commands_run_from_the_wheel(installed: Installed) -> None:
+    res = installed.run("gpulab", "lab", "list")
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.splitlines()[0].split() == ["LAB", "NODES", "GPUS", "SERVES", "CLUSTER"]
+    assert "which labs run is unknown: kind is not built (run `gpulab infra`)" in res.stderr
+    labs = installed.cwd / "labs"  # never this machine's labs
+    res = installed.run("gpulab", "inject", "seed", "seed-worker", "xid", "0", "79",
+                        env={"GPULAB_LABS": str(labs)})  # fmt: skip
+    assert res.returncode == 2
+    assert res.stderr == (
+        f"gpulab inject: error: no fake GPUs of seed-worker in {labs}/seed/seed-worker: "
+        "lab seed is not up on this machine (gpulab lab up seed)\n"
+    )
 
 
 def test_nothing_was_written_beside_the_installed_code(installed: Installed) -> None:

@@ -64,12 +64,12 @@ image_base() {
 # What clusters/infra.py passes in (image_env); the defaults are a checkout's `make infra`.
 PY=${GPULAB_PYTHON:-$repo/.venv/bin/python}
 
-# The gpulab image's key: what `python -m clusters.infra tree-key` hashes (the fakenvml
-# and plugin packages, the pins, the library, the Dockerfile). clusters/infra.py passes
-# it in; fixtures compare it with the checkout's to catch a stale image.
+# The gpulab image's key: what `gpulab infra tree-key` hashes (the node's packages, the
+# pins, the library, the Dockerfile: clusters/built.py). clusters/infra.py passes it in;
+# fixtures compare it with the checkout's to catch a stale image.
 tree_key() {
   if [[ -n ${GPULAB_TREE_KEY:-} ]]; then echo "$GPULAB_TREE_KEY"; return; fi
-  (cd "$repo" && "$PY" -m clusters.infra tree-key)
+  (cd "$repo" && "$PY" -m gpulab infra tree-key)
 }
 
 image_gpulab() {
@@ -86,8 +86,8 @@ image_gpulab() {
     local wheels=$WORK/wheels ctx
     rm -rf "$wheels"; mkdir -p "$wheels"
     log "images: gpulab: building wheels"
-    # gpulab's pinned dependencies minus the lab's clients (infra.LAB_ONLY); the import
-    # check below proves the rest suffices.
+    # gpulab's base dependencies (pyproject.toml's [project] dependencies: what a node
+    # runs; the lab's are the `lab` extra); the import check below proves they suffice.
     local reqs=${GPULAB_NODE_REQS:-}
     [[ -n $reqs ]] || reqs=$("$PY" -c 'from clusters import infra; print("\n".join(infra.node_requirements()))') ||
       die "images: cannot read gpulab's dependencies"
@@ -96,18 +96,24 @@ image_gpulab() {
       die "images: pip wheel of gpulab's node-side dependencies failed"
     ctx=$(fresh_tmp "$WORK/gpulab.ctx")
     mkdir -p "$ctx/site" "$ctx/lib"
-    if [[ -n ${GPULAB_SITE:-} ]]; then
-      # An installed gpulab: its files as installed (there is no project to build).
-      local item
-      for item in $GPULAB_SITE_ITEMS; do cp -r "$GPULAB_SITE/$item" "$ctx/site/"; done
-      find "$ctx/site" -name __pycache__ -prune -exec rm -rf {} +
-    else
+    # Of gpulab, the node's packages (clusters/built.py's NODE_PACKAGES) and its metadata:
+    # from an installed gpulab as installed, from a checkout as its wheel installs them.
+    local packages=${GPULAB_NODE_PACKAGES:-} site=${GPULAB_SITE:-} item
+    [[ -n $packages ]] || packages=$("$PY" -c 'from clusters import built; print(*built.NODE_PACKAGES)') ||
+      die "images: cannot read gpulab's node packages"
+    if [[ -z $site ]]; then
       local src=${GPULAB_SOURCE:-$repo}
-      "$PY" -m pip wheel -q --disable-pip-version-check --no-deps -w "$wheels" "$src" >/dev/null ||
+      site=$wheels/gpulab
+      "$PY" -m pip wheel -q --disable-pip-version-check --no-deps -w "$site" "$src" >/dev/null ||
         die "images: pip wheel of $src failed"
+      "$PY" -m pip install -q --disable-pip-version-check --no-deps --no-compile \
+        --target "$site" "$site"/gpulab-*.whl >/dev/null || die "images: installing the gpulab wheel failed"
     fi
-    # Install on the host into a tree the image copies: the base has no pip, and the
-    # wheels are cp311 like the image's python3.
+    for item in $packages; do cp -r "$site/$item" "$ctx/site/"; done
+    cp -r "$site"/gpulab-*.dist-info "$ctx/site/"
+    find "$ctx/site" -name __pycache__ -prune -exec rm -rf {} +
+    # The dependencies, installed on the host into the tree the image copies: the base has
+    # no pip, and the wheels are cp311 like the image's python3.
     "$PY" -m pip install -q --disable-pip-version-check --no-deps --no-compile \
       --target "$ctx/site" "$wheels"/*.whl >/dev/null
     cp "$lib" "${lib%/*}/libcuda.so.1" "$ctx/lib/"

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from clusters import infra, kube, subject
+from clusters import built, kube, subject, versions
 from clusters.subject import Subject, SubjectError
 from tests.clusters.test_subject import MINE, write
 
@@ -21,14 +21,14 @@ IMAGES = {"SUBJECT_IMAGE": "gpulab/nvidia-device-plugin:v0.19.3-c89bbc14fcc3",
 def helm_built() -> None:
     """The tests use the helm `make infra` built; never build it here."""
     try:
-        infra.helm()
-    except infra.InfraMissing as e:
+        built.helm()
+    except built.InfraMissing as e:
         pytest.fail(str(e), pytrace=False)
 
 
 def test_nvidia_helm_is_every_pinned_release_through_its_own_chart() -> None:
     assert [s.name for s in NVIDIA_HELM] == [f"nvidia-helm-{v}" for v in
-                                             infra.versions.nvidia_plugin_versions()]  # fmt: skip
+                                             versions.nvidia_plugin_versions()]  # fmt: skip
     assert subject.load("nvidia-helm").name == NVIDIA_HELM[0].name
 
 

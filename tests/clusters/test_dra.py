@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from clusters import chart, dra, infra, kindconfig, post_render, spec
+from clusters import built, chart, dra, kindconfig, post_render, spec
 from fakenvml.node import NodeDir
 
 IMAGE = "gpulab/dra-driver-nvidia-gpu:v0.4.1-abc"
@@ -37,9 +37,9 @@ def test_a_dra_section_with_an_unknown_key_is_refused_in_one_line() -> None:
 
 @pytest.fixture(scope="module")
 def rendered() -> list[dict]:
-    infra.require(())  # helm and the module are `make infra`'s
+    built.require(())  # helm and the module are `make infra`'s
     values = dra.values(IMAGE, {"NVMLDeviceHealthCheck": True})
-    text = chart.template(infra.helm(), dra.chart_dir(), dra.RELEASE, dra.NAMESPACE, values,
+    text = chart.template(built.helm(), dra.chart_dir(), dra.RELEASE, dra.NAMESPACE, values,
                           "v1.37.0")  # fmt: skip
     return [d for d in yaml.safe_load_all(text) if d]
 
@@ -81,9 +81,9 @@ def test_the_dra_mig_lab_has_a_whole_gpu_beside_one_in_mig_mode() -> None:
 
 @pytest.fixture(scope="module")
 def rendered_mig() -> list[dict]:
-    infra.require(())
+    built.require(())
     values = dra.values(IMAGE, {"NVMLDeviceHealthCheck": True}, static_mig=True)
-    text = chart.template(infra.helm(), dra.chart_dir(), dra.RELEASE, dra.NAMESPACE, values,
+    text = chart.template(built.helm(), dra.chart_dir(), dra.RELEASE, dra.NAMESPACE, values,
                           "v1.37.0", post=dra.renderer(static_mig=True))  # fmt: skip
     return [d for d in yaml.safe_load_all(text) if d]
 
@@ -168,11 +168,11 @@ def test_a_new_fakenvml_rolls_the_kubelet_plugins() -> None:
     """The gpulab image (whose library the driver root holds) is a pod annotation, so a
     changed library changes the pod template and the running plugins, which keep the
     library they loaded, are replaced. Without one, no annotation."""
-    infra.require(())
+    built.require(())
 
     def annotations(library: str) -> dict:
         values = dra.values(IMAGE, {}, library=library)
-        text = chart.template(infra.helm(), dra.chart_dir(), dra.RELEASE, dra.NAMESPACE,
+        text = chart.template(built.helm(), dra.chart_dir(), dra.RELEASE, dra.NAMESPACE,
                               values, "v1.37.0")  # fmt: skip
         ds = next(d for d in yaml.safe_load_all(text) if d and d["kind"] == "DaemonSet")
         return ds["spec"]["template"]["metadata"].get("annotations") or {}

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from clusters import chart, fakegpus, infra, spec, subject, versions
+from clusters import built, chart, fakegpus, spec, subject, versions
 from fakenvml import inventory
 
 IMAGE = "gpulab/gpulab:abc123"
@@ -15,7 +15,7 @@ T4 = {"gpus": [{"profile": "T4"}]}
 
 
 def render(values: dict, release: str = "fake-gpus", namespace: str = "gpu") -> list[dict]:
-    text = chart.template(infra.helm(), fakegpus.CHART, release, namespace, values,
+    text = chart.template(built.helm(), fakegpus.CHART, release, namespace, values,
                           versions.kube_version())  # fmt: skip
     return [d for d in yaml.safe_load_all(text) if d]
 
@@ -25,7 +25,7 @@ def by_kind(docs: list[dict], kind: str) -> dict[str, dict]:
 
 
 def test_helm_lint_strict_passes() -> None:
-    out = chart.run(infra.helm(), ["lint", "--strict", str(fakegpus.CHART)])
+    out = chart.run(built.helm(), ["lint", "--strict", str(fakegpus.CHART)])
     assert "0 chart(s) failed" in out
 
 

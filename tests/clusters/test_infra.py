@@ -1,10 +1,9 @@
 """`make infra`'s runner and its cache rules: status lines, failures that name their log,
-fixtures that never build, and a build killed midway that the next run completes."""
+and a build killed midway that the next run completes."""
 
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import signal
 import subprocess
@@ -16,10 +15,9 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from clusters import infra, versions
+from clusters import built, infra, versions
 
 REPO = Path(__file__).resolve().parents[2]
-REAL_CACHE = infra.cache_dir()  # before any test points GPULAB_CACHE elsewhere
 
 
 @pytest.fixture
@@ -87,7 +85,7 @@ def test_a_long_step_says_it_is_alive(
 
 def test_unknown_group_is_a_one_line_error_that_builds_nothing(cache: Path) -> None:
     res = subprocess.run(
-        [sys.executable, "-m", "clusters.infra", "kind", "nodes"],
+        [sys.executable, "-m", "gpulab", "infra", "kind", "nodes"],
         cwd=REPO,
         capture_output=True,
         text=True,
@@ -99,60 +97,6 @@ def test_unknown_group_is_a_one_line_error_that_builds_nothing(cache: Path) -> N
         "lab-images)"
     ]
     assert not cache.exists()
-
-
-def test_require_without_infra_names_make_infra(cache: Path) -> None:
-    with pytest.raises(infra.InfraMissing, match=r"no infrastructure recorded .*run `make infra`"):
-        infra.require()
-
-
-def test_require_names_a_missing_image(cache: Path) -> None:
-    built = _built()
-    absent = {versions.kube_version(): "gpulab/absent:node"}
-    infra.Products(**{**built, "node_images": absent}).save()
-    with pytest.raises(
-        infra.InfraMissing,
-        match=r"the kind node image gpulab/absent:node is not in the Docker engine; "
-        r"run `make infra`",
-    ):
-        infra.require([])
-    infra.Products(**{**built, "images": {"gpulab": "gpulab/absent:1"}}).save()
-    with pytest.raises(
-        infra.InfraMissing,
-        match=r"the gpulab image gpulab/absent:1 is not in "
-        r"the Docker engine; run `make infra`",
-    ):
-        infra.require(["gpulab"])
-
-
-def _built() -> dict:
-    """What `make infra` recorded in the real cache (the tests' own caches are empty)."""
-    real = REAL_CACHE / "infra.json"
-    built = json.loads(real.read_text()) if real.exists() else {}
-    built = {k: v for k, v in built.items() if k in infra.Products.__dataclass_fields__}
-    if not built.get("images", {}).get("gpulab"):
-        pytest.fail("no gpulab image recorded; run `make infra`", pytrace=False)
-    return built
-
-
-def test_require_catches_a_gpulab_image_older_than_the_checkout(cache: Path) -> None:
-    built = _built()
-    infra.Products(**{**built, "tree_key": "0" * 16}).save()
-    with pytest.raises(infra.InfraMissing, match="built from other sources than this checkout"):
-        infra.require(["gpulab"])
-    infra.Products(**{**built, "tree_key": infra.tree_key()}).save()
-    assert infra.require(["gpulab"]).images["gpulab"] == built["images"]["gpulab"]
-
-
-def test_the_tree_key_follows_the_plugin_sources(tmp_path: Path) -> None:
-    before = infra.tree_key()
-    probe = REPO / "plugin" / "_tree_key_probe.py"
-    try:
-        probe.write_text("# changes what the gpulab image is made of\n")
-        assert infra.tree_key() != before
-    finally:
-        probe.unlink()
-    assert infra.tree_key() == before
 
 
 # -- a build killed midway ----------------------------------------------------------------
@@ -201,7 +145,7 @@ def test_a_kind_build_killed_midway_leaves_no_entry_and_the_next_run_resumes(
     final = cache / "bin" / f"kind-{version}"
     assert not final.exists()
     assert list((cache / "bin").glob(f"kind-{version}.tmp.*")), "expected the killed build's tmp"
-    assert infra.Products.load().kind == ""
+    assert built.Products.load().kind == ""
 
     second = _infra_kind(cache, stderr=subprocess.PIPE, text=True)
     _, err = second.communicate(timeout=600)
@@ -212,7 +156,7 @@ def test_a_kind_build_killed_midway_leaves_no_entry_and_the_next_run_resumes(
         in subprocess.run([final / "kind", "version"], capture_output=True, text=True).stdout
     )
     assert not list((cache / "bin").glob(f"kind-{version}.tmp.*")), "leftover not cleaned"
-    assert infra.Products.load().kind == f"{final}/kind"
+    assert built.Products.load().kind == f"{final}/kind"
     log = (cache / "logs" / "kind.log").read_text()
     assert "go: downloading" not in log, "the second run fetched modules again:\n" + log
 
@@ -236,13 +180,13 @@ def test_ctrl_c_stops_the_whole_build(cache: Path) -> None:
 
 
 def _infra_kind(cache: Path, **popen: object) -> subprocess.Popen[str]:
-    """`python -m clusters.infra kind` on `cache`, with kind left off PATH so the pinned
-    release is built."""
+    """`gpulab infra kind` on `cache`, with kind left off PATH so the pinned release is
+    built."""
     dirs = os.environ.get("PATH", "").split(os.pathsep)
     path = os.pathsep.join(d for d in dirs if not (Path(d) / "kind").exists())
     env = {**os.environ, "GPULAB_CACHE": str(cache), "PATH": path}
     popen = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL, **popen}
-    cmd = [sys.executable, "-m", "clusters.infra", "kind"]
+    cmd = [sys.executable, "-m", "gpulab", "infra", "kind"]
     return subprocess.Popen(cmd, cwd=REPO, env=env, **popen)  # type: ignore[call-overload]
 
 
@@ -252,13 +196,3 @@ def _wait_for(proc: subprocess.Popen[str], done: Callable[[], bool], what: str) 
         assert proc.poll() is None, f"the build ended before {what}"
         assert time.monotonic() < deadline, f"waited 600 s for {what}"
         time.sleep(0.2)
-
-
-def test_subjects_that_build_one_directory_share_one_image_tag() -> None:
-    from clusters import subject
-
-    tiny, devices, opaque = subject.examples()
-    assert devices.path(devices.spec.image.build or "") == tiny.path(".")
-    tag = infra._subject_tag(tiny)
-    assert tag.startswith("gpulab-subject/tiny-gpu-plugin:")
-    assert infra._subject_tag(devices) == infra._subject_tag(opaque) == tag

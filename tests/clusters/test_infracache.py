@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from clusters import infra, infracache
-from e2e import cli
+from clusters import built, infracache
+from gpulab import cli
 
 DIGEST_PINNED = "kindest/node:v1.37.0@sha256:" + "a" * 64
 
@@ -30,7 +30,7 @@ def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 @pytest.fixture
 def image(tmp_path: Path) -> Iterator[str]:
     """A tiny image of its own (FROM scratch, one file), removed afterwards."""
-    if not infra._docker_answers():
+    if not built.docker_answers():
         pytest.fail("no Docker engine answers; the container tier needs one (`make infra` "
                     "starts it)", pytrace=False)  # fmt: skip
     ctx = tmp_path / "ctx"
@@ -167,7 +167,7 @@ def test_an_import_elsewhere_moves_the_records_paths_under_the_new_cache(
     other = tmp_path / "other-cache"
     monkeypatch.setenv("GPULAB_CACHE", str(other))
     assert infracache.main(["import", str(tmp_path / "out")]) == 0
-    p = infra.Products.load()
+    p = built.Products.load()
     assert p.kind == f"{other}/bin/kind-v0.33.0/kind"
     assert os.access(p.kind, os.X_OK)
     assert p.node_images == {"v1.37.0": DIGEST_PINNED}

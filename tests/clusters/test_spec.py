@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from clusters import actions, capacity, infra, kindconfig, spec, versions
+from clusters import actions, built, capacity, kindconfig, spec, versions
 from clusters.lab import Lab
 from clusters.serving import NoPlugin
 from clusters.steps import StepError
@@ -154,9 +154,9 @@ def test_a_lab_made_with_another_kind_config_is_not_reused(
     """kind cannot add a mount to a running node: a lab made before a config change (the
     driver root's state mount) is made again, one made with this config is reused."""
     monkeypatch.setattr(
-        infra,
+        built,
         "require",
-        lambda images=(), kube=None: infra.Products(
+        lambda images=(), kube=None: built.Products(
             node_images={versions.kube_version(): "node:img"}, toolkit="/tk"
         ),
     )

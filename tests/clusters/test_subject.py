@@ -13,7 +13,7 @@ import yaml
 from pydantic import BaseModel
 
 from clusters import chart, spec, subject
-from clusters.infra import InfraMissing
+from clusters.built import InfraMissing
 from clusters.subject import SubjectError
 from e2e.fixtures import summary_key
 from fakenvml import inventory
@@ -511,3 +511,11 @@ def test_the_guides_examples_are_valid_subjects(tmp_path: Path) -> None:
     assert subject.load(write(tmp_path, {**data, "daemonset": "ds.yaml"})).name == "my-plugin"
     for line in re.findall(r"^device_ids: (\{.*\})", text, re.MULTILINE):
         subject.DeviceIds.model_validate(yaml.safe_load(line))
+
+
+def test_subjects_that_build_one_directory_share_one_image_tag() -> None:
+    tiny, devices, opaque = subject.examples()
+    assert devices.path(devices.spec.image.build or "") == tiny.path(".")
+    tag = tiny.build_tag
+    assert tag.startswith("gpulab-subject/tiny-gpu-plugin:")
+    assert devices.build_tag == opaque.build_tag == tag

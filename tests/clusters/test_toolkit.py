@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from clusters import infra, kindconfig, toolkit, versions
+from clusters import built, kindconfig, toolkit, versions
 from fakenvml import mig
 from fakenvml.node import NodeDir
 
@@ -44,9 +44,9 @@ def test_the_spec_is_generated_for_fakenvmls_driver_root_with_the_mounted_hook()
 def test_runtime_configure_in_the_node_image_makes_nvidia_the_default_in_cdi_mode(
     tmp_path: Path,
 ) -> None:
-    p = infra.require((), versions.kube_version())
+    p = built.require((), versions.kube_version())
     if not p.toolkit:
-        pytest.fail(f"no NVIDIA Container Toolkit recorded in {infra.manifest_path()}; make infra")
+        pytest.fail(f"no NVIDIA Container Toolkit recorded in {built.manifest_path()}; make infra")
     toolkit.prepare(tmp_path, p.node_images[versions.kube_version()], p.toolkit)
     main = tomllib.loads((tmp_path / "config.toml").read_text())
     assert main["imports"] == ["/etc/containerd/conf.d/*.toml"]
@@ -65,7 +65,7 @@ def test_runtime_configure_in_the_node_image_makes_nvidia_the_default_in_cdi_mod
 def test_a_mig_driver_roots_spec_names_every_slice_by_index_and_uuid(tmp_path: Path) -> None:
     """The real nvidia-ctk over a fake driver root with MIG on (it reads the slices'
     capability minors from the root's proc/driver, mounted over /proc/driver for it)."""
-    p = infra.require((), versions.kube_version())
+    p = built.require((), versions.kube_version())
     state, root = tmp_path / "state", tmp_path / "root"
     inv = tmp_path / "inv.yaml"
     inv.write_text("gpus: [{profile: H100-SXM5-80GB, count: 2, mig: all-1g.10gb}]\n")

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from clusters import infra
+from clusters import built, infra
 from clusters import subject as subjects
 from clusters.subject import Subject
 from e2e import cdi
@@ -20,9 +20,9 @@ from fakenvml.mig import MigDevice
 from fakenvml.model import Gpu
 from fakenvml.node import NodeDir
 from plugin.api.v1beta1 import api_pb2
-from plugin.standin import Kubelet
-from plugin.standin.container import ContainerTierError, SubjectContainer
-from plugin.standin.kubelet import StandinError
+from standin import Kubelet
+from standin.container import ContainerTierError, SubjectContainer
+from standin.kubelet import StandinError
 
 # The shipped subjects, the examples (plugins gpulab did not write) and any other subject
 # $GPULAB_SUBJECTS names (`GPULAB_SUBJECTS=path/to/subject.yaml pytest tests/containers`;
@@ -35,8 +35,8 @@ SUBJECTS = subjects.shipped() + [
 def image_of(s: Subject) -> str:
     try:
         wanted = [s.spec.image.infra] if s.spec.image.infra else []
-        return infra.subject_image(s, infra.require(wanted))
-    except infra.InfraMissing as e:
+        return s.image_ref(built.require(wanted))
+    except built.InfraMissing as e:
         pytest.fail(str(e), pytrace=False)
 
 

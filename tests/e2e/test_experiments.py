@@ -13,7 +13,6 @@ from clusters import dra
 from clusters.lab import Lab
 from e2e import experiments as ex
 from e2e import report
-from e2e.cli import main
 from e2e.recording import (
     ActionRun,
     Fault,
@@ -27,6 +26,7 @@ from e2e.recording import (
 )
 from e2e.runner import parse_log
 from fakenvml.journal import ECC, Kind
+from gpulab.cli import main
 
 SHIPPED = sorted(ex.EXPERIMENTS.glob("*.yaml"))
 MINIMAL = {

@@ -215,14 +215,14 @@ def test_a_kept_pool_takes_nothing_down(monkeypatch: pytest.MonkeyPatch) -> None
 
 
 def test_a_subject_run_leaves_gpulabs_own_suites_out() -> None:
-    """`make e2e SUBJECT=mine` (--suites subject): the suites that test the subject, not
-    gpulab's DRA, chart-on-a-plain-cluster or experiment suites."""
+    """`make e2e SUBJECT=mine` (`gpulab test --suites subject`): the suites that test the
+    subject, not gpulab's DRA, chart-on-a-plain-cluster or experiment suites."""
     root = Path(__file__).resolve().parents[2]
 
     def ids(suites: str) -> list[str]:
         out = subprocess.run(
-            [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--collect-only",
-             "e2e", "--subjects", "examples/tiny-gpu-plugin/subject.yaml", "--suites", suites],
+            [sys.executable, "-m", "gpulab", "test", "-q", "--collect-only",
+             "--subjects", "examples/tiny-gpu-plugin/subject.yaml", "--suites", suites],
             cwd=root, capture_output=True, text=True, check=True,
         ).stdout  # fmt: skip
         return [line for line in out.splitlines() if "::" in line]

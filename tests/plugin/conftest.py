@@ -1,4 +1,4 @@
-"""The node-tier fixtures come from plugin.standin.pytest_plugin, which the package
+"""The node-tier fixtures come from standin.pytest_plugin, which the package
 registers as the `gpulab_standin` pytest11 entry point; registered here too when this
 checkout's install predates that entry point. The gRPC modules are build products
 (`python -m plugin.api.generate`); a checkout without them gets them here. NVIDIA's
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-import plugin.standin.pytest_plugin as standin_fixtures
+import standin.pytest_plugin as standin_fixtures
 from plugin.api import generate
 
 if not all((generate.REPO / generate.PROTO.parent / name).exists() for name in generate.GENERATED):

@@ -25,8 +25,8 @@ from clusters import subject as subject_mod
 from clusters.subject import Subject
 from fakenvml.node import NodeDir
 from plugin.api.v1beta1 import HEALTHY
-from plugin.standin import Kubelet, gpulab
-from plugin.standin.process import PluginProcess
+from standin import Kubelet, gpulab
+from standin.process import PluginProcess
 
 R = "nvidia.com/gpu"
 H100 = "H100-SXM5-80GB"

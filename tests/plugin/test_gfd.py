@@ -10,7 +10,7 @@ import pytest
 
 from fakenvml import driver, inventory
 from fakenvml.node import NodeDir
-from plugin.standin import nvidia
+from standin import nvidia
 
 CAPTURE = Path(__file__).resolve().parents[1] / "fakenvml" / "data" / "h100"
 H100_VM = Path(__file__).resolve().parents[2] / "fakenvml" / "inventories" / "h100-vm.yaml"

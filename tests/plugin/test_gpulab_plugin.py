@@ -8,8 +8,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from fakenvml.node import NodeDir
-from plugin.standin import Kubelet, gpulab
-from plugin.standin.process import PluginProcess
+from standin import Kubelet, gpulab
+from standin.process import PluginProcess
 
 R = gpulab.RESOURCE
 H100x8 = {"gpus": [{"profile": "H100-SXM5-80GB", "count": 8}]}

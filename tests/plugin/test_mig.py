@@ -18,9 +18,9 @@ from clusters import subject as subject_mod
 from clusters.subject import Subject
 from fakenvml import driver, library, mig
 from fakenvml.node import NodeDir
-from plugin.standin import Kubelet, gpulab
-from plugin.standin.kubelet import StandinError
-from plugin.standin.process import PluginProcess
+from standin import Kubelet, gpulab
+from standin.kubelet import StandinError
+from standin.process import PluginProcess
 
 MIG_SUBJECTS = [s for s in subject_mod.shipped() if s.expects.mig != "none"]
 pytestmark = [

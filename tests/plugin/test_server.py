@@ -14,8 +14,8 @@ import pytest
 from plugin.config import Config
 from plugin.metrics import Metrics
 from plugin.server import DevicePluginService, ResourcePlugin
-from plugin.standin import Kubelet
 from plugin.state import Device, ResourceState
+from standin import Kubelet
 
 R = "gpulab.dev/gpu"
 

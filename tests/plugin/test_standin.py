@@ -11,7 +11,7 @@ from pathlib import Path
 import grpc
 import pytest
 
-from plugin.standin import Kubelet, StandinError
+from standin import Kubelet, StandinError
 from tests.plugin.fake_plugin import RESOURCE, FakePlugin
 
 REPO = Path(__file__).resolve().parents[2]
@@ -150,9 +150,9 @@ def test_a_wait_that_runs_out_says_what_it_saw(kubelet: Kubelet) -> None:
     )
 
 
-def test_cli_runs_a_plugin_command_and_allocates(tmp_path: Path) -> None:
+def test_gpulab_standin_runs_a_plugin_command_and_allocates(tmp_path: Path) -> None:
     done = subprocess.run(
-        [sys.executable, "-m", "plugin.standin.cli", "--allocate", f"{RESOURCE}=3",
+        [sys.executable, "-m", "gpulab", "standin", "--allocate", f"{RESOURCE}=3",
          "--exit-after-allocate", "--", sys.executable, "-m", "tests.plugin.fake_plugin", "5"],
         cwd=REPO, capture_output=True, text=True, timeout=60,
     )  # fmt: skip

@@ -25,8 +25,8 @@ import pytest
 
 if TYPE_CHECKING:
     from fakenvml.node import NodeDir
-    from plugin.standin.kubelet import Kubelet
-    from plugin.standin.process import PluginProcess
+    from standin.kubelet import Kubelet
+    from standin.process import PluginProcess
 
 # The stand-in, gRPC and fakenvml are imported inside the fixtures: pytest loads this
 # entry point in every run in the venv, and one that uses none of it should not pay for
@@ -50,7 +50,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
 
 @pytest.fixture
 def kubelet(request: pytest.FixtureRequest) -> Iterator[Kubelet]:
-    from plugin.standin.kubelet import Kubelet
+    from standin.kubelet import Kubelet
 
     with Kubelet() as k:
         _diagnose(request, "kubelet stand-in records", lambda: _records(k))
@@ -83,7 +83,7 @@ def run_plugin(
     request: pytest.FixtureRequest, kubelet: Kubelet, tmp_path: Path
 ) -> Iterator[Callable[..., PluginProcess]]:
     """run_plugin(argv, env=None, private_mount=False, inherit_env=True) -> PluginProcess."""
-    from plugin.standin.process import PluginProcess, in_private_mount, kubelet_env
+    from standin.process import PluginProcess, in_private_mount, kubelet_env
 
     started: list[PluginProcess] = []
 
@@ -114,7 +114,7 @@ def nvidia_plugin(
     kubelet: Kubelet, run_plugin: Callable[..., PluginProcess], tmp_path: Path
 ) -> Callable[..., PluginProcess]:
     """nvidia_plugin(version, node, env=None) -> PluginProcess of NVIDIA's binary."""
-    from plugin.standin import nvidia
+    from standin import nvidia
 
     def run(version: str, node: NodeDir, env: dict[str, str] | None = None) -> PluginProcess:
         try:

@@ -9,14 +9,14 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from plugin.standin.kubelet import Admission, Kubelet, Record, Resource, StandinError
+    from standin.kubelet import Admission, Kubelet, Record, Resource, StandinError
 
 __all__ = ["Admission", "Kubelet", "Record", "Resource", "StandinError"]
 
 
 def __getattr__(name: str) -> Any:
     if name in __all__:
-        from plugin.standin import kubelet
+        from standin import kubelet
 
         return getattr(kubelet, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,8 +1,8 @@
-"""gpulab-kubelet-standin: run a device plugin against the kubelet stand-in, by hand.
+"""`gpulab standin`: run a device plugin against the kubelet stand-in, by hand.
 
-    gpulab-kubelet-standin -- gpulab-plugin --config my.yaml
-    gpulab-kubelet-standin --nvidia v0.19.3 --state /tmp/node-a --allocate nvidia.com/gpu=2
-    FAKENVML_STATE_DIR=/tmp/node-a gpulab-kubelet-standin --private-mount -- ./nvidia-device-plugin
+    gpulab standin -- gpulab-plugin --config my.yaml
+    gpulab standin --nvidia v0.19.3 --state /tmp/node-a --allocate nvidia.com/gpu=2
+    FAKENVML_STATE_DIR=/tmp/node-a gpulab standin --private-mount -- ./nvidia-device-plugin
 
 Serves Registration on <dir>/kubelet.sock, starts the plugin command with KUBELET_SOCKET
 set to it, and prints each registration and ListAndWatch update as it comes. Each
@@ -26,9 +26,9 @@ from types import FrameType
 
 import grpc
 
-from plugin.standin import nvidia
-from plugin.standin.kubelet import Kubelet, Record, StandinError
-from plugin.standin.process import PluginProcess, in_private_mount, kubelet_env
+from standin import nvidia
+from standin.kubelet import Kubelet, Record, StandinError
+from standin.process import PluginProcess, in_private_mount, kubelet_env
 
 
 def _allocation(text: str) -> tuple[str, int]:
@@ -40,9 +40,9 @@ def _allocation(text: str) -> tuple[str, int]:
     return name, int(count)
 
 
-def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+def parse_args(argv: Sequence[str] | None, prog: str = "gpulab standin") -> argparse.Namespace:
     ap = argparse.ArgumentParser(
-        prog="gpulab-kubelet-standin",
+        prog=prog,
         description=__doc__.split("\n\n")[0],
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog="\n\n".join(__doc__.split("\n\n")[1:]),
@@ -90,8 +90,8 @@ def _print(rec: Record) -> None:
     sys.stdout.flush()
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    args = parse_args(argv)
+def main(argv: Sequence[str] | None = None, prog: str = "gpulab standin") -> int:
+    args = parse_args(argv, prog)
     stop = False
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
@@ -164,7 +164,3 @@ def _run(
             drain(0)
             return rc
     return rc
-
-
-if __name__ == "__main__":
-    sys.exit(main())

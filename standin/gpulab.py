@@ -11,7 +11,7 @@ from fakenvml import library
 from fakenvml.node import STATE_DIR_ENV
 from plugin.health import READY_LINE
 from plugin.server import socket_name
-from plugin.standin.process import PluginProcess
+from standin.process import PluginProcess
 
 RESOURCE = "nvidia.com/gpu"
 SOCKET = socket_name(RESOURCE)

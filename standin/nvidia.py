@@ -17,7 +17,7 @@ from pathlib import Path
 from clusters import versions as pins
 from fakenvml import driver, library, paths
 from fakenvml.node import STATE_DIR_ENV
-from plugin.standin.process import DEFAULT_DIR, in_private_mount, kubelet_env
+from standin.process import DEFAULT_DIR, in_private_mount, kubelet_env
 
 CACHE = paths.cache_dir() / "nvidia-device-plugin"
 

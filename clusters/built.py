@@ -1,0 +1,170 @@
+"""What `make infra` built, as labs, subjects and tests read it.
+
+The build steps (clusters/infra.py) record what they made in $GPULAB_CACHE/infra.json
+(`Products`). Labs and test fixtures only *use* it, through `require()` and `helm()`:
+when something is missing they fail at once with one line that names `make infra`
+(`InfraMissing`). Nothing here builds, so no test timeout ever wraps a build.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.metadata
+import json
+import os
+import subprocess
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from clusters import versions
+from clusters.steps import StepError
+from fakenvml import library, paths
+
+# The scripts are package data (clusters/scripts, clusters/nodeimage, clusters/images),
+# named relative to ROOT: the checkout, or site-packages for an installed package.
+ROOT = Path(__file__).resolve().parents[1]
+MAKE_INFRA = "run `make infra`" if paths.checkout() else "run `gpulab infra`"
+# What a GPU node runs, and all the gpulab image holds of gpulab (with the `[project]
+# dependencies`, the library and nvidia-smi): its tree key hashes them.
+NODE_PACKAGES = ("fakenvml", "plugin")
+
+
+def cache_dir() -> Path:
+    return paths.cache_dir()
+
+
+def manifest_path() -> Path:
+    return cache_dir() / "infra.json"
+
+
+class InfraMissing(StepError):
+    """Something the cluster tier needs is not there; the message says what makes it."""
+
+
+@dataclass
+class Products:
+    """What `make infra` made, as labs and fixtures need it."""
+
+    kind: str = ""
+    helm: str = ""  # renders subjects deployed from a Helm chart
+    node_images: dict[str, str] = field(default_factory=dict)  # Kubernetes version -> image
+    images: dict[str, str] = field(default_factory=dict)  # base, gpulab, workload, nvidia-<v>
+    nvidia: dict[str, str] = field(default_factory=dict)  # version -> binary
+    # The NVIDIA Container Toolkit's dir (nvidia-container-runtime, nvidia-cdi-hook,
+    # nvidia-ctk) that the newest pinned plugin requires: what lab GPU nodes run.
+    toolkit: str = ""
+    tree_key: str = ""  # the checkout state the gpulab image was built from
+    subjects: dict[str, str] = field(default_factory=dict)  # subject name -> image built
+
+    @classmethod
+    def load(cls) -> Products:
+        path = manifest_path()
+        try:
+            data = json.loads(path.read_text())
+            return cls(**{k: data[k] for k in asdict(cls()) if k in data})
+        except FileNotFoundError:
+            return cls()
+        except (ValueError, TypeError) as e:
+            raise InfraMissing(f"{path} is unreadable ({e}); {MAKE_INFRA}") from e
+
+    def save(self) -> None:
+        path = manifest_path()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".tmp.{os.getpid()}")
+        tmp.write_text(json.dumps(asdict(self), indent=2) + "\n")
+        os.replace(tmp, path)
+
+
+def tree_key() -> str:
+    """A hash of everything the gpulab image is made of: the node's packages
+    (NODE_PACKAGES), the pins (pyproject.toml, or an installed package's METADATA), the
+    built library and how the image is built."""
+    h = hashlib.sha256()
+    pins = ROOT / "pyproject.toml" if paths.checkout() else _dist_info() / "METADATA"
+    files: list[Path] = [
+        pins,
+        ROOT / "clusters/images/gpulab.Dockerfile",
+        ROOT / "clusters/images/build.sh",
+        library.default_path(),
+    ]
+    for pkg in NODE_PACKAGES:
+        files += sorted(
+            p
+            for p in (ROOT / pkg).rglob("*")
+            if p.is_file() and "__pycache__" not in p.parts and p.suffix != ".pyc"
+        )
+    for p in files:
+        name = p.relative_to(ROOT) if p.is_relative_to(ROOT) else Path("build/release", p.name)
+        h.update(str(name).encode() + b"\0")
+        h.update(p.read_bytes() if p.exists() else b"<missing>")
+    return h.hexdigest()[:16]
+
+
+def _dist_info() -> Path:
+    """The installed package's .dist-info directory."""
+    files = importlib.metadata.distribution("gpulab").files or []
+    return Path(str(next(f for f in files if f.name == "METADATA").locate())).parent
+
+
+def docker_answers() -> bool:
+    try:
+        return (
+            subprocess.run(
+                ["docker", "info"], capture_output=True, timeout=20, check=False
+            ).returncode
+            == 0
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
+def image_present(ref: str) -> bool:
+    return (
+        subprocess.run(
+            ["docker", "image", "inspect", ref], capture_output=True, check=False
+        ).returncode
+        == 0
+    )
+
+
+def require(images: Iterable[str] = ("gpulab", "workload"), kube: str | None = None) -> Products:
+    """What a lab needs — the engine, kind, the node image of Kubernetes `kube` (default:
+    the run's, versions.kube_version()) and `images` — checked in about a second;
+    InfraMissing (one line naming `make infra`) for the first thing that is not there.
+    Never builds."""
+    p = Products.load()
+    kube = kube or versions.kube_version()
+    if not p.node_images:
+        raise InfraMissing(f"no infrastructure recorded in {manifest_path()}; {MAKE_INFRA}")
+    if not docker_answers():
+        raise InfraMissing(f"no Docker engine answers; {MAKE_INFRA} (it starts one)")
+    if not (p.kind and os.access(p.kind, os.X_OK)):
+        raise InfraMissing(f"kind is not built ({p.kind or 'none recorded'}); {MAKE_INFRA}")
+    node = p.node_images.get(kube, "")
+    if not node:
+        raise InfraMissing(f"no kind node image of Kubernetes {kube} is built; {MAKE_INFRA} "
+                           f"(GPULAB_KUBE_VERSION={kube} builds it)")  # fmt: skip
+    if not image_present(node):
+        raise InfraMissing(f"the kind node image {node} is not in the Docker engine; {MAKE_INFRA}")
+    for name in images:
+        ref = p.images.get(name, "")
+        if not ref or not image_present(ref):
+            raise InfraMissing(
+                f"the {name} image {ref or '(none recorded)'} is not in the "
+                f"Docker engine; {MAKE_INFRA}"
+            )
+    if "gpulab" in images and p.tree_key != tree_key():
+        raise InfraMissing(
+            f"the gpulab image {p.images.get('gpulab')} was built from other "
+            f"sources than this checkout's; {MAKE_INFRA}"
+        )
+    return p
+
+
+def helm() -> str:
+    """The helm binary `make infra` built; InfraMissing when it did not."""
+    path = Products.load().helm
+    if not (path and os.access(path, os.X_OK)):
+        raise InfraMissing(f"helm is not built ({path or 'none recorded'}); {MAKE_INFRA}")
+    return path

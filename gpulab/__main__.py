@@ -1,0 +1,5 @@
+"""`python -m gpulab` is the `gpulab` command."""
+
+from gpulab.cli import main
+
+raise SystemExit(main())

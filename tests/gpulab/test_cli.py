@@ -1,0 +1,122 @@
+"""The `gpulab` command without a cluster: every lab command is one of its words, `lab list`
+names the shipped labs and which run, `inject` reaches a lab node's fake GPUs where the lab
+keeps them, `test` is pytest over the shipped suites, and bad input is one line."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from clusters import kindconfig, spec
+from clusters import lab as labs
+from fakenvml.journal import Kind
+from fakenvml.node import NodeDir
+from gpulab import cli
+
+
+def test_every_lab_command_is_a_word_of_gpulab(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as e:
+        cli.main(["--help"])
+    assert e.value.code == 0
+    listed = capsys.readouterr().out
+    for word in ("infra", "lab", "test", "experiment", "inject", "standin"):
+        assert f"\n    {word}" in listed
+
+
+def test_lab_list_gives_each_shipped_lab_a_line_and_says_which_run() -> None:
+    shipped = spec.shipped()
+    assert {lab.spec.name for lab in shipped} >= {"seed", "hetero", "dra", "mig"}
+    lines = cli.lab_lines(shipped, running={"seed", "someone-elses"})
+    assert lines[0].split() == ["LAB", "NODES", "GPUS", "SERVES", "CLUSTER"]
+    rows = {line.split()[0]: line for line in lines[1:-1]}
+    assert set(rows) == {lab.spec.name for lab in shipped}
+    assert rows["seed"].split() == ["seed", "3", "20", "subject", "gpulab", "running"]
+    assert rows["dra"].endswith("NVIDIA's DRA driver  -")
+    assert lines[-1] == "other kind clusters here: someone-elses"
+    unknown = cli.lab_lines(shipped, running=None)
+    assert all(line.endswith("  ?") for line in unknown[1:])
+
+
+def test_lab_list_without_kind_lists_the_labs_and_says_why_running_is_unknown(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("GPULAB_CACHE", str(tmp_path))  # nothing built here
+    assert cli.main(["lab", "list"]) == 0
+    out, err = capsys.readouterr()
+    assert len(out.splitlines()) == 1 + len(spec.shipped())
+    assert err.splitlines() == [
+        "gpulab lab list: which labs run is unknown: kind is not built (run `make infra`)"
+    ]
+
+
+def test_lab_up_of_an_unknown_lab_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["lab", "up", "no-such-lab"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("gpulab lab: error: no lab 'no-such-lab' (shipped: ")
+    assert err.count("\n") == 1
+
+
+@pytest.fixture
+def seed_up(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> NodeDir:
+    """The seed lab's worker as a lab lays it out on the host (no cluster): its fake GPUs'
+    state where kind bind-mounts it from, written from the lab spec's inventory."""
+    monkeypatch.setattr(labs, "LABS_ROOT", tmp_path / "labs")
+    seed = spec.load("seed")
+    node = next(n for n in seed.gpu_nodes if n.name == "seed-worker")
+    d = NodeDir(kindconfig.state_dir(tmp_path / "labs", seed, node.name))
+    assert node.gpu_node is not None
+    d.init(node.gpu_node)
+    return d
+
+
+def test_inject_puts_a_fault_into_the_lab_nodes_fake_gpus_and_recover_clears_it(
+    seed_up: NodeDir, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert cli.main(["inject", "seed", "seed-worker", "xid", "3", "79"]) == 0
+    (rec,) = [r for r in seed_up.events() if r.kind == Kind.XID]
+    assert (rec.gpu, rec.data) == (3, 79)
+    assert seed_up.faulted() == {3}
+    assert cli.main(["inject", "seed", "seed-worker", "recover", "3"]) == 0
+    assert seed_up.faulted() == set()
+    assert capsys.readouterr().err == ""
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["no-such-lab", "seed-worker", "xid", "0", "79"], "no lab 'no-such-lab' (shipped: "),
+        (["seed", "seed-control-plane", "xid", "0", "79"],
+         "lab seed has no GPU node 'seed-control-plane' (its GPU nodes: seed-worker, "
+         "seed-worker2)"),
+        (["seed", "seed-worker2", "xid", "0", "79"],
+         "no fake GPUs of seed-worker2 in {labs}/seed/seed-worker2: lab seed is not up on "
+         "this machine (gpulab lab up seed)"),
+    ],
+)  # fmt: skip
+def test_inject_refuses_an_unknown_lab_or_node_or_a_lab_not_up_in_one_line(
+    seed_up: NodeDir, argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert cli.main(["inject", *argv]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("gpulab inject: error: " + message.format(labs=labs.LABS_ROOT))
+    assert err.count("\n") == 1
+
+
+def test_a_bad_fault_is_fakenvmls_one_line(
+    seed_up: NodeDir, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert cli.main(["inject", "seed", "seed-worker", "xid", "99", "79"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("fakenvml: error: ") and err.count("\n") == 1
+
+
+def test_gpulab_test_is_pytest_over_the_shipped_suites_or_the_one_named() -> None:
+    pytest_ = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--pyargs"]
+    assert cli.suites_command(["--suites", "subject", "-k", "xid"]) == [
+        *pytest_, "e2e", "--suites", "subject", "-k", "xid"]  # fmt: skip
+    subject = ["--subjects", "examples/tiny-gpu-plugin/subject.yaml"]
+    assert cli.suites_command(subject) == [*pytest_, "e2e", *subject]
+    for suite in ("e2e/test_dra_mig.py", "e2e/test_seed.py::test_x", "e2e.test_seed"):
+        assert cli.suites_command(["-q", suite]) == [*pytest_, "-q", suite]
