@@ -26,7 +26,7 @@ from clusters.actions import SKIP, Action
 from clusters.context import Context
 from clusters.kube import ready
 from clusters.steps import StepError
-from clusters.subject import NONE, Subject
+from clusters.subject import NONE, DeviceIds, Subject
 from clusters.subject import load as load_subject
 
 RESOURCE = "nvidia.com/gpu"
@@ -46,6 +46,9 @@ class Serving(ABC):
     # drops) or "taints" (the device gets a taint in the driver's ResourceSlice).
     signal: str = "allocatable"
     grace_s: int = 0  # workload pods' termination grace
+    # How a container learns which GPUs it got: what NVIDIA's runtime and every NVIDIA
+    # image go by (a subject states its own).
+    device_ids: DeviceIds = DeviceIds(env="NVIDIA_VISIBLE_DEVICES")
     switches = True  # another subject (or none) may take its place on the running lab
 
     @property
@@ -193,6 +196,7 @@ class DevicePlugin(Serving):
         self.words = f"subject {subject.name}"
         self.resource = subject.spec.resource
         self.mig_strategy = subject.expects.mig
+        self.device_ids = subject.spec.device_ids
         self.mark: registration.Mark | None = None  # taken by deploy, used by its wait
 
     def actions(self) -> list[Action]:

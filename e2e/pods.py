@@ -104,8 +104,8 @@ class Pods:
 
     @classmethod
     def of(cls, lab: Lab, namespace: str) -> Pods:
-        """Pods in `namespace` of `lab`, asking for and reading what its subject serves."""
-        s = lab.subject.spec
+        """Pods in `namespace` of `lab`, asking for and reading what serves its GPUs."""
+        s = lab.serving
 
         def node_gpus(node: str) -> tuple[Sequence[Gpu], Sequence[MigDevice]]:
             d = lab.fake_gpus(node)
