@@ -68,8 +68,9 @@ def test_dra_taints_times_each_fault_to_its_device_taint(dra_lab: Lab, verdict: 
     out = REPORTS / exp.name
     outcomes = report.write(rec, out)
 
+    assert rec.signal == "taints"  # what the driver's Serving said faults show as
     trs = traces(rec)
-    for name, st in layer_stats(trs, dra=True).items():
+    for name, st in layer_stats(trs, by_taints=True).items():
         if st is not None:
             verdict.property(f"{name} median (ms)", round(st[2], 1))
     failed = [f"{o.text} (observed: {o.observed})" for o in outcomes if not o.passed]
