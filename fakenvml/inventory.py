@@ -36,6 +36,7 @@ from fakenvml import profiles, topology, yamlmodel
 from fakenvml.errors import FakeNvmlError
 from fakenvml.model import MAX_DEVICES, Gpu, Node
 from fakenvml.profiles import Profile
+from fakenvml.topology import BusAddr, Topology
 from fakenvml.yamlmodel import Strict
 
 SYS_PCI_DEVICES = Path("/sys/bus/pci/devices")
@@ -56,9 +57,6 @@ _CUDA_OF_BRANCH = {
     525: 12000, 530: 12010, 535: 12020, 545: 12030, 550: 12040, 555: 12050,
     560: 12060, 565: 12070, 570: 12080, 575: 12090, 580: 13000,
 }  # fmt: skip
-
-BusAddr = tuple[int, int, int, int]  # domain, bus, device, function
-
 
 # --------------------------------------------------------------------------- schema
 
@@ -117,60 +115,6 @@ class GpuEntry(Strict):
         if given and self.count != 1:
             raise ValueError(f"{'/'.join(given)} name one GPU; this entry has count {self.count}")
         return self
-
-
-class NvlinkPair(Strict):
-    gpus: list[int] = Field(min_length=2, max_length=2)
-    count: int = Field(1, ge=1)
-
-
-class NvlinkSpec(Strict):
-    hidden: bool = False  # the driver shows no NVLink (a GPU passed through to a VM)
-    nvswitch: bool = False
-    board_size: int | None = Field(None, ge=1)  # GPUs per NVSwitch baseboard (default 8)
-    groups: list[list[int]] | None = None
-    links: list[NvlinkPair] | None = None
-
-    @model_validator(mode="after")
-    def _one_mode(self) -> NvlinkSpec:
-        given = {
-            "hidden": self.hidden,
-            "nvswitch": self.nvswitch,
-            "groups": self.groups,
-            "links": self.links,
-        }
-        modes = [k for k, v in given.items() if v not in (None, False)]
-        if len(modes) > 1:
-            raise ValueError(f"give one of nvswitch, groups or links, not {' and '.join(modes)}")
-        if self.board_size is not None and not self.nvswitch:
-            raise ValueError("board_size only applies with nvswitch: true")
-        return self
-
-
-class PcieSpec(Strict):
-    gpus_per_switch: int = Field(2, ge=1)
-    switches_per_upper: int = Field(2, ge=1)
-    uppers_per_bridge: int = Field(1, ge=1)
-
-
-class NumaSpec(Strict):
-    nodes: int = Field(2, ge=0, le=1024)  # 0: no NUMA (numa_node -1), as in most VMs
-    cpus_per_node: int = Field(32, ge=1, le=65536)
-    gpus: list[int] | None = None  # NUMA node of each GPU, by index
-
-
-class Topology(Strict):
-    nvlink: NvlinkSpec | None = None  # None: the profile's default wiring
-    pcie: PcieSpec = PcieSpec()
-    numa: NumaSpec = NumaSpec()
-
-    @field_validator("nvlink", mode="before")
-    @classmethod
-    def _nvlink_flag(cls, v: object) -> object:
-        # `nvlink: false` keeps the links but connects none; `true` is the default wiring.
-        if v is False:
-            return {"groups": []}
-        return None if v is True else v
 
 
 class Inventory(Strict):

@@ -1,4 +1,5 @@
-"""The fault journal: an append-only file of fixed 64-byte records (src/state_format.h).
+"""The fault journal: an append-only file of fixed 64-byte records (src/state_format.h,
+through fakenvml/layout.py).
 
 Every injected fault is one record with a sequence number and two clocks. The C library
 replays it for fault state (lost, ECC counters) and delivers it to event sets; waiting
@@ -26,19 +27,16 @@ import zlib
 from collections.abc import Iterator
 from pathlib import Path
 
+from fakenvml import layout
 from fakenvml.errors import FakeNvmlError
 
-JOURNAL_FILE = "journal.bin"
-GEN_FILE = "journal.gen"
-MAGIC = b"FNVMLJR1"
-GEN_MAGIC = b"FNVMLGN1"
-VERSION = 1
-HEADER = struct.Struct("<8sIIQ40x")
-GEN = struct.Struct("<8sQQ40x")  # magic, boot id, committed records
-GEN_COMMITTED = 16
-RECORD = struct.Struct("<QQQIIQIIQ4xI")  # data2 took 8 of 12 reserved bytes: old records read 0
-ALL_GPUS = 0xFFFFFFFF  # fail / delay / clear: every GPU, and calls that name none
-NO_INSTANCE = 0xFFFFFFFF  # nvmlEventData_t gpuInstanceId/computeInstanceId outside MIG
+JOURNAL_FILE, GEN_FILE = layout.JOURNAL_FILE, layout.GEN_FILE
+HEADER = layout.JOURNAL_HEADER.span().struct  # magic, version, record size, boot id
+GEN = layout.GEN.span().struct  # magic, boot id, committed records
+GEN_COMMITTED = layout.GEN.offsets["committed"]
+RECORD = layout.RECORD.span().struct  # data2 took 8 of 12 reserved bytes: old records read 0
+ALL_GPUS = layout.ALL_GPUS  # fail / delay / clear: every GPU, and calls that name none
+NO_INSTANCE = layout.NO_INSTANCE  # nvmlEventData_t gpuInstanceId/computeInstanceId outside MIG
 
 
 class Kind(enum.IntEnum):
@@ -60,7 +58,7 @@ class Kind(enum.IntEnum):
     FAIL = 11
     DELAY = 12
     CLEAR = 13
-    # MIG layout changes (fakenvml/mig.py; src/mig.c replays them).
+    # MIG layout changes (fakenvml/mig.py, src/mig.c; src/mig_layout.c replays them).
     MIG_MODE = 14
     GPU_RESET = 15
     GI_CREATE = 16
@@ -149,12 +147,12 @@ class Record(_RecordFields):
 
 def create(boot_id: int) -> bytes:
     """Header bytes of an empty journal for the state with `boot_id`."""
-    return HEADER.pack(MAGIC, VERSION, RECORD.size, boot_id)
+    return HEADER.pack(layout.JOURNAL_MAGIC, layout.JOURNAL_VERSION, RECORD.size, boot_id)
 
 
 def create_gen(boot_id: int) -> bytes:
     """journal.gen of an empty journal for the state with `boot_id`."""
-    return GEN.pack(GEN_MAGIC, boot_id, 0)
+    return GEN.pack(layout.GEN_MAGIC, boot_id, 0)
 
 
 def _store_committed(state_dir: Path, committed: int) -> None:
@@ -174,7 +172,7 @@ def _check_header(raw: bytes, path: Path) -> int:
     if len(raw) < HEADER.size:
         raise FakeNvmlError(f"{path} is truncated; re-run `fakenvml init`")
     magic, version, rsize, boot_id = HEADER.unpack_from(raw)
-    if magic != MAGIC or version != VERSION or rsize != RECORD.size:
+    if (magic, version, rsize) != (layout.JOURNAL_MAGIC, layout.JOURNAL_VERSION, RECORD.size):
         raise FakeNvmlError(f"{path} is not a fakenvml journal; re-run `fakenvml init`")
     return boot_id
 

@@ -18,6 +18,7 @@ import re
 import zlib
 from pathlib import Path
 
+from fakenvml import layout
 from fakenvml.errors import FakeNvmlError
 from fakenvml.journal import ALL_GPUS, Entry, Kind
 
@@ -29,8 +30,8 @@ INIT_NAMES = frozenset({"nvmlInit", "nvmlInit_v2", "nvmlInitWithFlags"})
 # Exports no knob reaches: no nvmlReturn_t to answer, or no call to hold back.
 UNREACHABLE = frozenset({"nvmlErrorString", "nvmlShutdown", "nvmlInternalGetExportTable",
                          "nvmlEventSetFree"})  # fmt: skip
-VERSIONS = 1  # FNV_KNOB_VERSIONS
-CLEAR_FAIL, CLEAR_DELAY = 1, 2
+VERSIONS = layout.KNOB_VERSIONS
+CLEAR_FAIL, CLEAR_DELAY = layout.CLEAR_FAIL, layout.CLEAR_DELAY
 MAX_DELAY_MS = 2**32 - 1
 _VERSIONED = re.compile(r".*_v\d+")
 

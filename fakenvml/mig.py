@@ -2,46 +2,92 @@
 
 The layout lives in the journal, like faults: `fakenvml mig ...`, this module's functions
 and the library's own NVML create/destroy calls append records (journal.Kind.MIG_MODE ...
-CI_DESTROY) that every process replays at its next NVML call. This module replays them
-with the library's rules (src/mig.c) to validate a change before writing it, so a refused
-change is a one-line error that writes nothing; the library checks each record again.
+CI_DESTROY) that every process replays at its next NVML call.
 
-Rules (the driver's, as far as public sources show them):
-- Enabling or disabling MIG is pending until a GPU reset (`fakenvml reset`); a reset
-  destroys every instance. Instances can be made only while MIG is enabled.
-- A GPU instance takes its profile's memory slices from one of its placements (out of 8)
-  and its compute slices (out of 7); it may not overlap another. Its id follows from its
-  placement, as the driver numbers the 8-slice tree: 0 the whole GPU, 1-2 halves, 3-6
-  quarters, 7-14 eighths (all-1g.10gb on an H100 is GPU instances 7-13).
-- A compute instance takes 1, 2, 3, 4 or 7 of its GPU instance's compute slices at a
-  multiple of that size; ids are the lowest free, from 0.
-- MIG device UUIDs are MIG-<CRC-32s of "<parent UUID>/<gi>/<ci>/<k>", k = 0..3>, the same
-  in C (fnv_mig_uuid) and here.
+The rules are the library's alone (src/mig_layout.c lists them): where an instance may go,
+which id it gets, what a record the driver would refuse does (nothing). This module holds
+each GPU's layout as the library's own struct (fnv_mig, read through fakenvml/layout.py)
+and changes it only through the library's fakenvml_mig_change, which checks a change as
+the NVML call would and fills in what it leaves open (the first placement that fits, the
+lowest free id). So a plan is checked change by change before anything is written, a
+refusal is a one-line error worded here from the library's reason (Why), and the layout
+this module shows is the one every NVML client replays.
+
+Placements, ids and names, as the driver has them: GPU instances are numbered by their
+place in the 8-slice tree (all-1g.10gb on an H100 is GPU instances 7-13), compute instances
+from 0; MIG device UUIDs are the library's too (fakenvml_mig_uuid).
 """
 
 from __future__ import annotations
 
-import zlib
+import ctypes
+import enum
+import functools
+from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import Protocol
 
-from fakenvml import journal
+from fakenvml import library, statefile
 from fakenvml.errors import FakeNvmlError
-from fakenvml.journal import Kind, Record
+from fakenvml.journal import Entry, Kind, Record
+from fakenvml.layout import ANY, MIG_CI, MIG_CIS, MIG_GI, MIG_GIS, MIG_LAYOUT, RECORD
 from fakenvml.model import Gpu, MigProfile, Node
-from fakenvml.node import NodeDir
 
-CI_SLICES = (1, 2, 3, 4, 7, 8, 6, 1)  # by NVML_COMPUTE_INSTANCE_PROFILE_* (0x0 .. 0x7)
-CI_PROFILE_OF_SLICES = {1: 0, 2: 1, 3: 2, 4: 3, 7: 4}  # the ones a GPU instance offers
-GIS, CIS = 15, 8
+# The compute-instance profiles (NVML_COMPUTE_INSTANCE_PROFILE_*) a GPU instance may offer,
+# by their compute slices: how users name them.
+CI_PROFILE_OF_SLICES = {1: 0, 2: 1, 3: 2, 4: 3, 7: 4}
+_SLICES_OF_CI_PROFILE = {p: s for s, p in CI_PROFILE_OF_SLICES.items()}
 
 
-def tree_id(size: int, start: int) -> int:
-    return {8: 0, 4: 1 + start // 4, 2: 3 + start // 2, 1: 7 + start}.get(size, -1)
+class Why(enum.IntEnum):
+    """Why the library refuses a MIG change: enum fnv_mig_why in src/state_format.h (its
+    comments say what each means; _refusal words them)."""
+
+    OK = 0
+    UNSUPPORTED = 1
+    DISABLED = 2
+    NO_PROFILE = 3
+    NOT_A_PLACEMENT = 4
+    ALL_MADE = 5
+    NO_SLICES = 6
+    OVERLAP = 7
+    ID_TAKEN = 8
+    WRONG_ID = 9
+    NO_ROOM = 10
+    NO_GI = 11
+    IN_USE = 12
+    NO_CI_PROFILE = 13
+    CI_TOO_BIG = 14
+    CI_START = 15
+    CI_OVERLAP = 16
+    CI_NO_ROOM = 17
+    NO_CI_ID = 18
+    NO_CI = 19
+    NOT_MIG = 20
+
+
+_RECORD = RECORD.span()
+_LAYOUT_HEAD, _GI_HEAD = MIG_LAYOUT.span("current", "pending"), MIG_GI.span("used", "pad")
+_CI = MIG_CI.span()
+
+
+@functools.cache
+def _library() -> ctypes.CDLL:
+    """The library under test (library.path()), its control-plane entries declared."""
+    lib = library.preload()
+    buf = ctypes.c_char_p
+    lib.fakenvml_mig_change.argtypes = [buf, buf, buf, ctypes.POINTER(ctypes.c_uint32)]
+    lib.fakenvml_mig_change.restype = ctypes.c_uint32
+    lib.fakenvml_mig_uuid.argtypes = [buf, ctypes.c_uint32, ctypes.c_uint32, buf]
+    lib.fakenvml_mig_uuid.restype = None
+    return lib
 
 
 def mig_uuid(parent_uuid: str, gi: int, ci: int) -> str:
-    h = "".join(f"{zlib.crc32(f'{parent_uuid}/{gi}/{ci}/{k}'.encode()):08x}" for k in range(4))
-    return f"MIG-{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:32]}"
+    """A MIG device's UUID, as the library names it."""
+    out = ctypes.create_string_buffer(96)
+    _library().fakenvml_mig_uuid(parent_uuid.encode(), gi, ci, out)
+    return out.value.decode()
 
 
 def short(name: str) -> str:
@@ -53,10 +99,7 @@ def short(name: str) -> str:
 class Ci:
     profile: int  # NVML_COMPUTE_INSTANCE_PROFILE_*
     start: int
-
-    @property
-    def slices(self) -> int:
-        return CI_SLICES[self.profile]
+    slices: int
 
 
 @dataclass
@@ -66,22 +109,19 @@ class Gi:
     cis: dict[int, Ci] = field(default_factory=dict)
 
 
-@dataclass
 class GpuMig:
-    """One GPU's MIG state, replayed."""
+    """One GPU's MIG state: the library's layout of it, and what it reads as."""
 
-    gpu: Gpu
-    current: bool = False
-    pending: bool = False
-    gis: dict[int, Gi] = field(default_factory=dict)
+    def __init__(self, gpu: Gpu) -> None:
+        self.gpu = gpu
+        self._device: bytes | None = None  # its fnv_device record, packed on first change
+        self._layout = ctypes.create_string_buffer(MIG_LAYOUT.size)  # MIG off, no instances
+        self.current = self.pending = False
+        self.gis: dict[int, Gi] = {}
 
     @property
     def capable(self) -> bool:
         return bool(self.gpu.mig_profiles)
-
-    @property
-    def max_slices(self) -> int:
-        return max((p.slice_count for p in self.gpu.mig_profiles), default=0)
 
     def profile(self, key: str | int) -> MigProfile:
         """A GPU-instance profile by name (`1g.10gb`, `MIG 1g.10gb`) or id (`19`)."""
@@ -92,76 +132,82 @@ class GpuMig:
         names = ", ".join(short(p.name) for p in self.gpu.mig_profiles) or "none: no MIG"
         raise FakeNvmlError(f"GPU {self.gpu.index} has no MIG profile {text!r} ({names})")
 
-    def gi_fits(self, p: MigProfile, start: int) -> str:
-        """Why a GPU instance of `p` cannot start at `start` now ("" if it can)."""
-        if start not in p.placement_starts:
-            return (
-                f"{short(p.name)} cannot start at slice {start} (placements {p.placement_starts})"
-            )
-        used = [g for g in self.gis.values()]
-        if sum(g.prof.id == p.id for g in used) >= p.instance_count:
-            return f"GPU {self.gpu.index} has its {p.instance_count} {short(p.name)} already"
-        if sum(g.prof.slice_count for g in used) + p.slice_count > self.max_slices:
-            return f"GPU {self.gpu.index} has too few compute slices left for {short(p.name)}"
-        for gid, g in self.gis.items():
-            if g.start < start + p.placement_size and start < g.start + g.prof.placement_size:
-                return f"slices {start}-{start + p.placement_size - 1} overlap GPU instance {gid}"
-        gid = tree_id(p.placement_size, start)
-        if not 0 <= gid < GIS or gid in self.gis:
-            return f"GPU instance id {gid} for slice {start} is taken"
-        return ""
-
-    def first_fit(self, p: MigProfile) -> int | None:
-        return next((s for s in p.placement_starts if not self.gi_fits(p, s)), None)
-
-    def ci_fits(self, g: Gi, profile: int, start: int) -> str:
-        s = CI_SLICES[profile]
-        if s > g.prof.slice_count or profile not in CI_PROFILE_OF_SLICES.values():
-            return f"a {s}-slice compute instance does not fit a {short(g.prof.name)} instance"
-        if start % s or start + s > g.prof.slice_count:
-            return f"a {s}-slice compute instance cannot start at slice {start}"
-        for cid, c in g.cis.items():
-            if c.start < start + s and start < c.start + c.slices:
-                return f"compute slices {start}-{start + s - 1} overlap compute instance {cid}"
-        if len(g.cis) >= CIS:
-            return "no compute instance id left"
-        return ""
-
-    def ci_first_fit(self, g: Gi, profile: int) -> int | None:
-        s = CI_SLICES[profile]
-        return next(
-            (x for x in range(0, g.prof.slice_count - s + 1, s) if not self.ci_fits(g, profile, x)),
-            None,
-        )
+    def change(self, rec: Record) -> tuple[Why, int, Record]:
+        """The library's verdict on one MIG record, and the change made when it allows it:
+        (Why.OK, 0, the record as made: ANY ids and placements filled in), or (why not,
+        the instance in the way where there is one, the record) with nothing changed."""
+        if not self.capable:
+            return Why.UNSUPPORTED, 0, rec
+        if self._device is None:
+            self._device = statefile.pack_device(self.gpu)
+        raw = ctypes.create_string_buffer(_RECORD.pack({**rec._asdict(), "crc": 0}), _RECORD.size)
+        other = ctypes.c_uint32(0)
+        lib = _library()
+        why = Why(lib.fakenvml_mig_change(self._device, self._layout, raw, ctypes.byref(other)))
+        if why != Why.OK:
+            return why, other.value, rec
+        self._read()
+        made = _RECORD.unpack_from(raw.raw)
+        return why, 0, rec._replace(**{k: made[k] for k in rec._fields if k != "kind"})
 
     def apply(self, rec: Record) -> None:
-        """One record, as src/mig.c's fnv_mig_apply: what the driver would refuse is
-        ignored."""
-        if not self.capable:
-            return
-        if rec.kind == Kind.MIG_MODE:
-            self.pending = bool(rec.data)
-        elif rec.kind == Kind.GPU_RESET:
-            self.current, self.gis = self.pending, {}
-        elif rec.kind == Kind.GI_CREATE:
+        """One record of the journal, as every library replays it (a refused one changes
+        nothing)."""
+        self.change(rec)
+
+    def _read(self) -> None:
+        raw = self._layout.raw
+        head = _LAYOUT_HEAD.unpack_from(raw)
+        self.current, self.pending = bool(head["current"]), bool(head["pending"])
+        self.gis = {}
+        for gid in range(MIG_GIS):
+            at = MIG_LAYOUT.offsets["gi"] + gid * MIG_GI.size
+            g = _GI_HEAD.unpack_from(raw, at)
+            if not g["used"]:
+                continue
+            gi = self.gis[gid] = Gi(self.gpu.mig_profiles[g["prof"]], g["start"])
+            for cid in range(MIG_CIS):
+                c = _CI.unpack_from(raw, at + MIG_GI.offsets["ci"] + cid * MIG_CI.size)
+                if c["used"]:
+                    gi.cis[cid] = Ci(c["profile"], c["start"], c["slices"])
+
+    def refusal(self, why: Why, other: int, rec: Record) -> str:
+        """The library's reason `why` for refusing `rec`, in a line."""
+        i, gid, start = self.gpu.index, rec.gpu_instance, rec.data
+        if rec.kind == Kind.GI_CREATE:
             p = next((p for p in self.gpu.mig_profiles if p.id == rec.compute_instance), None)
-            fits = self.current and p is not None and not self.gi_fits(p, rec.data)
-            if fits and p and tree_id(p.placement_size, rec.data) == rec.gpu_instance:
-                self.gis[rec.gpu_instance] = Gi(p, rec.data)
-        elif rec.kind == Kind.GI_DESTROY:
-            g = self.gis.get(rec.gpu_instance)
-            if g is not None and not g.cis:
-                del self.gis[rec.gpu_instance]
-        elif rec.kind == Kind.CI_CREATE:
-            g = self.gis.get(rec.gpu_instance)
-            cid, prof = rec.compute_instance, rec.data
-            free = g is not None and cid < CIS and cid not in g.cis and prof < len(CI_SLICES)
-            if free and g and not self.ci_fits(g, prof, rec.data2):
-                g.cis[cid] = Ci(prof, rec.data2)
-        elif rec.kind == Kind.CI_DESTROY:
-            g = self.gis.get(rec.gpu_instance)
-            if g is not None:
-                g.cis.pop(rec.compute_instance, None)
+            name, size = (short(p.name), p.placement_size) if p else (str(rec.compute_instance), 1)
+            if why == Why.NOT_A_PLACEMENT and p:
+                return f"{name} cannot start at slice {start} (placements {p.placement_starts})"
+            if why == Why.ALL_MADE and p:
+                return f"GPU {i} has its {p.instance_count} {name} already"
+            words = {
+                Why.NO_PROFILE: f"GPU {i} has no MIG profile id {rec.compute_instance}",
+                Why.NO_SLICES: f"GPU {i} has too few compute slices left for {name}",
+                Why.OVERLAP: f"slices {start}-{start + size - 1} overlap GPU instance {other}",
+                Why.ID_TAKEN: f"GPU instance id {other} for slice {start} is taken",
+                Why.NO_ROOM: f"no room for {name} on GPU {i}",
+            }
+        else:
+            s, x = _SLICES_OF_CI_PROFILE.get(rec.data, 0), rec.data2
+            words = {
+                Why.CI_TOO_BIG: f"a {s}-slice compute instance does not fit a "
+                f"{short(self.gis[gid].prof.name) if gid in self.gis else ''} instance",
+                Why.CI_START: f"a {s}-slice compute instance cannot start at slice {x}",
+                Why.CI_OVERLAP: f"compute slices {x}-{x + s - 1} overlap compute instance {other}",
+                Why.CI_NO_ROOM: f"no room for a {s}-slice compute instance in GPU instance {gid}",
+                Why.NO_CI_ID: "no compute instance id left",
+                Why.NO_CI_PROFILE: f"no compute-instance profile {rec.data}",
+                Why.NO_CI: f"GPU {i} has no compute instance {gid}/{rec.compute_instance}",
+            }
+        words |= {
+            Why.UNSUPPORTED: f"GPU {i} ({self.gpu.name}) does not support MIG",
+            Why.DISABLED: f"MIG is not enabled on GPU {i} "
+            f"(`fakenvml mig enable {i}`, then `fakenvml reset {i}`)",
+            Why.NO_GI: f"GPU {i} has no GPU instance {gid}",
+            Why.IN_USE: f"GPU instance {gid} on GPU {i} has compute instances",
+        }
+        return words.get(why, f"GPU {i}: {rec.kind.spelling} refused ({why.name.lower()})")
 
 
 @dataclass(frozen=True)
@@ -179,7 +225,18 @@ class MigDevice:
     uuid: str
 
 
-def layout(node_dir: NodeDir) -> list[GpuMig]:
+class StateDir(Protocol):
+    """What MIG needs of a node's state directory (fakenvml.node.NodeDir): its GPUs, its
+    journal and a way to append. A protocol, not an import: node.py lays out an
+    inventory's MIG at init through this module, which so stays below it."""
+
+    def node(self) -> Node: ...
+    def events(self, start: int = 0) -> Iterator[Record]: ...
+    def index_of(self, gpu: str | int) -> int: ...
+    def write_entries(self, entries: list[Entry]) -> list[Record]: ...
+
+
+def layout(node_dir: StateDir) -> list[GpuMig]:
     """Every GPU's MIG state now, replayed from the node's journal."""
     gpus = [GpuMig(g) for g in node_dir.node().gpus]
     for rec in node_dir.events():
@@ -188,7 +245,7 @@ def layout(node_dir: NodeDir) -> list[GpuMig]:
     return gpus
 
 
-def devices(node_dir: NodeDir) -> list[MigDevice]:
+def devices(node_dir: StateDir) -> list[MigDevice]:
     """The node's MIG devices, GPU by GPU, each GPU's by GPU instance then compute
     instance id."""
     out = []
@@ -213,28 +270,19 @@ def devices(node_dir: NodeDir) -> list[MigDevice]:
 
 # --------------------------------------------------------------------- changes
 
-Entry = journal.Entry
-
-
-def _entry(kind: Kind, gpu: int, arg0: int = 0, arg1: int = 0, data: int = 0,
-           data2: int = 0) -> Entry:  # fmt: skip
-    return (kind, gpu, data, arg0, arg1, data2)
-
 
 class Plan:
-    """Changes checked against a replayed layout as they are planned, then written as one
-    append: either all of them or (on the first refusal) none."""
+    """Changes checked by the library against a replayed layout as they are planned, then
+    written as one append: either all of them or (on the first refusal) none."""
 
-    def __init__(self, node_dir: NodeDir | None, gpus: list[GpuMig] | None = None) -> None:
+    def __init__(self, node_dir: StateDir | None, gpus: list[GpuMig] | None = None) -> None:
         self.node_dir = node_dir
         self.gpus = layout(node_dir) if node_dir is not None else gpus or []
         self.entries: list[Entry] = []
 
     def gpu(self, key: str | int) -> GpuMig:
-        if self.node_dir is None:
-            m = self.gpus[int(key)]
-        else:
-            m = self.gpus[self.node_dir.resolve(key).index]
+        index = int(key) if self.node_dir is None else self.node_dir.index_of(key)
+        m = self.gpus[index]
         if not m.capable:
             raise FakeNvmlError(f"GPU {m.gpu.index} ({m.gpu.name}) does not support MIG")
         return m
@@ -247,33 +295,28 @@ class Plan:
             return capable
         return [self.gpu(key)]
 
-    def _add(self, m: GpuMig, kind: Kind, arg0: int = 0, arg1: int = 0, data: int = 0,
-             data2: int = 0) -> None:  # fmt: skip
-        e = _entry(kind, m.gpu.index, arg0, arg1, data, data2)
-        self.entries.append(e)
-        m.apply(Record(0, 0, 0, kind, m.gpu.index, data, arg0, arg1, data2))
+    def _change(self, m: GpuMig, kind: Kind, arg0: int = 0, arg1: int = 0, data: int = 0,
+                data2: int = 0) -> Record:  # fmt: skip
+        """The change as the library makes it (ANY filled in), planned; or the library's
+        reason, and nothing planned."""
+        want = Record(0, 0, 0, kind, m.gpu.index, data, arg0, arg1, data2)
+        why, other, made = m.change(want)
+        if why != Why.OK:
+            raise FakeNvmlError(m.refusal(why, other, want))
+        self.entries.append((kind, made.gpu, made.data, made.gpu_instance,
+                             made.compute_instance, made.data2))  # fmt: skip
+        return made
 
     def mode(self, m: GpuMig, enabled: bool) -> None:
-        self._add(m, Kind.MIG_MODE, data=int(enabled))
+        self._change(m, Kind.MIG_MODE, data=int(enabled))
 
     def reset(self, m: GpuMig) -> None:
-        self._add(m, Kind.GPU_RESET)
+        self._change(m, Kind.GPU_RESET)
 
     def create_gi(self, m: GpuMig, profile: str | int, start: int | None = None) -> int:
-        if not m.current:
-            i = m.gpu.index
-            how = f"`fakenvml mig enable {i}`, then `fakenvml reset {i}`"
-            raise FakeNvmlError(f"MIG is not enabled on GPU {i} ({how})")
         p = m.profile(profile)
-        if start is None:
-            start = m.first_fit(p)
-            if start is None:
-                raise FakeNvmlError(f"no room for {short(p.name)} on GPU {m.gpu.index}")
-        elif why := m.gi_fits(p, start):
-            raise FakeNvmlError(why)
-        gid = tree_id(p.placement_size, start)
-        self._add(m, Kind.GI_CREATE, gid, p.id, start)
-        return gid
+        made = self._change(m, Kind.GI_CREATE, ANY, p.id, _slice(start))
+        return made.gpu_instance
 
     def create_ci(self, m: GpuMig, gid: int, slices: int | None = None,
                   start: int | None = None) -> int:  # fmt: skip
@@ -283,31 +326,19 @@ class Plan:
         slices = g.prof.slice_count if slices is None else slices
         if slices not in CI_PROFILE_OF_SLICES:
             raise FakeNvmlError(f"a compute instance has 1, 2, 3, 4 or 7 slices, not {slices}")
-        profile = CI_PROFILE_OF_SLICES[slices]
-        if start is None:
-            start = m.ci_first_fit(g, profile)
-            if start is None:
-                raise FakeNvmlError(f"no room for a {slices}-slice compute instance in "
-                                    f"GPU instance {gid}")  # fmt: skip
-        elif why := m.ci_fits(g, profile, start):
-            raise FakeNvmlError(why)
-        cid = next(c for c in range(CIS) if c not in g.cis)
-        self._add(m, Kind.CI_CREATE, gid, cid, profile, start)
-        return cid
+        made = self._change(
+            m, Kind.CI_CREATE, gid, ANY, CI_PROFILE_OF_SLICES[slices], _slice(start)
+        )
+        return made.compute_instance
 
     def destroy_ci(self, m: GpuMig, gid: int, cid: int) -> None:
-        g = m.gis.get(gid)
-        if g is None or cid not in g.cis:
-            raise FakeNvmlError(f"GPU {m.gpu.index} has no compute instance {gid}/{cid}")
-        self._add(m, Kind.CI_DESTROY, gid, cid)
+        self._change(m, Kind.CI_DESTROY, gid, cid)
 
     def destroy_gi(self, m: GpuMig, gid: int) -> None:
         g = m.gis.get(gid)
-        if g is None:
-            raise FakeNvmlError(f"GPU {m.gpu.index} has no GPU instance {gid}")
-        for cid in sorted(g.cis):  # as `nvidia-smi mig -dci` then `-dgi`
+        for cid in sorted(g.cis if g else ()):  # as `nvidia-smi mig -dci` then `-dgi`
             self.destroy_ci(m, gid, cid)
-        self._add(m, Kind.GI_DESTROY, gid)
+        self._change(m, Kind.GI_DESTROY, gid)
 
     def configure(self, m: GpuMig, config: str) -> None:
         """A mig-parted-style named config (all-1g.10gb), or GPU-instance profiles
@@ -325,6 +356,15 @@ class Plan:
     def write(self) -> list[Record]:
         assert self.node_dir is not None
         return self.node_dir.write_entries(self.entries) if self.entries else []
+
+
+def _slice(start: int | None) -> int:
+    """A placement start as a record holds it: ANY for none given."""
+    if start is None:
+        return ANY
+    if not 0 <= start < 32:
+        raise FakeNvmlError(f"slice {start}: expected 0 to 31")
+    return start
 
 
 def _basic(m: GpuMig, slices: int) -> MigProfile | None:
@@ -349,11 +389,13 @@ def named_config(m: GpuMig, config: str) -> list[str] | None:
         return [short(p.name) for p in picks if p]
     if config.startswith("all-"):
         p = m.profile(config[4:])
-        # As many as the GPU takes, each at its first fit (probed on a scratch copy).
-        probe = GpuMig(m.gpu, current=True)
+        # As many as the GPU takes, each where it first fits (probed on a scratch layout).
+        probe = Plan(None, [GpuMig(m.gpu)])
+        probe.mode(probe.gpus[0], True)
+        probe.reset(probe.gpus[0])
         out = []
-        while (start := probe.first_fit(p)) is not None:
-            probe.gis[tree_id(p.placement_size, start)] = Gi(p, start)
+        with_room = Record(0, 0, 0, Kind.GI_CREATE, m.gpu.index, ANY, ANY, p.id, 0)
+        while probe.gpus[0].change(with_room)[0] == Why.OK:
             out.append(short(p.name))
         return out
     names = "all-disabled, all-enabled, all-balanced, " + ", ".join(
@@ -362,7 +404,7 @@ def named_config(m: GpuMig, config: str) -> list[str] | None:
     raise FakeNvmlError(f"unknown MIG config {config!r} (known: {names})")
 
 
-def configure(node_dir: NodeDir, gpus: str | int, config: str) -> list[Record]:
+def configure(node_dir: StateDir, gpus: str | int, config: str) -> list[Record]:
     """Apply a named config or a profile list to one GPU or `all`, in one append."""
     plan = Plan(node_dir)
     for m in plan.targets(gpus):
@@ -378,11 +420,11 @@ def check(gpu: Gpu, config: str) -> None:
     Plan(None, [m]).configure(m, config)
 
 
-def apply_inventory(node_dir: NodeDir, node: Node) -> list[Record]:
-    """The inventory's `mig:` layouts (model.Gpu.mig_layout, which the state file does not
-    keep), just after `init` wrote `node`."""
-    plan = Plan(node_dir)
+def inventory_entries(node: Node) -> list[Entry]:
+    """The journal records that lay out the inventory's `mig:` layouts
+    (model.Gpu.mig_layout, which the state file does not keep) on a node just initialised."""
+    plan = Plan(None, [GpuMig(g) for g in node.gpus])
     for m, gpu in zip(plan.gpus, node.gpus, strict=True):
         if gpu.mig_layout:
             plan.configure(m, gpu.mig_layout)
-    return plan.write()
+    return plan.entries

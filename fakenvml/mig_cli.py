@@ -1,5 +1,5 @@
 """`fakenvml mig ...` and `fakenvml reset`: MIG layouts from the command line, as
-`nvidia-smi mig` makes them on a real node (fakenvml/mig.py has the rules).
+`nvidia-smi mig` makes them on a real node (the library's rules, through fakenvml/mig.py).
 
     fakenvml mig enable 0|all            MIG mode pending (applies at `fakenvml reset`)
     fakenvml mig disable 0|all

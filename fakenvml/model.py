@@ -8,12 +8,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from fakenvml.layout import FIELD_UNKNOWN, MAX_DEVICES, MAX_LINKS  # noqa: F401  (re-exported)
 from fakenvml.nvmlconst import (  # noqa: F401  (re-exported: the model's vocabulary)
-    FIELD_UNKNOWN,
     LINK_REMOTE_GPU,
     LINK_REMOTE_SWITCH,
-    MAX_DEVICES,
-    MAX_LINKS,
     VALUE_DOUBLE,
     VALUE_SINT,
     VALUE_UINT,

@@ -80,9 +80,10 @@ class NodeDir:
         except OSError as e:
             raise FakeNvmlError(f"cannot write state to {self.path}: {e.strerror}") from None
         if any(g.mig_layout for g in node.gpus):
-            from fakenvml import mig  # which imports this module
+            from fakenvml import mig  # here: it loads the library (the MIG rules are its)
 
-            mig.apply_inventory(self, node)  # checked by inventory already: cannot be refused
+            # Checked by inventory already: cannot be refused.
+            self.write_entries(mig.inventory_entries(node))
         return boot_id
 
     def exists(self) -> bool:

@@ -17,7 +17,7 @@ import collections
 import enum
 import re
 
-from fakenvml import durations
+from fakenvml import durations, layout
 from fakenvml.errors import FakeNvmlError
 from fakenvml.journal import Entry, Kind
 
@@ -26,11 +26,11 @@ if TYPE_CHECKING:  # the model's dataclasses stay off the path of `fakenvml inje
     from fakenvml.model import Gpu
 
 IDLE = "idle"  # a value that puts a sensor back to the profile's reading
-SET_IDLE = 0xFFFFFFFF  # FNV_SET_IDLE
+SET_IDLE = layout.SET_IDLE
 MAX_PERIOD_MS = 0xFFFFFFFE
 MEMORY_TEMP_FIELD = 82  # NVML_FI_DEV_MEMORY_TEMP: only GPUs whose profile answers it
-PROC_COMPUTE, PROC_GRAPHICS = 1, 2
-MAX_PROCESSES = 64  # FNV_MAX_PROCESSES
+PROC_COMPUTE, PROC_GRAPHICS = layout.PROC_COMPUTE, layout.PROC_GRAPHICS
+MAX_PROCESSES = layout.MAX_PROCESSES
 
 # nvmlClocksEventReason* bits, spelled as the rest of the CLI spells things.
 CLOCK_REASONS = {

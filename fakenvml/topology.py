@@ -1,4 +1,5 @@
-"""Topology policy: where GPUs sit (NUMA node, PCIe tree) and how NVLinks wire them.
+"""A node's topology: the inventory's `topology:` key (its schema) and the policy that
+applies it: where GPUs sit (NUMA node, PCIe tree) and how NVLinks wire them.
 
 The C library only compares ids: two GPUs behind the same `pcie_switch` are
 NVML_TOPOLOGY_SINGLE apart, the same upper switch MULTIPLE, the same host bridge HOSTBRIDGE,
@@ -9,16 +10,77 @@ node, which keeps those levels nested the way real hardware nests them.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
+
+from pydantic import Field, field_validator, model_validator
 
 from fakenvml.errors import FakeNvmlError
 from fakenvml.model import LINK_REMOTE_GPU, LINK_REMOTE_SWITCH, Gpu, Link
 from fakenvml.profiles import Profile
+from fakenvml.yamlmodel import Strict
 
-if TYPE_CHECKING:
-    from fakenvml.inventory import BusAddr, NumaSpec, NvlinkPair, NvlinkSpec, PcieSpec
-
+BusAddr = tuple[int, int, int, int]  # domain, bus, device, function
 HGX_BOARD = 8  # GPUs per NVSwitch baseboard (HGX A100/H100/H200/B200)
+
+# --------------------------------------------------------------------------- schema
+# Here rather than in inventory.py, which takes `Topology` whole: the policy below reads
+# these types, and inventory.py calls the policy.
+
+
+class NvlinkPair(Strict):
+    gpus: list[int] = Field(min_length=2, max_length=2)
+    count: int = Field(1, ge=1)
+
+
+class NvlinkSpec(Strict):
+    hidden: bool = False  # the driver shows no NVLink (a GPU passed through to a VM)
+    nvswitch: bool = False
+    board_size: int | None = Field(None, ge=1)  # GPUs per NVSwitch baseboard (default 8)
+    groups: list[list[int]] | None = None
+    links: list[NvlinkPair] | None = None
+
+    @model_validator(mode="after")
+    def _one_mode(self) -> NvlinkSpec:
+        given = {
+            "hidden": self.hidden,
+            "nvswitch": self.nvswitch,
+            "groups": self.groups,
+            "links": self.links,
+        }
+        modes = [k for k, v in given.items() if v not in (None, False)]
+        if len(modes) > 1:
+            raise ValueError(f"give one of nvswitch, groups or links, not {' and '.join(modes)}")
+        if self.board_size is not None and not self.nvswitch:
+            raise ValueError("board_size only applies with nvswitch: true")
+        return self
+
+
+class PcieSpec(Strict):
+    gpus_per_switch: int = Field(2, ge=1)
+    switches_per_upper: int = Field(2, ge=1)
+    uppers_per_bridge: int = Field(1, ge=1)
+
+
+class NumaSpec(Strict):
+    nodes: int = Field(2, ge=0, le=1024)  # 0: no NUMA (numa_node -1), as in most VMs
+    cpus_per_node: int = Field(32, ge=1, le=65536)
+    gpus: list[int] | None = None  # NUMA node of each GPU, by index
+
+
+class Topology(Strict):
+    nvlink: NvlinkSpec | None = None  # None: the profile's default wiring
+    pcie: PcieSpec = PcieSpec()
+    numa: NumaSpec = NumaSpec()
+
+    @field_validator("nvlink", mode="before")
+    @classmethod
+    def _nvlink_flag(cls, v: object) -> object:
+        # `nvlink: false` keeps the links but connects none; `true` is the default wiring.
+        if v is False:
+            return {"groups": []}
+        return None if v is True else v
+
+
+# --------------------------------------------------------------------------- policy
 
 
 def place(gpus: list[Gpu], numa: NumaSpec, pcie: PcieSpec) -> None:

@@ -1,11 +1,16 @@
 /* Lifecycle (ref-counted Init/Shutdown), call bracketing, handles, system queries.
  * No constructors, destructors or threads: the library may be dlopen'ed and dlclose'd
- * any number of times, and nothing of ours runs unless NVML is called. */
-#include <stdarg.h>
+ * any number of times, and nothing of ours runs unless NVML is called.
+ *
+ * The top of the library's own layers (fake.h): it loads the state (state.c), replays the
+ * journal into it (journal.c), gates calls on the knobs (knobs.c), and hands out device
+ * handles, MIG devices' included; the NVML API units above call it, never the reverse. */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <time.h>
 
 #include "fake.h"
 
@@ -14,13 +19,11 @@ pthread_mutex_t fnv_lock = PTHREAD_MUTEX_INITIALIZER;
 fnv_state *fnv_g;
 static unsigned fnv_refcount;
 
-void fnv_log(const char *fmt, ...) {
-    char line[1024];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(line, sizeof line, fmt, ap);
-    va_end(ap);
-    fprintf(stderr, "fakenvml: %s\n", line);
+/* Sleeps out a delay knob (the caller has let go of the lock). */
+static void sleep_ms(uint32_t ms) {
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+    }
 }
 
 /* ---- Init / Shutdown ---- */
@@ -42,8 +45,8 @@ static nvmlReturn_t init(void) {
     nvmlReturn_t ret = NVML_SUCCESS;
     if (st)
         fnv_journal_refresh(st);
-    else
-        ret = fnv_load(&st);
+    else if ((ret = fnv_load(&st)) == NVML_SUCCESS)
+        fnv_journal_start(st);
     if (ret == NVML_SUCCESS && fnv_knob_count) {
         ret = fnv_knob_match(FNV_INIT_NAME, FNV_ALL_GPUS, &delay);
         if (ret == NVML_SUCCESS && st != fnv_g) mark_init_failures(st);
@@ -55,7 +58,7 @@ static nvmlReturn_t init(void) {
         fnv_free(st);
     }
     pthread_mutex_unlock(&fnv_lock);
-    if (delay) nanosleep(&(struct timespec){delay / 1000, (long)(delay % 1000) * 1000000L}, NULL);
+    if (delay) sleep_ms(delay);
     return ret;
 }
 
@@ -106,6 +109,37 @@ nvmlReturn_t fnv_leave(nvmlReturn_t ret) {
     return ret;
 }
 
+/* ---- knobs: the table is knobs.c's; waiting out a delay is the lock's business ---- */
+
+nvmlReturn_t fnv_gate(const char *fn, uint32_t gpu) {
+    uint32_t delay = 0;
+    nvmlReturn_t err = fnv_knob_match(fn, gpu, &delay);
+    if (delay) { /* other threads' calls go on meanwhile */
+        pthread_mutex_unlock(&fnv_lock);
+        sleep_ms(delay);
+        pthread_mutex_lock(&fnv_lock);
+        if (!fnv_g) return NVML_ERROR_UNINITIALIZED;
+        fnv_journal_refresh(fnv_g);
+    }
+    return err;
+}
+
+nvmlReturn_t fnv_stub(const char *fn) {
+    nvmlReturn_t ret = NVML_ERROR_NOT_SUPPORTED;
+    pthread_mutex_lock(&fnv_lock);
+    if (fnv_g) {
+        fnv_journal_refresh(fnv_g);
+        if (fnv_knob_count) {
+            nvmlReturn_t knob = fnv_gate(fn, FNV_ALL_GPUS);
+            if (knob != NVML_SUCCESS) ret = knob;
+        }
+    }
+    pthread_mutex_unlock(&fnv_lock);
+    return ret;
+}
+
+/* ---- handles ---- */
+
 int fnv_handle_index(nvmlDevice_t device, uint32_t *index) {
     uintptr_t p = (uintptr_t)device, base = (uintptr_t)fnv_handles;
     if (!fnv_g || p < base || p >= base + fnv_g->count * sizeof fnv_handles[0] ||
@@ -134,38 +168,48 @@ nvmlReturn_t fnv_device_enter_as(const char *fn, nvmlDevice_t device, const fnv_
     return NVML_SUCCESS;
 }
 
-/* ---- helpers ---- */
+/* MIG devices are nvmlDevice_t too: (GPU, GPU instance, compute instance), each the
+ * address of its own slot, so a handle stays valid (and names the same instance) for as
+ * long as the instance exists. */
+#define MIG_SLOTS ((size_t)FNV_MAX_DEVICES * FNV_MIG_GIS * FNV_MIG_CIS)
+static struct nvmlDevice_st mig_handles[MIG_SLOTS];
 
-nvmlReturn_t fnv_copy_str(char *dst, unsigned int length, const char *src) {
-    if (!dst) return NVML_ERROR_INVALID_ARGUMENT;
-    size_t n = strlen(src);
-    if (length < n + 1) return NVML_ERROR_INSUFFICIENT_SIZE;
-    memcpy(dst, src, n + 1);
-    return NVML_SUCCESS;
+nvmlDevice_t fnv_mig_device(uint32_t gpu, uint32_t gi, uint32_t ci) {
+    return &mig_handles[((size_t)gpu * FNV_MIG_GIS + gi) * FNV_MIG_CIS + ci];
 }
 
-int fnv_parse_bus_id(const char *text, unsigned *domain, unsigned *bus, unsigned *dev,
-                     unsigned *fn) {
-    char tail;
-    *domain = 0;
-    *fn = 0;
-    /* NVML accepts domain:bus:device.function, with or without domain and function. */
-    if (sscanf(text, "%x:%x:%x.%x%c", domain, bus, dev, fn, &tail) == 4) return 1;
-    if (sscanf(text, "%x:%x.%x%c", bus, dev, fn, &tail) == 3) return 1;
-    if (sscanf(text, "%x:%x:%x%c", domain, bus, dev, &tail) == 3) return 1;
-    return 0;
+int fnv_is_mig_handle(nvmlDevice_t device) {
+    return fnv_slot_of(device, mig_handles, sizeof mig_handles[0], MIG_SLOTS) >= 0;
 }
 
-void fnv_fill_pci(const fnv_device *d, nvmlPciInfo_t *pci) {
-    memset(pci, 0, sizeof *pci);
-    snprintf(pci->busId, sizeof pci->busId, "%s", d->bus_id);
-    snprintf(pci->busIdLegacy, sizeof pci->busIdLegacy, "%04X:%02X:%02X.%X", d->pci_domain & 0xFFFF,
-             d->pci_bus & 0xFF, d->pci_device & 0xFF, d->pci_function & 0xF);
-    pci->domain = d->pci_domain;
-    pci->bus = d->pci_bus;
-    pci->device = d->pci_device;
-    pci->pciDeviceId = d->pci_device_id;
-    pci->pciSubSystemId = d->pci_subsystem_id;
+int fnv_gi_live(uint32_t gpu, uint32_t gi) {
+    return fnv_g && gpu < fnv_g->count && gi < FNV_MIG_GIS &&
+           fnv_g->mig[gpu].current == NVML_DEVICE_MIG_ENABLE && fnv_g->mig[gpu].gi[gi].used;
+}
+
+int fnv_mig_handle(nvmlDevice_t device, uint32_t *gpu, uint32_t *gi, uint32_t *ci) {
+    long s = fnv_slot_of(device, mig_handles, sizeof mig_handles[0], MIG_SLOTS);
+    if (s < 0) return 0;
+    *ci = (uint32_t)(s % FNV_MIG_CIS);
+    *gi = (uint32_t)(s / FNV_MIG_CIS % FNV_MIG_GIS);
+    *gpu = (uint32_t)(s / FNV_MIG_CIS / FNV_MIG_GIS);
+    return fnv_gi_live(*gpu, *gi) && fnv_g->mig[*gpu].gi[*gi].ci[*ci].used;
+}
+
+/* The MIG device whose UUID (fnv_mig_uuid) is `uuid`; lock held. */
+static nvmlReturn_t mig_by_uuid(const char *uuid, nvmlDevice_t *device) {
+    char want[96];
+    for (uint32_t g = 0; g < fnv_g->count; g++)
+        for (uint32_t i = 0; i < FNV_MIG_GIS; i++)
+            for (uint32_t c = 0; fnv_gi_live(g, i) && c < FNV_MIG_CIS; c++) {
+                if (!fnv_g->mig[g].gi[i].ci[c].used) continue;
+                fnv_mig_uuid(fnv_g->devices[g].uuid, i, c, want);
+                if (strcasecmp(want, uuid) == 0) {
+                    *device = fnv_mig_device(g, i, c);
+                    return NVML_SUCCESS;
+                }
+            }
+    return NVML_ERROR_NOT_FOUND;
 }
 
 /* ---- errors ---- */
@@ -337,7 +381,7 @@ static nvmlReturn_t handle_by_field(const char *fn, size_t offset, const char *k
 
 nvmlReturn_t nvmlDeviceGetHandleByUUID(const char *uuid, nvmlDevice_t *device) {
     if (uuid && device && strncasecmp(uuid, "MIG-", 4) == 0) /* a MIG device's UUID */
-        WITH_STATE({ return fnv_leave(fnv_mig_by_uuid(uuid, device)); });
+        WITH_STATE({ return fnv_leave(mig_by_uuid(uuid, device)); });
     return handle_by_field(__func__, offsetof(fnv_device, uuid), uuid, device);
 }
 

@@ -52,23 +52,6 @@ typedef struct {
     uint64_t energy_ns;
 } fnv_live;
 
-/* MIG layout replayed from the journal. A GPU instance's id follows from its placement
- * (the driver numbers the nodes of the 8-slice tree: 0 whole, 1-2 halves, 3-6 quarters,
- * 7-14 eighths), so the same layout has the same ids in every process. */
-#define FNV_MIG_GIS 15 /* GPU instance ids 0-14, the driver's capability range */
-#define FNV_MIG_CIS 8  /* compute instance ids 0-7 */
-typedef struct {
-    uint8_t used, profile, start, slices; /* profile: NVML_COMPUTE_INSTANCE_PROFILE_* */
-} fnv_ci;
-typedef struct {
-    uint8_t used, prof, start, pad; /* prof: index into the device's mig[] profiles */
-    fnv_ci ci[FNV_MIG_CIS];
-} fnv_gi;
-typedef struct {
-    uint32_t current, pending; /* NVML_DEVICE_MIG_ENABLE / _DISABLE */
-    fnv_gi gi[FNV_MIG_GIS];
-} fnv_mig;
-
 typedef struct {
     fnv_header header;
     fnv_device *devices; /* header.device_count entries */
@@ -89,27 +72,31 @@ typedef struct {
 struct nvmlDevice_st {
     uint32_t index;
 };
-extern struct nvmlDevice_st fnv_handles[FNV_MAX_DEVICES];
 
-extern pthread_mutex_t fnv_lock;
-extern fnv_state *fnv_g; /* NULL while not initialised */
+/* The units in layers, each calling only those above it here (none calls back up):
+ *   base.c       helpers that call nothing of ours
+ *   state.c      reading state.bin (and opening the journal it names)
+ *   knobs.c      the failure-knob table      wave.c   sensor waves, energy
+ *   mig_layout.c the MIG rules and layout changes
+ *   journal.c    replaying the journal into the above, and appending to it
+ *   core.c       Init/Shutdown, the lock and call bracketing, device handles
+ *   the NVML API: identity, sensors, capabilities, topology, ecc, events, mig, export_table */
 
-int fnv_process_name(uint32_t pid, char *name, size_t length); /* core.c; 0: no such pid */
+/* base.c */
+uint32_t fnv_crc32(const void *buf, size_t len);
+void fnv_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+nvmlReturn_t fnv_copy_str(char *dst, unsigned int length, const char *src);
+void fnv_fill_pci(const fnv_device *d, nvmlPciInfo_t *pci);
+int fnv_parse_bus_id(const char *text, unsigned *domain, unsigned *bus, unsigned *dev,
+                     unsigned *fn);
+/* The slot an address names in a table of `n` entries of `size` bytes, or -1. */
+long fnv_slot_of(const void *p, const void *table, size_t size, size_t n);
 
 /* state.c: pure parsing (the fuzz target) and loading. */
-uint32_t fnv_crc32(const void *buf, size_t len);
 int fnv_parse_state(const uint8_t *buf, size_t len, fnv_header *header, fnv_device **devices,
                     char *err, size_t errlen);
-nvmlReturn_t fnv_load(fnv_state **out);
+nvmlReturn_t fnv_load(fnv_state **out); /* the state and its journal, opened, not replayed */
 void fnv_free(fnv_state *st);
-
-/* journal.c */
-int fnv_record_valid(const fnv_record *rec, uint64_t position, uint32_t device_count);
-ssize_t fnv_read_record(int fd, uint64_t position, fnv_record *rec);
-void fnv_journal_refresh(fnv_state *st);
-void fnv_journal_catch_up(fnv_state *st);
-void fnv_gen_map(fnv_state *st);
-void fnv_gen_store(const fnv_state *st, uint64_t committed);
 
 /* knobs.c: failure and latency knobs (FNV_FAIL, FNV_DELAY, FNV_CLEAR). Their state lives
  * outside fnv_state so that a `--count` survives nvmlShutdown/nvmlInit in a process. */
@@ -119,47 +106,68 @@ void fnv_knobs_apply(const fnv_record *rec, uint64_t position); /* lock held */
 /* The error a knob makes `fn` answer on `gpu` (FNV_ALL_GPUS: a call naming no GPU), and
  * the delay to sleep first; consumes one of a --count. Lock held. */
 nvmlReturn_t fnv_knob_match(const char *fn, uint32_t gpu, uint32_t *delay_ms);
-/* Applies the knobs for `fn`: sleeps without the lock, then answers their error or
- * SUCCESS. Lock held on entry and on return, but fnv_g may have changed: re-check. */
-nvmlReturn_t fnv_gate(const char *fn, uint32_t gpu);
-nvmlReturn_t fnv_stub(const char *fn); /* the generated stubs: NOT_SUPPORTED or a knob's */
 /* nvmlInit, nvmlInit_v2 and nvmlInitWithFlags are one knob, named so. */
 #define FNV_INIT_NAME "nvmlInit"
 /* The error a `fail nvmlInit --gpu` knob gives that GPU at a first nvmlInit. */
 nvmlReturn_t fnv_knob_init_error(uint32_t gpu);
 
-/* sensors.c: a sensor's value now: the journal's setting, else the profile's. */
-uint64_t fnv_sensor(const fnv_device *d, enum fnv_sensor s);
-uint64_t fnv_memory_used(const fnv_device *d); /* the profile's, plus the processes' */
-unsigned long long fnv_energy_mj(const fnv_device *d);
+/* wave.c: a set sensor's value at a time, and the energy drawn under the power set. */
+uint64_t fnv_now_ns(void); /* CLOCK_MONOTONIC, the journal's clock for waves */
+uint64_t fnv_wave_at(const fnv_wave *w, uint64_t t);
+double fnv_energy_between(const fnv_device *d, const fnv_wave *power, uint64_t t0, uint64_t t1);
 void fnv_energy_fold(fnv_state *st, uint32_t gpu, uint64_t at_ns); /* before power changes */
 
-/* core.c: call bracketing. Every entry names its caller (the exported function), which
- * the knobs match against; a static helper passes its exported caller's name on. */
+/* mig_layout.c: the MIG rules (state_format.h: fnv_mig, enum fnv_mig_why). */
+enum fnv_mig_why fnv_mig_change(const fnv_device *d, fnv_mig *m, fnv_record *rec,
+                                uint32_t *other);
+nvmlReturn_t fnv_mig_error(enum fnv_mig_why why); /* what an NVML call answers for it */
+const fnv_mig_profile *fnv_mig_profile_by_id(const fnv_device *d, uint32_t id);
+unsigned fnv_mig_max_slices(const fnv_device *d); /* the GPU's compute slices */
+unsigned fnv_ci_slices(uint32_t profile); /* of NVML_COMPUTE_INSTANCE_PROFILE_*; 0: none */
+/* Whether GPU instance g offers compute-instance `profile` (FNV_MIG_OK), or why not. */
+enum fnv_mig_why fnv_ci_profile_ok(const fnv_device *d, const fnv_gi *g, uint32_t profile);
+void fnv_mig_uuid(const char *parent_uuid, uint32_t gi, uint32_t ci, char out[96]);
+
+/* journal.c */
+int fnv_record_valid(const fnv_record *rec, uint64_t position, uint32_t device_count);
+ssize_t fnv_read_record(int fd, uint64_t position, fnv_record *rec);
+void fnv_journal_start(fnv_state *st);   /* after fnv_load: knobs, journal.gen, replay */
+void fnv_journal_refresh(fnv_state *st); /* folds in what the journal gained; lock held */
+/* Appends one record (seq, clocks and CRC filled in) under the journal's flock, as the
+ * Python writer does, then refreshes `st`. Lock held. */
+nvmlReturn_t fnv_journal_append(fnv_state *st, fnv_record *rec);
+
+/* core.c: the lock, the loaded state, call bracketing and device handles. Every entry
+ * names its caller (the exported function), which the knobs match against; a static
+ * helper passes its exported caller's name on. */
+extern struct nvmlDevice_st fnv_handles[FNV_MAX_DEVICES];
+extern pthread_mutex_t fnv_lock;
+extern fnv_state *fnv_g; /* NULL while not initialised */
 nvmlReturn_t fnv_enter_as(const char *fn);
 nvmlReturn_t fnv_device_enter_as(const char *fn, nvmlDevice_t device, const fnv_device **dev);
 #define fnv_enter() fnv_enter_as(__func__)
 #define fnv_device_enter(device, dev) fnv_device_enter_as(__func__, device, dev)
 nvmlReturn_t fnv_leave(nvmlReturn_t ret);
+/* Applies the knobs for `fn`: sleeps without the lock, then answers their error or
+ * SUCCESS. Lock held on entry and on return, but fnv_g may have changed: re-check. */
+nvmlReturn_t fnv_gate(const char *fn, uint32_t gpu);
+nvmlReturn_t fnv_stub(const char *fn); /* the generated stubs: NOT_SUPPORTED or a knob's */
 int fnv_handle_index(nvmlDevice_t device, uint32_t *index); /* lock held */
-void fnv_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-
-/* mig.c: MIG state, MIG device handles. */
-void fnv_mig_apply(fnv_state *st, const fnv_record *rec); /* a MIG record; lock held */
-/* The GPU, GPU instance and compute instance a MIG device handle names, if it names one
- * that exists now (lock held). */
+/* MIG device handles: the GPU, GPU instance and compute instance one names, if it names
+ * one that exists now (lock held). */
 int fnv_mig_handle(nvmlDevice_t device, uint32_t *gpu, uint32_t *gi, uint32_t *ci);
 int fnv_is_mig_handle(nvmlDevice_t device); /* by address alone: no lock needed */
 nvmlDevice_t fnv_mig_device(uint32_t gpu, uint32_t gi, uint32_t ci);
-void fnv_mig_uuid(const char *parent_uuid, uint32_t gi, uint32_t ci, char out[96]);
-nvmlReturn_t fnv_mig_by_uuid(const char *uuid, nvmlDevice_t *device); /* lock held */
+int fnv_gi_live(uint32_t gpu, uint32_t gi); /* GPU instance gi exists now; lock held */
+int fnv_process_name(uint32_t pid, char *name, size_t length); /* 0: no such pid */
+
+/* sensors.c: a sensor's value now: the journal's setting, else the profile's. */
+uint64_t fnv_sensor(const fnv_device *d, enum fnv_sensor s);
+uint64_t fnv_memory_used(const fnv_device *d); /* the profile's, plus the processes' */
+unsigned long long fnv_energy_mj(const fnv_device *d);
+
+/* mig.c */
 /* A MIG device's memory (its GPU instance's), entering and leaving itself. */
 nvmlReturn_t fnv_mig_memory(nvmlDevice_t device, unsigned long long *total);
-
-/* util */
-nvmlReturn_t fnv_copy_str(char *dst, unsigned int length, const char *src);
-void fnv_fill_pci(const fnv_device *d, nvmlPciInfo_t *pci);
-int fnv_parse_bus_id(const char *text, unsigned *domain, unsigned *bus, unsigned *dev,
-                     unsigned *fn);
 
 #endif

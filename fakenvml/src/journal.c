@@ -1,13 +1,19 @@
-/* Replaying the journal into per-device fault and telemetry state and the process's
- * knobs. Records are validated one by one (CRC, position, kind, device range); a bad
- * record, or one of a kind this library does not know (a newer writer's), is skipped,
- * never trusted. */
+/* The journal: replaying it into per-device fault, telemetry and MIG state and the
+ * process's knobs, and appending to it (the NVML calls that change a MIG layout). Records
+ * are validated one by one (CRC, position, kind, device range); a bad record, or one of a
+ * kind this library does not know (a newer writer's), is skipped, never trusted.
+ *
+ * Below the call bracketing (core.c), above what a record changes: knobs.c's table,
+ * wave.c's energy, mig_layout.c's rules. Every refresh of a process's state is one of
+ * fnv_journal_start (at load) or fnv_journal_refresh (each call, and after an append). */
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "fake.h"
@@ -100,13 +106,19 @@ static void apply(fnv_state *st, const fnv_record *rec) {
     case FNV_GI_CREATE:
     case FNV_GI_DESTROY:
     case FNV_CI_CREATE:
-    case FNV_CI_DESTROY: fnv_mig_apply(st, rec); break;
+    case FNV_CI_DESTROY: {
+        /* What the driver would refuse changes nothing (journal records are resolved:
+           their writers checked them with the same rules). */
+        fnv_record change = *rec;
+        fnv_mig_change(&st->devices[rec->gpu], &st->mig[rec->gpu], &change, NULL);
+        break;
+    }
     default: apply_fault(&st->faults[rec->gpu], rec);
     }
 }
 
 /* Reads every record the journal gained since the last read: an fstat, then preads. */
-void fnv_journal_catch_up(fnv_state *st) {
+static void catch_up(fnv_state *st) {
     struct stat sb;
     if (fstat(st->journal_fd, &sb) != 0 || sb.st_size < (off_t)sizeof(fnv_journal_header)) return;
     uint64_t available = ((uint64_t)sb.st_size - sizeof(fnv_journal_header)) / sizeof(fnv_record);
@@ -129,7 +141,7 @@ void fnv_journal_refresh(fnv_state *st) {
         if (committed == st->gen_seen) return;
         st->gen_seen = committed;
     }
-    fnv_journal_catch_up(st);
+    catch_up(st);
 }
 
 static char *gen_path(const fnv_state *st, char *buf, size_t len) {
@@ -138,7 +150,7 @@ static char *gen_path(const fnv_state *st, char *buf, size_t len) {
 }
 
 /* Maps journal.gen if it is whole and belongs to this state; else st->gen stays NULL. */
-void fnv_gen_map(fnv_state *st) {
+static void gen_map(fnv_state *st) {
     char path[PATH_MAX + 16];
     int fd = open(gen_path(st, path, sizeof path), O_RDONLY | O_CLOEXEC);
     if (fd < 0) return;
@@ -159,11 +171,46 @@ void fnv_gen_map(fnv_state *st) {
 }
 
 /* A writer's part after appending (journal flock held): readers' next call reads them. */
-void fnv_gen_store(const fnv_state *st, uint64_t committed) {
+static void gen_store(const fnv_state *st, uint64_t committed) {
     char path[PATH_MAX + 16];
     int fd = open(gen_path(st, path, sizeof path), O_WRONLY | O_CLOEXEC);
     if (fd < 0) return; /* no journal.gen: readers check the journal's size themselves */
     ssize_t n = pwrite(fd, &committed, sizeof committed, offsetof(fnv_gen, committed));
     (void)n; /* a failed store leaves readers on the old word until the next writer's */
     close(fd);
+}
+
+void fnv_journal_start(fnv_state *st) {
+    fnv_knobs_begin(st);
+    gen_map(st); /* before reading: a record stored meanwhile is read on the next call */
+    catch_up(st);
+}
+
+/* As the Python writer appends (fakenvml/journal.py): under flock, one whole record, seq
+ * one past the last, then journal.gen. The record is replayed here like anyone's. */
+nvmlReturn_t fnv_journal_append(fnv_state *st, fnv_record *rec) {
+    int fd = open(st->journal_path, O_RDWR | O_APPEND | O_CLOEXEC);
+    if (fd < 0) return NVML_ERROR_NO_PERMISSION;
+    nvmlReturn_t ret = NVML_ERROR_UNKNOWN;
+    struct stat sb;
+    fnv_journal_header h;
+    if (flock(fd, LOCK_EX) == 0 && fstat(fd, &sb) == 0 &&
+        pread(fd, &h, sizeof h, 0) == (ssize_t)sizeof h && h.boot_id == st->header.boot_id &&
+        sb.st_size >= (off_t)sizeof h && (sb.st_size - (off_t)sizeof h) % sizeof(fnv_record) == 0) {
+        struct timespec rt, mono;
+        clock_gettime(CLOCK_REALTIME, &rt);
+        clock_gettime(CLOCK_MONOTONIC, &mono);
+        rec->seq = (uint64_t)(sb.st_size - (off_t)sizeof h) / sizeof(fnv_record) + 1;
+        rec->realtime_ns = (uint64_t)rt.tv_sec * 1000000000u + (uint64_t)rt.tv_nsec;
+        rec->monotonic_ns = (uint64_t)mono.tv_sec * 1000000000u + (uint64_t)mono.tv_nsec;
+        memset(rec->reserved, 0, sizeof rec->reserved);
+        rec->crc = fnv_crc32(rec, offsetof(fnv_record, crc));
+        if (write(fd, rec, sizeof *rec) == (ssize_t)sizeof *rec) {
+            gen_store(st, rec->seq);
+            ret = NVML_SUCCESS;
+        }
+    }
+    close(fd); /* releases the flock */
+    if (ret == NVML_SUCCESS) fnv_journal_refresh(st);
+    return ret;
 }

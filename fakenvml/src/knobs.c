@@ -8,10 +8,11 @@
  * The table is process state, not fnv_state: a `--count N` knob fails the next N calls
  * in each process, and those N are not replayed afresh by nvmlShutdown + nvmlInit (NVIDIA's
  * plugin re-initialises around its calls). A new init of the node (another boot id)
- * starts an empty table. */
-#include <errno.h>
+ * starts an empty table.
+ *
+ * This unit is the table alone: the replay (journal.c) folds records in, and call
+ * bracketing (core.c: fnv_gate, fnv_stub) asks it, sleeping a delay without the lock. */
 #include <string.h>
-#include <time.h>
 
 #include "fake.h"
 
@@ -99,39 +100,6 @@ nvmlReturn_t fnv_knob_match(const char *fn, uint32_t gpu, uint32_t *delay_ms) {
     nvmlReturn_t err = (nvmlReturn_t)kn.k[fail].value;
     if (kn.k[fail].left && --kn.k[fail].left == 0) drop((unsigned)fail);
     return err;
-}
-
-static void sleep_ms(uint32_t ms) {
-    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
-    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
-    }
-}
-
-nvmlReturn_t fnv_gate(const char *fn, uint32_t gpu) {
-    uint32_t delay = 0;
-    nvmlReturn_t err = fnv_knob_match(fn, gpu, &delay);
-    if (delay) { /* other threads' calls go on meanwhile */
-        pthread_mutex_unlock(&fnv_lock);
-        sleep_ms(delay);
-        pthread_mutex_lock(&fnv_lock);
-        if (!fnv_g) return NVML_ERROR_UNINITIALIZED;
-        fnv_journal_refresh(fnv_g);
-    }
-    return err;
-}
-
-nvmlReturn_t fnv_stub(const char *fn) {
-    nvmlReturn_t ret = NVML_ERROR_NOT_SUPPORTED;
-    pthread_mutex_lock(&fnv_lock);
-    if (fnv_g) {
-        fnv_journal_refresh(fnv_g);
-        if (fnv_knob_count) {
-            nvmlReturn_t knob = fnv_gate(fn, FNV_ALL_GPUS);
-            if (knob != NVML_SUCCESS) ret = knob;
-        }
-    }
-    pthread_mutex_unlock(&fnv_lock);
-    return ret;
 }
 
 nvmlReturn_t fnv_knob_init_error(uint32_t gpu) {

@@ -1,20 +1,16 @@
-/* MIG: mode, GPU instances, compute instances and the MIG devices they make.
+/* MIG through NVML: mode, GPU instances, compute instances and the MIG devices they make.
  *
  * The layout is replayed from the journal (FNV_MIG_MODE ... FNV_CI_DESTROY): `fakenvml mig`
  * writes those records, and so do the NVML create/destroy calls here, so a layout made in
- * any process is every process's at its next call. Replay checks each record as the
- * driver checks the call and ignores what the driver would refuse.
+ * any process is every process's at its next call. The rules are mig_layout.c's: a call
+ * resolves and checks its change on a copy of the layout, appends the record, and the
+ * replay makes it (fnv_journal_append).
  *
- * Handles: a GPU instance is (GPU, id), a compute instance (GPU, id, id), a MIG device the
- * same; each is the address of its own slot in a static table, so a handle stays valid
- * (and names the same instance) for as long as the instance exists. */
-#include <fcntl.h>
+ * Handles: a GPU instance is (GPU, id), a compute instance (GPU, id, id); each is the
+ * address of its own slot in a static table, so a handle stays valid (and names the same
+ * instance) for as long as the instance exists. MIG devices' handles are core.c's. */
 #include <stdio.h>
 #include <string.h>
-#include <sys/file.h>
-#include <sys/stat.h>
-#include <time.h>
-#include <unistd.h>
 
 #include "fake.h"
 #include "getters.h"
@@ -29,184 +25,17 @@ struct nvmlComputeInstance_st {
 #define SLOTS ((size_t)FNV_MAX_DEVICES * FNV_MIG_GIS * FNV_MIG_CIS)
 static struct nvmlGpuInstance_st gi_handles[(size_t)FNV_MAX_DEVICES * FNV_MIG_GIS];
 static struct nvmlComputeInstance_st ci_handles[SLOTS];
-static struct nvmlDevice_st mig_handles[SLOTS];
 
-/* NVML_COMPUTE_INSTANCE_PROFILE_*: 1, 2, 3, 4, 7, 8, 6 slices, then 1 (REV1). */
-static const uint8_t CI_SLICES[NVML_COMPUTE_INSTANCE_PROFILE_COUNT] = {1, 2, 3, 4, 7, 8, 6, 1};
-/* The compute-instance profiles a 7-slice GPU offers: 1, 2, 3, 4 and 7 slices. */
-#define CI_LAST NVML_COMPUTE_INSTANCE_PROFILE_7_SLICE
 #define MIG_ENABLED(m) ((m)->current == NVML_DEVICE_MIG_ENABLE)
 
-/* ---- layout rules (shared by replay and the create calls) ---- */
-
-static int tree_id(uint32_t size, uint32_t start) {
-    switch (size) {
-    case 8: return 0;
-    case 4: return 1 + (int)start / 4;
-    case 2: return 3 + (int)start / 2;
-    case 1: return 7 + (int)start;
-    default: return -1;
-    }
-}
-
-static const fnv_mig_profile *profile_by_id(const fnv_device *d, uint32_t id, uint8_t *index) {
-    for (unsigned i = 0; i < d->mig_count; i++)
-        if (d->mig[i].id == id) {
-            if (index) *index = (uint8_t)i;
-            return &d->mig[i];
-        }
-    return NULL;
-}
-
-static unsigned max_slices(const fnv_device *d) {
-    unsigned n = 0;
-    for (unsigned i = 0; i < d->mig_count; i++)
-        if (d->mig[i].slice_count > n) n = d->mig[i].slice_count;
-    return n;
-}
-
-/* Whether a GPU instance of profile p may start at `start` now; its id in *id. */
-static nvmlReturn_t gi_fits(const fnv_device *d, const fnv_mig *m, const fnv_mig_profile *p,
-                            uint32_t start, int *id) {
-    if (start >= 32 || !(p->placement_starts >> start & 1u)) return NVML_ERROR_INVALID_ARGUMENT;
-    unsigned same = 0, slices = p->slice_count;
-    uint32_t lo = start, hi = start + p->placement_size;
-    for (int g = 0; g < FNV_MIG_GIS; g++) {
-        const fnv_gi *x = &m->gi[g];
-        if (!x->used) continue;
-        const fnv_mig_profile *q = &d->mig[x->prof];
-        same += q->id == p->id;
-        slices += q->slice_count;
-        if (x->start < hi && lo < (uint32_t)x->start + q->placement_size)
-            return NVML_ERROR_INSUFFICIENT_RESOURCES; /* overlaps in memory */
-    }
-    if (same >= p->instance_count || slices > max_slices(d)) return NVML_ERROR_INSUFFICIENT_RESOURCES;
-    *id = tree_id(p->placement_size, start);
-    if (*id < 0 || *id >= FNV_MIG_GIS || m->gi[*id].used) return NVML_ERROR_INSUFFICIENT_RESOURCES;
-    return NVML_SUCCESS;
-}
-
-static int first_fit(const fnv_device *d, const fnv_mig *m, const fnv_mig_profile *p,
-                     uint32_t *start, int *id) {
-    for (uint32_t s = 0; s < 32; s++)
-        if (gi_fits(d, m, p, s, id) == NVML_SUCCESS) {
-            *start = s;
-            return 1;
-        }
-    return 0;
-}
-
-static unsigned gi_slices(const fnv_device *d, const fnv_gi *g) { return d->mig[g->prof].slice_count; }
-
-/* Whether a compute instance of `profile` may start at `start` in GPU instance g. */
-static nvmlReturn_t ci_fits(const fnv_device *d, const fnv_gi *g, uint32_t profile, uint32_t start) {
-    if (profile >= NVML_COMPUTE_INSTANCE_PROFILE_COUNT) return NVML_ERROR_INVALID_ARGUMENT;
-    unsigned s = CI_SLICES[profile], n = gi_slices(d, g);
-    if (s > n || profile > CI_LAST) return NVML_ERROR_NOT_SUPPORTED;
-    if (start % s || start + s > n) return NVML_ERROR_INVALID_ARGUMENT;
-    for (int c = 0; c < FNV_MIG_CIS; c++) {
-        const fnv_ci *x = &g->ci[c];
-        if (x->used && x->start < start + s && start < (unsigned)x->start + x->slices)
-            return NVML_ERROR_INSUFFICIENT_RESOURCES;
-    }
-    return NVML_SUCCESS;
-}
-
-static int ci_free_id(const fnv_gi *g) {
-    for (int c = 0; c < FNV_MIG_CIS; c++)
-        if (!g->ci[c].used) return c;
-    return -1;
-}
-
-static int ci_first_fit(const fnv_device *d, const fnv_gi *g, uint32_t profile, uint32_t *start) {
-    unsigned s = profile < NVML_COMPUTE_INSTANCE_PROFILE_COUNT ? CI_SLICES[profile] : 1;
-    for (uint32_t x = 0; x + s <= gi_slices(d, g); x += s)
-        if (ci_fits(d, g, profile, x) == NVML_SUCCESS) {
-            *start = x;
-            return 1;
-        }
-    return 0;
-}
-
-static int has_cis(const fnv_gi *g) {
-    for (int c = 0; c < FNV_MIG_CIS; c++)
-        if (g->ci[c].used) return 1;
-    return 0;
-}
-
-/* ---- replay ---- */
-
-void fnv_mig_apply(fnv_state *st, const fnv_record *rec) {
-    const fnv_device *d = &st->devices[rec->gpu];
-    fnv_mig *m = &st->mig[rec->gpu];
-    if (!d->mig_count) return; /* a board without MIG: nothing to change */
-    switch (rec->kind) {
-    case FNV_MIG_MODE: m->pending = rec->data ? NVML_DEVICE_MIG_ENABLE : NVML_DEVICE_MIG_DISABLE; break;
-    case FNV_GPU_RESET:
-        m->current = m->pending;
-        memset(m->gi, 0, sizeof m->gi);
-        break;
-    case FNV_GI_CREATE: {
-        uint8_t prof;
-        const fnv_mig_profile *p = profile_by_id(d, rec->arg1, &prof);
-        int id;
-        if (!MIG_ENABLED(m) || !p || gi_fits(d, m, p, (uint32_t)rec->data, &id) != NVML_SUCCESS ||
-            (uint32_t)id != rec->arg0)
-            return;
-        m->gi[id] = (fnv_gi){.used = 1, .prof = prof, .start = (uint8_t)rec->data};
-        break;
-    }
-    case FNV_GI_DESTROY:
-        if (rec->arg0 < FNV_MIG_GIS && !has_cis(&m->gi[rec->arg0])) m->gi[rec->arg0].used = 0;
-        break;
-    case FNV_CI_CREATE: {
-        if (rec->arg0 >= FNV_MIG_GIS || rec->arg1 >= FNV_MIG_CIS) return;
-        fnv_gi *g = &m->gi[rec->arg0];
-        if (!g->used || g->ci[rec->arg1].used ||
-            ci_fits(d, g, (uint32_t)rec->data, (uint32_t)rec->data2) != NVML_SUCCESS)
-            return;
-        g->ci[rec->arg1] = (fnv_ci){.used = 1, .profile = (uint8_t)rec->data,
-                                    .start = (uint8_t)rec->data2,
-                                    .slices = CI_SLICES[rec->data]};
-        break;
-    }
-    case FNV_CI_DESTROY:
-        if (rec->arg0 < FNV_MIG_GIS && rec->arg1 < FNV_MIG_CIS)
-            m->gi[rec->arg0].ci[rec->arg1].used = 0;
-        break;
-    }
-}
-
-/* Appends a MIG record for another process to replay, as the Python writer does: under
- * flock, one whole record, seq one past the last; then replays it here. Lock held. */
-static nvmlReturn_t journal_append(uint32_t kind, uint32_t gpu, uint32_t arg0, uint32_t arg1,
-                                   uint64_t data, uint64_t data2) {
-    int fd = open(fnv_g->journal_path, O_RDWR | O_APPEND | O_CLOEXEC);
-    if (fd < 0) return NVML_ERROR_NO_PERMISSION;
-    nvmlReturn_t ret = NVML_ERROR_UNKNOWN;
-    struct stat sb;
-    fnv_journal_header h;
-    if (flock(fd, LOCK_EX) == 0 && fstat(fd, &sb) == 0 &&
-        pread(fd, &h, sizeof h, 0) == (ssize_t)sizeof h && h.boot_id == fnv_g->header.boot_id &&
-        sb.st_size >= (off_t)sizeof h && (sb.st_size - (off_t)sizeof h) % sizeof(fnv_record) == 0) {
-        struct timespec rt, mono;
-        clock_gettime(CLOCK_REALTIME, &rt);
-        clock_gettime(CLOCK_MONOTONIC, &mono);
-        fnv_record rec = {
-            .seq = (uint64_t)(sb.st_size - (off_t)sizeof h) / sizeof(fnv_record) + 1,
-            .realtime_ns = (uint64_t)rt.tv_sec * 1000000000u + (uint64_t)rt.tv_nsec,
-            .monotonic_ns = (uint64_t)mono.tv_sec * 1000000000u + (uint64_t)mono.tv_nsec,
-            .kind = kind, .gpu = gpu, .data = data, .arg0 = arg0, .arg1 = arg1, .data2 = data2,
-        };
-        rec.crc = fnv_crc32(&rec, offsetof(fnv_record, crc));
-        if (write(fd, &rec, sizeof rec) == (ssize_t)sizeof rec) {
-            fnv_gen_store(fnv_g, rec.seq);
-            ret = NVML_SUCCESS;
-        }
-    }
-    close(fd); /* releases the flock */
-    if (ret == NVML_SUCCESS) fnv_journal_refresh(fnv_g);
-    return ret;
+/* Checks `rec` against GPU `gpu`'s layout now and, allowed, appends it (resolved: its ids
+ * and placement filled in) for every process to replay. Lock held. */
+static nvmlReturn_t change(uint32_t gpu, fnv_record *rec) {
+    fnv_mig scratch = fnv_g->mig[gpu];
+    rec->gpu = gpu;
+    enum fnv_mig_why why = fnv_mig_change(&fnv_g->devices[gpu], &scratch, rec, NULL);
+    if (why != FNV_MIG_OK) return fnv_mig_error(why);
+    return fnv_journal_append(fnv_g, rec);
 }
 
 /* ---- handles ---- */
@@ -219,79 +48,21 @@ static nvmlComputeInstance_t ci_handle(uint32_t gpu, uint32_t gi, uint32_t ci) {
     return &ci_handles[((size_t)gpu * FNV_MIG_GIS + gi) * FNV_MIG_CIS + ci];
 }
 
-static nvmlDevice_t mig_handle(uint32_t gpu, uint32_t gi, uint32_t ci) {
-    return &mig_handles[((size_t)gpu * FNV_MIG_GIS + gi) * FNV_MIG_CIS + ci];
-}
-
-/* The slot an address names in a table of `n` entries of `size` bytes, or -1. */
-static long slot_of(const void *p, const void *table, size_t size, size_t n) {
-    uintptr_t a = (uintptr_t)p, base = (uintptr_t)table;
-    if (!p || a < base || a >= base + size * n || (a - base) % size) return -1;
-    return (long)((a - base) / size);
-}
-
-nvmlDevice_t fnv_mig_device(uint32_t gpu, uint32_t gi, uint32_t ci) { return mig_handle(gpu, gi, ci); }
-
-int fnv_is_mig_handle(nvmlDevice_t device) {
-    return slot_of(device, mig_handles, sizeof mig_handles[0], SLOTS) >= 0;
-}
-
-static int live_gi(uint32_t gpu, uint32_t gi) {
-    return fnv_g && gpu < fnv_g->count && gi < FNV_MIG_GIS && MIG_ENABLED(&fnv_g->mig[gpu]) &&
-           fnv_g->mig[gpu].gi[gi].used;
-}
-
-int fnv_mig_handle(nvmlDevice_t device, uint32_t *gpu, uint32_t *gi, uint32_t *ci) {
-    long s = slot_of(device, mig_handles, sizeof mig_handles[0], SLOTS);
-    if (s < 0) return 0;
-    *ci = (uint32_t)(s % FNV_MIG_CIS);
-    *gi = (uint32_t)(s / FNV_MIG_CIS % FNV_MIG_GIS);
-    *gpu = (uint32_t)(s / FNV_MIG_CIS / FNV_MIG_GIS);
-    return live_gi(*gpu, *gi) && fnv_g->mig[*gpu].gi[*gi].ci[*ci].used;
-}
-
 static int gi_of(nvmlGpuInstance_t h, uint32_t *gpu, uint32_t *gi) {
-    long s = slot_of(h, gi_handles, sizeof gi_handles[0], (size_t)FNV_MAX_DEVICES * FNV_MIG_GIS);
+    long s = fnv_slot_of(h, gi_handles, sizeof gi_handles[0], (size_t)FNV_MAX_DEVICES * FNV_MIG_GIS);
     if (s < 0) return 0;
     *gpu = (uint32_t)(s / FNV_MIG_GIS);
     *gi = (uint32_t)(s % FNV_MIG_GIS);
-    return live_gi(*gpu, *gi);
+    return fnv_gi_live(*gpu, *gi);
 }
 
 static int ci_of(nvmlComputeInstance_t h, uint32_t *gpu, uint32_t *gi, uint32_t *ci) {
-    long s = slot_of(h, ci_handles, sizeof ci_handles[0], SLOTS);
+    long s = fnv_slot_of(h, ci_handles, sizeof ci_handles[0], SLOTS);
     if (s < 0) return 0;
     *ci = (uint32_t)(s % FNV_MIG_CIS);
     *gi = (uint32_t)(s / FNV_MIG_CIS % FNV_MIG_GIS);
     *gpu = (uint32_t)(s / FNV_MIG_CIS / FNV_MIG_GIS);
-    return live_gi(*gpu, *gi) && fnv_g->mig[*gpu].gi[*gi].ci[*ci].used;
-}
-
-/* MIG-<32 hex digits>: CRC-32s of "<parent UUID>/<gi>/<ci>/<k>" for k = 0..3, the rule
- * fakenvml/mig.py's mig_uuid follows too; stable for a GPU's given instance. */
-void fnv_mig_uuid(const char *parent_uuid, uint32_t gi, uint32_t ci, char out[96]) {
-    char key[160], hex[33];
-    for (int k = 0; k < 4; k++) {
-        int n = snprintf(key, sizeof key, "%s/%u/%u/%d", parent_uuid, gi, ci, k);
-        snprintf(hex + 8 * k, 9, "%08x", fnv_crc32(key, (size_t)n));
-    }
-    snprintf(out, 96, "MIG-%.8s-%.4s-%.4s-%.4s-%.12s", hex, hex + 8, hex + 12, hex + 16, hex + 20);
-}
-
-nvmlReturn_t fnv_mig_by_uuid(const char *uuid, nvmlDevice_t *device) {
-    if (strncasecmp(uuid, "MIG-", 4) != 0) return NVML_ERROR_NOT_FOUND;
-    char want[96];
-    for (uint32_t g = 0; g < fnv_g->count; g++)
-        for (uint32_t i = 0; i < FNV_MIG_GIS; i++)
-            for (uint32_t c = 0; live_gi(g, i) && c < FNV_MIG_CIS; c++) {
-                if (!fnv_g->mig[g].gi[i].ci[c].used) continue;
-                fnv_mig_uuid(fnv_g->devices[g].uuid, i, c, want);
-                if (strcasecmp(want, uuid) == 0) {
-                    *device = mig_handle(g, i, c);
-                    return NVML_SUCCESS;
-                }
-            }
-    return NVML_ERROR_NOT_FOUND;
+    return fnv_gi_live(*gpu, *gi) && fnv_g->mig[*gpu].gi[*gi].ci[*ci].used;
 }
 
 /* ---- MIG mode ---- */
@@ -315,7 +86,7 @@ nvmlReturn_t nvmlDeviceSetMigMode(nvmlDevice_t device, unsigned int mode,
     DEVICE_ENTER(device);
     if (!d->mig_count) return fnv_leave(NVML_ERROR_NOT_SUPPORTED);
     uint32_t gpu = (uint32_t)(d - fnv_g->devices);
-    nvmlReturn_t ret = journal_append(FNV_MIG_MODE, gpu, 0, 0, mode, 0);
+    nvmlReturn_t ret = change(gpu, &(fnv_record){.kind = FNV_MIG_MODE, .data = mode});
     /* The mode is pending until a GPU reset (`fakenvml reset`), as on boards whose
        driver cannot reset the GPU itself while it is in use. */
     *activationStatus = NVML_ERROR_RESET_REQUIRED;
@@ -326,7 +97,7 @@ nvmlReturn_t nvmlDeviceGetMaxMigDeviceCount(nvmlDevice_t device, unsigned int *c
     if (!count) return NVML_ERROR_INVALID_ARGUMENT;
     DEVICE_ENTER(device);
     /* Zero unless MIG is enabled (as the H100 capture answers with MIG off). */
-    *count = MIG_ENABLED(&fnv_g->mig[d - fnv_g->devices]) ? max_slices(d) : 0;
+    *count = MIG_ENABLED(&fnv_g->mig[d - fnv_g->devices]) ? fnv_mig_max_slices(d) : 0;
     return fnv_leave(NVML_SUCCESS);
 }
 
@@ -341,28 +112,30 @@ static void gi_info(uint32_t gpu, uint32_t id, nvmlGpuInstanceInfo_t *info) {
     };
 }
 
+/* How many more of `want` (a create naming FNV_ANY for what it may) would fit in layout m,
+ * made one after another, each where it first fits. */
+static unsigned room_for(const fnv_device *d, fnv_mig m, fnv_record want) {
+    unsigned n = 0;
+    for (fnv_record rec = want; fnv_mig_change(d, &m, &rec, NULL) == FNV_MIG_OK; rec = want) n++;
+    return n;
+}
+
+/* A placement start no profile has (32) stands for one past the slices, so the rules
+ * refuse it rather than read FNV_ANY into it. */
+static uint64_t start_of(unsigned start) { return start < 32 ? start : 32; }
+
 static nvmlReturn_t create_gi(const char *fn, nvmlDevice_t device, unsigned profileId,
                               const nvmlGpuInstancePlacement_t *placement,
                               nvmlGpuInstance_t *out) {
     if (!out) return NVML_ERROR_INVALID_ARGUMENT;
     DEVICE_ENTER_AS(fn, device);
     uint32_t gpu = (uint32_t)(d - fnv_g->devices);
-    const fnv_mig *m = &fnv_g->mig[gpu];
-    if (!d->mig_count || !MIG_ENABLED(m)) return fnv_leave(NVML_ERROR_NOT_SUPPORTED);
-    const fnv_mig_profile *p = profile_by_id(d, profileId, NULL);
-    if (!p) return fnv_leave(NVML_ERROR_INVALID_ARGUMENT);
-    uint32_t start = 0;
-    int id = -1;
-    nvmlReturn_t ret;
-    if (placement) {
-        if (placement->size != p->placement_size) return fnv_leave(NVML_ERROR_INVALID_ARGUMENT);
-        start = placement->start;
-        ret = gi_fits(d, m, p, start, &id);
-    } else {
-        ret = first_fit(d, m, p, &start, &id) ? NVML_SUCCESS : NVML_ERROR_INSUFFICIENT_RESOURCES;
-    }
-    if (ret == NVML_SUCCESS) ret = journal_append(FNV_GI_CREATE, gpu, (uint32_t)id, p->id, start, 0);
-    if (ret == NVML_SUCCESS) *out = gi_handle(gpu, (uint32_t)id);
+    fnv_record rec = {.kind = FNV_GI_CREATE, .arg0 = FNV_ANY, .arg1 = profileId,
+                      .data = placement ? start_of(placement->start) : FNV_ANY};
+    /* The placement's size must be the profile's; 0 (a record's "the profile's") is none. */
+    if (placement) rec.data2 = placement->size ? placement->size : UINT64_MAX;
+    nvmlReturn_t ret = change(gpu, &rec);
+    if (ret == NVML_SUCCESS) *out = gi_handle(gpu, rec.arg0);
     return fnv_leave(ret);
 }
 
@@ -383,8 +156,7 @@ nvmlReturn_t nvmlGpuInstanceDestroy(nvmlGpuInstance_t gpuInstance) {
     if (ret != NVML_SUCCESS) return ret;
     uint32_t gpu, gi;
     if (!gi_of(gpuInstance, &gpu, &gi)) return fnv_leave(NVML_ERROR_INVALID_ARGUMENT);
-    if (has_cis(&fnv_g->mig[gpu].gi[gi])) return fnv_leave(NVML_ERROR_IN_USE);
-    return fnv_leave(journal_append(FNV_GI_DESTROY, gpu, gi, 0, 0, 0));
+    return fnv_leave(change(gpu, &(fnv_record){.kind = FNV_GI_DESTROY, .arg0 = gi}));
 }
 
 nvmlReturn_t nvmlDeviceGetGpuInstances(nvmlDevice_t device, unsigned int profileId,
@@ -393,8 +165,7 @@ nvmlReturn_t nvmlDeviceGetGpuInstances(nvmlDevice_t device, unsigned int profile
     DEVICE_ENTER(device);
     uint32_t gpu = (uint32_t)(d - fnv_g->devices);
     if (!d->mig_count || !MIG_ENABLED(&fnv_g->mig[gpu])) return fnv_leave(NVML_ERROR_NOT_SUPPORTED);
-    const fnv_mig_profile *p = profile_by_id(d, profileId, NULL);
-    if (!p) return fnv_leave(NVML_ERROR_INVALID_ARGUMENT);
+    if (!fnv_mig_profile_by_id(d, profileId)) return fnv_leave(NVML_ERROR_INVALID_ARGUMENT);
     unsigned n = 0;
     for (uint32_t i = 0; i < FNV_MIG_GIS; i++) {
         const fnv_gi *g = &fnv_g->mig[gpu].gi[i];
@@ -430,21 +201,13 @@ nvmlReturn_t nvmlDeviceGetGpuInstanceRemainingCapacity(nvmlDevice_t device, unsi
                                                        unsigned int *count) {
     if (!count) return NVML_ERROR_INVALID_ARGUMENT;
     DEVICE_ENTER(device);
-    const fnv_mig_profile *p = profile_by_id(d, profileId, NULL);
-    if (!p) return fnv_leave(d->mig_count ? NVML_ERROR_INVALID_ARGUMENT : NVML_ERROR_NOT_SUPPORTED);
-    /* How many more would fit now: created one after another, each at its first fit. */
+    if (!fnv_mig_profile_by_id(d, profileId))
+        return fnv_leave(d->mig_count ? NVML_ERROR_INVALID_ARGUMENT : NVML_ERROR_NOT_SUPPORTED);
+    /* How many more would fit now; with MIG off, what an empty GPU could take. */
     fnv_mig m = fnv_g->mig[d - fnv_g->devices];
-    m.current = NVML_DEVICE_MIG_ENABLE; /* with MIG off, what an empty GPU could take */
-    uint8_t prof = 0;
-    profile_by_id(d, profileId, &prof);
-    unsigned n = 0;
-    uint32_t start;
-    int id;
-    while (first_fit(d, &m, p, &start, &id)) {
-        m.gi[id] = (fnv_gi){.used = 1, .prof = prof, .start = (uint8_t)start};
-        n++;
-    }
-    *count = n;
+    m.current = NVML_DEVICE_MIG_ENABLE;
+    *count = room_for(d, m, (fnv_record){.kind = FNV_GI_CREATE, .arg0 = FNV_ANY,
+                                         .arg1 = profileId, .data = FNV_ANY});
     return fnv_leave(NVML_SUCCESS);
 }
 
@@ -453,7 +216,7 @@ nvmlReturn_t nvmlDeviceGetGpuInstanceRemainingCapacity(nvmlDevice_t device, unsi
 static void ci_profile_info(const fnv_device *d, const fnv_gi *g, unsigned profile,
                             nvmlComputeInstanceProfileInfo_v2_t *info) {
     const fnv_mig_profile *p = &d->mig[g->prof];
-    unsigned s = CI_SLICES[profile], n = p->slice_count;
+    unsigned s = fnv_ci_slices(profile), n = p->slice_count;
     *info = (nvmlComputeInstanceProfileInfo_v2_t){
         .version = info->version, .id = profile, .sliceCount = s, .instanceCount = n / s,
         .multiprocessorCount = p->multiprocessors * s / n,
@@ -481,9 +244,7 @@ static void ci_profile_info(const fnv_device *d, const fnv_gi *g, unsigned profi
     const fnv_gi *g = &fnv_g->mig[gpu].gi[gid]
 
 static nvmlReturn_t ci_profile_ok(const fnv_device *dev, const fnv_gi *g, unsigned profile) {
-    if (profile >= NVML_COMPUTE_INSTANCE_PROFILE_COUNT) return NVML_ERROR_INVALID_ARGUMENT;
-    if (profile > CI_LAST || CI_SLICES[profile] > gi_slices(dev, g)) return NVML_ERROR_NOT_SUPPORTED;
-    return NVML_SUCCESS;
+    return fnv_mig_error(fnv_ci_profile_ok(dev, g, profile));
 }
 
 nvmlReturn_t nvmlGpuInstanceGetComputeInstanceProfileInfoV(nvmlGpuInstance_t gpuInstance,
@@ -526,16 +287,9 @@ nvmlReturn_t nvmlGpuInstanceGetComputeInstanceRemainingCapacity(nvmlGpuInstance_
     GI_ENTER(gpuInstance);
     nvmlReturn_t ret = ci_profile_ok(dev, g, profileId);
     if (ret != NVML_SUCCESS) return fnv_leave(ret);
-    fnv_gi copy = *g;
-    unsigned n = 0;
-    uint32_t start;
-    int id;
-    while ((id = ci_free_id(&copy)) >= 0 && ci_first_fit(dev, &copy, profileId, &start)) {
-        copy.ci[id] = (fnv_ci){.used = 1, .profile = (uint8_t)profileId, .start = (uint8_t)start,
-                               .slices = CI_SLICES[profileId]};
-        n++;
-    }
-    *count = n;
+    *count = room_for(dev, fnv_g->mig[gpu],
+                      (fnv_record){.kind = FNV_CI_CREATE, .arg0 = gid, .arg1 = FNV_ANY,
+                                   .data = profileId, .data2 = FNV_ANY});
     return fnv_leave(NVML_SUCCESS);
 }
 
@@ -546,7 +300,7 @@ nvmlReturn_t nvmlGpuInstanceGetComputeInstancePossiblePlacements(
     GI_ENTER(gpuInstance);
     nvmlReturn_t ret = ci_profile_ok(dev, g, profileId);
     if (ret != NVML_SUCCESS) return fnv_leave(ret);
-    unsigned s = CI_SLICES[profileId], n = gi_slices(dev, g) / s;
+    unsigned s = fnv_ci_slices(profileId), n = dev->mig[g->prof].slice_count / s;
     if (!placements) {
         *count = n;
         return fnv_leave(NVML_SUCCESS);
@@ -565,19 +319,12 @@ static nvmlReturn_t create_ci(nvmlGpuInstance_t gpuInstance, unsigned profileId,
     GI_ENTER(gpuInstance);
     nvmlReturn_t ret = ci_profile_ok(dev, g, profileId);
     if (ret != NVML_SUCCESS) return fnv_leave(ret);
-    uint32_t start = 0;
-    if (placement) {
-        if (placement->size != CI_SLICES[profileId]) return fnv_leave(NVML_ERROR_INVALID_ARGUMENT);
-        start = placement->start;
-        ret = ci_fits(dev, g, profileId, start);
-    } else if (!ci_first_fit(dev, g, profileId, &start)) {
-        ret = NVML_ERROR_INSUFFICIENT_RESOURCES;
-    }
-    int id = ci_free_id(g);
-    if (ret == NVML_SUCCESS && id < 0) ret = NVML_ERROR_INSUFFICIENT_RESOURCES;
-    if (ret == NVML_SUCCESS)
-        ret = journal_append(FNV_CI_CREATE, gpu, gid, (uint32_t)id, profileId, start);
-    if (ret == NVML_SUCCESS) *out = ci_handle(gpu, gid, (uint32_t)id);
+    if (placement && placement->size != fnv_ci_slices(profileId))
+        return fnv_leave(NVML_ERROR_INVALID_ARGUMENT);
+    fnv_record rec = {.kind = FNV_CI_CREATE, .arg0 = gid, .arg1 = FNV_ANY, .data = profileId,
+                      .data2 = placement ? start_of(placement->start) : FNV_ANY};
+    ret = change(gpu, &rec);
+    if (ret == NVML_SUCCESS) *out = ci_handle(gpu, gid, rec.arg1);
     return fnv_leave(ret);
 }
 
@@ -599,7 +346,7 @@ nvmlReturn_t nvmlComputeInstanceDestroy(nvmlComputeInstance_t computeInstance) {
     if (ret != NVML_SUCCESS) return ret;
     uint32_t gpu, gi, ci;
     if (!ci_of(computeInstance, &gpu, &gi, &ci)) return fnv_leave(NVML_ERROR_INVALID_ARGUMENT);
-    return fnv_leave(journal_append(FNV_CI_DESTROY, gpu, gi, ci, 0, 0));
+    return fnv_leave(change(gpu, &(fnv_record){.kind = FNV_CI_DESTROY, .arg0 = gi, .arg1 = ci}));
 }
 
 nvmlReturn_t nvmlGpuInstanceGetComputeInstances(nvmlGpuInstance_t gpuInstance,
@@ -659,13 +406,13 @@ nvmlReturn_t nvmlDeviceGetMigDeviceHandleByIndex(nvmlDevice_t device, unsigned i
     if (!d->mig_count) return fnv_leave(NVML_ERROR_NOT_SUPPORTED);
     /* MIG off: no MIG device at any index (NOT_FOUND, as the H100 capture answers). */
     if (!MIG_ENABLED(&fnv_g->mig[gpu])) return fnv_leave(NVML_ERROR_NOT_FOUND);
-    if (index >= max_slices(d)) return fnv_leave(NVML_ERROR_INVALID_ARGUMENT);
+    if (index >= fnv_mig_max_slices(d)) return fnv_leave(NVML_ERROR_INVALID_ARGUMENT);
     /* The index-th MIG device, by GPU instance id then compute instance id. */
     unsigned k = 0;
     for (uint32_t i = 0; i < FNV_MIG_GIS; i++)
-        for (uint32_t c = 0; live_gi(gpu, i) && c < FNV_MIG_CIS; c++)
+        for (uint32_t c = 0; fnv_gi_live(gpu, i) && c < FNV_MIG_CIS; c++)
             if (fnv_g->mig[gpu].gi[i].ci[c].used && k++ == index) {
-                *migDevice = mig_handle(gpu, i, c);
+                *migDevice = fnv_mig_device(gpu, i, c);
                 return fnv_leave(NVML_SUCCESS);
             }
     return fnv_leave(NVML_ERROR_NOT_FOUND);

@@ -2,42 +2,12 @@
  * performance state, fans. Values are the profile's idle readings from the state file,
  * unless `fakenvml set` put a value or a wave in the journal (fnv_live). */
 #include <stddef.h>
-#include <time.h>
 
 #include "getters.h"
 
 enum { CLK_GRAPHICS, CLK_SM, CLK_MEM, CLK_VIDEO };
 
-/* ---- live values ---- */
-
-static uint64_t now_ns(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
-/* The triangle wave's shape: 0 -> 1 over the first half period, back over the second. */
-static double triangle(double phase) {
-    double f = phase - (double)(uint64_t)phase;
-    return f <= 0.5 ? 2 * f : 2 - 2 * f;
-}
-
-/* Its integral from 0 to x periods (each period contributes 1/2). */
-static double triangle_area(double x) {
-    double whole = (double)(uint64_t)x, f = x - whole;
-    return whole * 0.5 + (f <= 0.5 ? f * f : 0.5 - (1 - f) * (1 - f));
-}
-
-/* Periods elapsed at t since the wave began (CLOCK_MONOTONIC is one clock for every
- * process on the host, containers included, so all readers see the same phase). */
-static double periods(const fnv_wave *w, uint64_t t) {
-    return t > w->since_ns ? (double)(t - w->since_ns) / ((double)w->period_ms * 1e6) : 0;
-}
-
-static uint64_t wave_at(const fnv_wave *w, uint64_t t) {
-    double from = (double)w->from, to = (double)w->to;
-    return (uint64_t)(from + (to - from) * triangle(periods(w, t)) + 0.5);
-}
+/* ---- live values (their arithmetic: wave.c) ---- */
 
 static uint64_t profile_value(const fnv_device *d, enum fnv_sensor s) {
     switch (s) {
@@ -59,7 +29,7 @@ static uint64_t profile_value(const fnv_device *d, enum fnv_sensor s) {
 uint64_t fnv_sensor(const fnv_device *d, enum fnv_sensor s) {
     const fnv_wave *w = &fnv_g->live[d->index].sensor[s];
     if (!w->set) return profile_value(d, s);
-    return w->period_ms ? wave_at(w, now_ns()) : w->from;
+    return w->period_ms ? fnv_wave_at(w, fnv_now_ns()) : w->from;
 }
 
 uint64_t fnv_memory_used(const fnv_device *d) {
@@ -69,30 +39,12 @@ uint64_t fnv_memory_used(const fnv_device *d) {
     return used < room ? used : room; /* the driver never reports more than there is */
 }
 
-/* mJ drawn between t0 and t1 (ns) at the power `w` says (mW * s = mJ). */
-static double energy_between(const fnv_device *d, const fnv_wave *w, uint64_t t0, uint64_t t1) {
-    if (t1 <= t0) return 0;
-    double seconds = (double)(t1 - t0) / 1e9;
-    if (!w->set) return (double)d->power_usage_mw * seconds;
-    if (!w->period_ms) return (double)w->from * seconds;
-    double from = (double)w->from, to = (double)w->to, p_s = (double)w->period_ms / 1e3;
-    return from * seconds +
-           (to - from) * p_s * (triangle_area(periods(w, t1)) - triangle_area(periods(w, t0)));
-}
-
-void fnv_energy_fold(fnv_state *st, uint32_t gpu, uint64_t at_ns) {
-    fnv_live *l = &st->live[gpu];
-    if (at_ns <= l->energy_ns) return;
-    l->energy_mj += energy_between(&st->devices[gpu], &l->sensor[FNV_S_POWER], l->energy_ns, at_ns);
-    l->energy_ns = at_ns;
-}
-
 /* The counter since boot (CLOCK_MONOTONIC 0) at the powers set so far, so consumers that
  * diff two reads see the power of the moment, and every process reads the same. */
 unsigned long long fnv_energy_mj(const fnv_device *d) {
     const fnv_live *l = &fnv_g->live[d->index];
     double e = (double)d->energy_mj + l->energy_mj +
-               energy_between(d, &l->sensor[FNV_S_POWER], l->energy_ns, now_ns());
+               fnv_energy_between(d, &l->sensor[FNV_S_POWER], l->energy_ns, fnv_now_ns());
     return (unsigned long long)e;
 }
 

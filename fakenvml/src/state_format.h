@@ -1,6 +1,12 @@
-/* The on-disk formats shared with the Python control plane (fakenvml/statefile.py,
- * fakenvml/journal.py). Little-endian, fixed size, no pointers: every bound is known
- * before a byte is parsed. Change both sides together and bump the version. */
+/* The contract with the Python control plane: the on-disk formats (state.bin, journal.bin,
+ * journal.gen), their numbers, and the MIG layout that fakenvml_mig_change works on.
+ * Little-endian, fixed size, no pointers: every bound is known before a byte is parsed.
+ *
+ * This header is the source. Python reads and writes the same bytes through one table,
+ * fakenvml/layout.py (every struct field by field, every FNV_ constant by name), which
+ * tests/fakenvml/test_layout.py holds to what a compiler makes of this file: a field or
+ * number changed here and not there fails that test, naming it. Change a format's version
+ * with its layout. */
 #ifndef FAKENVML_STATE_FORMAT_H
 #define FAKENVML_STATE_FORMAT_H
 
@@ -148,12 +154,13 @@ enum fnv_record_kind {
     FNV_FAIL = 11,  /* data: the nvmlReturn_t to answer; data2: how many calls (0: all) */
     FNV_DELAY = 12, /* data: milliseconds to sleep before answering (0: none) */
     FNV_CLEAR = 13, /* data: FNV_CLEAR_* bits; arg0: one function's id, or 0 for all */
-    /* MIG (fakenvml/mig.py; replayed by src/mig.c, which checks each one as the driver
-       would and ignores what it would refuse). */
+    /* MIG (fakenvml/mig.py, src/mig.c; replayed by src/mig_layout.c, which checks each
+       one as the driver would and ignores what it would refuse). */
     FNV_MIG_MODE = 14,   /* data: the pending MIG mode (0 off, 1 on) */
     FNV_GPU_RESET = 15,  /* the pending MIG mode becomes current; no instances survive */
     FNV_GI_CREATE = 16,  /* arg0: GPU instance id; arg1: GPU-instance profile id (19 for
-                            1g.10gb); data: placement start (memory slice) */
+                            1g.10gb); data: placement start (memory slice); data2: the
+                            placement's size (0: the profile's) */
     FNV_GI_DESTROY = 17, /* arg0: GPU instance id */
     FNV_CI_CREATE = 18,  /* arg0: GPU instance id; arg1: compute instance id; data:
                             NVML_COMPUTE_INSTANCE_PROFILE_*; data2: placement start */
@@ -203,17 +210,77 @@ typedef struct {
     uint8_t reserved[4];
     uint32_t crc; /* crc32 of the preceding 60 bytes */
 } fnv_record;
+
+/* ---- One GPU's MIG layout, replayed from its MIG records (never on disk). The control
+ * plane holds one per GPU and changes it only through fakenvml_mig_change, so `fakenvml
+ * mig` plans with the library's rules, not a copy of them; it reads the layout back. A
+ * GPU instance's id follows from its placement (the driver numbers the nodes of the
+ * 8-slice tree: 0 whole, 1-2 halves, 3-6 quarters, 7-14 eighths), so the same layout has
+ * the same ids in every process. */
+#define FNV_MIG_GIS 15 /* GPU instance ids 0-14, the driver's capability range */
+#define FNV_MIG_CIS 8  /* compute instance ids 0-7 */
+#define FNV_ANY 0xFFFFFFFFu /* a create's instance id or placement start: the first that fits */
+typedef struct {
+    uint8_t used, profile, start, slices; /* profile: NVML_COMPUTE_INSTANCE_PROFILE_* */
+} fnv_ci;
+typedef struct {
+    uint8_t used, prof, start, pad; /* prof: index into the device's mig[] profiles */
+    fnv_ci ci[FNV_MIG_CIS];
+} fnv_gi;
+typedef struct {
+    uint32_t current, pending; /* NVML_DEVICE_MIG_ENABLE (1) / _DISABLE (0) */
+    fnv_gi gi[FNV_MIG_GIS];
+} fnv_mig;
 #pragma pack(pop)
 
-_Static_assert(sizeof(fnv_header) == 200, "header layout changed: update statefile.py");
-_Static_assert(sizeof(fnv_link) == 48, "link layout changed: update statefile.py");
-_Static_assert(sizeof(fnv_mig_profile) == 96, "MIG profile layout changed: update statefile.py");
-_Static_assert(sizeof(fnv_field) == 16, "field layout changed: update statefile.py");
+/* Why a MIG change is refused (fakenvml_mig_change): the NVML calls answer the error each
+ * maps to (fnv_mig_error), the control plane words it (fakenvml/mig.py). `other`: the
+ * instance in the way, where one is. */
+enum fnv_mig_why {
+    FNV_MIG_OK = 0,
+    FNV_MIG_UNSUPPORTED = 1,     /* the board has no MIG profiles */
+    FNV_MIG_DISABLED = 2,        /* GPU instances need MIG enabled (and a reset since) */
+    FNV_MIG_NO_PROFILE = 3,      /* no GPU-instance profile of that id */
+    FNV_MIG_NOT_A_PLACEMENT = 4, /* the profile has no placement at that slice, or size */
+    FNV_MIG_ALL_MADE = 5,        /* the profile's instance count is reached */
+    FNV_MIG_NO_SLICES = 6,       /* too few compute slices left */
+    FNV_MIG_OVERLAP = 7,         /* other: the GPU instance whose memory slices it overlaps */
+    FNV_MIG_ID_TAKEN = 8,        /* other: the id its placement gives, which is in use */
+    FNV_MIG_WRONG_ID = 9,        /* a record naming an id its placement does not give */
+    FNV_MIG_NO_ROOM = 10,        /* no placement of the profile fits */
+    FNV_MIG_NO_GI = 11,          /* no such GPU instance */
+    FNV_MIG_IN_USE = 12,         /* the GPU instance still has compute instances */
+    FNV_MIG_NO_CI_PROFILE = 13,  /* no compute-instance profile of that id */
+    FNV_MIG_CI_TOO_BIG = 14,     /* a compute-instance profile the GPU instance lacks */
+    FNV_MIG_CI_START = 15,       /* the compute instance cannot start at that slice */
+    FNV_MIG_CI_OVERLAP = 16,     /* other: the compute instance it overlaps */
+    FNV_MIG_CI_NO_ROOM = 17,     /* no placement of the compute instance fits */
+    FNV_MIG_NO_CI_ID = 18,       /* no compute-instance id free, or the one named is taken */
+    FNV_MIG_NO_CI = 19,          /* no such compute instance */
+    FNV_MIG_NOT_MIG = 20,        /* not a MIG record */
+};
+
+/* The library's exports beyond NVML (exports.map), for the control plane alone.
+ * fakenvml_mig_change: checks one MIG record against a GPU's layout as the driver checks
+ * the call, and makes the change (FNV_MIG_OK), or says why not and changes nothing. A
+ * create may name FNV_ANY for its instance id or placement start: the first that fits,
+ * which *rec holds afterwards. The device is a state.bin device record; the layout one
+ * this function made (or zeroes: MIG off, no instances).
+ * fakenvml_mig_uuid: a MIG device's UUID, "MIG-" and CRC-32s of "<parent>/<gi>/<ci>/<k>". */
+uint32_t fakenvml_mig_change(const fnv_device *device, fnv_mig *layout, fnv_record *rec,
+                             uint32_t *other);
+void fakenvml_mig_uuid(const char *parent_uuid, uint32_t gi, uint32_t ci, char out[96]);
+
+_Static_assert(sizeof(fnv_header) == 200, "header layout changed: update fakenvml/layout.py");
+_Static_assert(sizeof(fnv_link) == 48, "link layout changed: update fakenvml/layout.py");
+_Static_assert(sizeof(fnv_mig_profile) == 96, "MIG profile layout changed: update layout.py");
+_Static_assert(sizeof(fnv_field) == 16, "field layout changed: update fakenvml/layout.py");
 _Static_assert(sizeof(fnv_device) == 636 + FNV_MAX_LINKS * 48 + 120 + FNV_MAX_MIG_PROFILES * 96 +
                                          FNV_MAX_FIELDS * 16,
                "device layout changed");
 _Static_assert(sizeof(fnv_journal_header) == 64, "journal header layout changed");
 _Static_assert(sizeof(fnv_gen) == 64 && offsetof(fnv_gen, committed) == 16, "gen layout changed");
-_Static_assert(sizeof(fnv_record) == 64, "record layout changed: update journal.py");
+_Static_assert(sizeof(fnv_record) == 64, "record layout changed: update fakenvml/layout.py");
+_Static_assert(sizeof(fnv_mig) == 8 + FNV_MIG_GIS * (4 + FNV_MIG_CIS * 4), "MIG layout changed");
 
 #endif

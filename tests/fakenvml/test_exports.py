@@ -8,7 +8,7 @@ import re
 import subprocess
 
 from fakenvml import library
-from fakenvml.native import header
+from fakenvml.native import build, header
 
 
 def preprocessed_declarations() -> set[str]:
@@ -51,13 +51,17 @@ def test_versioned_and_unversioned_names_are_both_exported() -> None:
         assert probed in names
 
 
-def test_only_nvml_symbols_are_exported() -> None:
+def test_only_nvml_symbols_and_the_control_planes_are_exported() -> None:
+    """Beyond nvml*, the fakenvml_* entries state_format.h declares for the control plane
+    (fakenvml/mig.py); no internal helper (fnv_*) leaks."""
     out = subprocess.run(
         ["nm", "-D", "--defined-only", str(library.path())],
         capture_output=True, text=True, check=True,
     ).stdout  # fmt: skip
-    others = [ln.split()[-1] for ln in out.splitlines() if not ln.split()[-1].startswith("nvml")]
-    assert others == [], "internal helpers leak into the dynamic symbol table"
+    others = {ln.split()[-1] for ln in out.splitlines() if not ln.split()[-1].startswith("nvml")}
+    contract = set(re.findall(r"\b(fakenvml_\w+)\s*\(", (build.SRC / "state_format.h").read_text()))
+    assert contract == {"fakenvml_mig_change", "fakenvml_mig_uuid"}
+    assert others == contract, "internal helpers leak into the dynamic symbol table"
 
 
 def test_soname_is_libnvidia_ml_so_1() -> None:

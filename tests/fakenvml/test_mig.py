@@ -189,6 +189,38 @@ def test_refusals_write_nothing(state: NodeDir) -> None:
     assert list(state.events()) == before
 
 
+def test_a_refused_change_gives_the_librarys_reason(state: NodeDir) -> None:
+    """The control plane plans with the library's rules (fakenvml_mig_change), change by
+    change: each refusal is the library's reason, worded, and nothing is written."""
+    before = list(state.events())
+    plan = mig.Plan(state)
+    m = plan.gpu(0)
+    plan.mode(m, True)
+    plan.reset(m)
+    refusals = {
+        "slices 4-7 overlap GPU instance 2": lambda: plan.create_gi(m, "3g.40gb", 4),
+        r"3g.40gb cannot start at slice 3 \(placements": lambda: plan.create_gi(m, "3g.40gb", 3),
+        "GPU 0 has its 1 4g.40gb already": lambda: plan.create_gi(m, "4g.40gb", 0),
+        "GPU 0 has too few compute slices left for": lambda: plan.create_gi(m, "1g.10gb", 0),
+        "no room for 1g.10gb on GPU 0": lambda: plan.create_gi(m, "1g.10gb"),
+        "a 4-slice compute instance does not fit a 3g": lambda: plan.create_ci(m, 2, 4),
+        "1-slice compute instance cannot start at slice 3": lambda: plan.create_ci(m, 2, 1, 3),
+        "slices 1-1 overlap compute instance 0": lambda: plan.create_ci(m, 2, 1, 1),
+        "GPU 0 has no compute instance 2/5": lambda: plan.destroy_ci(m, 2, 5),
+        "GPU 0 has no GPU instance 9": lambda: plan.destroy_gi(m, 9),
+    }
+    assert plan.create_gi(m, "3g.40gb", 4) == 2
+    for why in list(refusals)[:2]:
+        with pytest.raises(FakeNvmlError, match=why):
+            refusals[why]()
+    assert (plan.create_gi(m, "4g.40gb"), plan.create_ci(m, 2, slices=1, start=1)) == (1, 0)
+    for why in list(refusals)[2:]:
+        with pytest.raises(FakeNvmlError, match=why):
+            refusals[why]()
+    assert sorted(m.gis) == [1, 2] and list(m.gis[2].cis) == [0]  # refusals changed nothing
+    assert list(state.events()) == before  # and the plan was never written
+
+
 def test_an_xid_on_one_slice_names_its_instances_in_the_event(nvml: object, state: NodeDir) -> None:
     mig.configure(state, 0, "all-1g.10gb")
     h = nv.nvmlDeviceGetHandleByIndex(0)
