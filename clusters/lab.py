@@ -68,6 +68,10 @@ class Lab:
     def console(self) -> Console:
         return self.ctx.console
 
+    @console.setter
+    def console(self, console: Console) -> None:
+        self.ctx.console = console
+
     @property
     def host(self) -> Host:
         return self.ctx.host
