@@ -282,6 +282,12 @@ TOPOLOGY = {
 A100_LINK = "25 GB/s"  # profiles.py: A100's nvlink_mbps, as nvidia-smi nvlink -s prints it
 
 
+@pytest.fixture
+def wired(make_state: Callable[..., NodeDir], spec: Callable[..., dict], node: NodeDir) -> NodeDir:
+    """TOPOLOGY's node, which smi then runs on (made after `node`)."""
+    return make_state(spec(**TOPOLOGY))
+
+
 def path(a: Gpu, b: Gpu) -> str:
     """What `topo -m` prints for a pair, from the inventory: NV<n> for n NVLinks, else the
     PCIe level their switch, upper switch, host bridge and NUMA node ids make."""
@@ -299,12 +305,11 @@ def path(a: Gpu, b: Gpu) -> str:
 
 
 def test_topo_matrix_shows_the_inventory_s_nvlinks_pcie_tree_and_affinity(
-    smi: Smi, make_state: Callable[..., NodeDir], spec: Callable[..., dict]
+    smi: Smi, wired: NodeDir
 ) -> None:
-    node = make_state(spec(**TOPOLOGY))
     res = smi("topo", "-m")
     assert res.returncode == 0, res.stdout + res.stderr
-    gpus_ = gpus(node)
+    gpus_ = gpus(wired)
     rows = {}
     for line in res.stdout.splitlines():
         cells = [c.strip() for c in line.split("\t")]
@@ -379,17 +384,14 @@ def test_pmon_lists_the_processes_on_each_gpu(smi: Smi, node: NodeDir) -> None:
     assert (rows[2]["pid"], rows[2]["type"]) == (str(sleeper.pid), "G")
 
 
-def test_nvlink_status_shows_active_links_at_the_boards_speed(
-    smi: Smi, make_state: Callable[..., NodeDir], spec: Callable[..., dict]
-) -> None:
-    node = make_state(spec(**TOPOLOGY))
+def test_nvlink_status_shows_active_links_at_the_boards_speed(smi: Smi, wired: NodeDir) -> None:
     res = smi("nvlink", "-s")
     assert res.returncode == 0, res.stdout + res.stderr
     out = res.stdout.split("GPU ")[1:]
     shown = {int(part.split(":")[0]): part for part in out}
     assert sorted(shown) == [0, 1, 2, 9]  # the L40S cards have no NVLink: not listed
     for index, part in shown.items():
-        g = gpus(node)[index]
+        g = gpus(wired)[index]
         assert part.splitlines()[0] == f"{index}: {g.name} (UUID: {g.uuid})"
         links = [line.split(": ", 1)[1] for line in part.splitlines()[1:]]
         assert links == [A100_LINK if link.active else "<inactive>" for link in g.links]
