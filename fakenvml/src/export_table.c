@@ -25,7 +25,11 @@
  *   226  PCIe atomic caps inbound/outbound (-q)
  *   230  (device, unsigned *gen): "Host Max" PCIe generation (-q, pcie.link.gen.hostmax)
  *   231  GPU Part Number, 232 Deferred Clocks / Memory, 237 FRU Part Number,
- *   240  GPU T.Limit temperatures, 242 Addressing Mode, 243 Sparse Operation Mode (-q)
+ *   240  GPU T.Limit temperatures (-q)
+ *   242  (device, unsigned *mode): Addressing Mode, nvmlDeviceAddressingModeType_t's values
+ *        (0 None, 1 HMM, 2 ATS), as nvmlDeviceGetAddressingMode answers (535 and 550)
+ *   243  (device, unsigned *mode): Sparse Operation Mode, 0 Disabled, else Enabled (535;
+ *        550 asks nothing and prints "Uninitialized")
  *   23   (const char *bus_id1, const char *bus_id2, unsigned *path): `topo -m`'s matrix cell
  *        for two GPUs named by their nvmlPciInfo_t busId: 0 PIX, 1 PXB, 2 PHB, 3 NODE,
  *        4 SYS, 4 + n "NV<n>" (n bonded NVLinks); on error "Failed to run topology matrix".
@@ -42,7 +46,9 @@
  *
  * What the fake answers: 12 and 75 as described, 23 the inventory's topology, 26 success,
  * 72 1 for every GPU, 81 the bus id, 213-215 the processes `fakenvml process add` put on
- * the GPU, 230 the device's max PCIe generation. nvidia-smi 550.163.01 asks for the same
+ * the GPU, 230 the device's max PCIe generation, 242 None, 243 Disabled on Hopper (the
+ * H100 capture's -q: "Addressing Mode: None", "Sparse Operation Mode: Disabled"; a board
+ * of another family answers NOT_SUPPORTED, N/A). nvidia-smi 550.163.01 asks for the same
  * GUID and uses the same slots for all of these. Every other slot answers NOT_SUPPORTED
  * and writes nothing, which
  * nvidia-smi prints as "N/A": success without writing makes it print whatever its
@@ -229,6 +235,22 @@ static nvmlReturn_t monitored(nvmlDevice_t device, unsigned int *flag) {
     return fnv_leave(NVML_SUCCESS);
 }
 
+static nvmlReturn_t addressing_mode(nvmlDevice_t device, unsigned int *mode) {
+    if (!mode) return NVML_ERROR_INVALID_ARGUMENT;
+    nvmlDeviceAddressingMode_t m = {.version = nvmlDeviceAddressingMode_v1};
+    nvmlReturn_t ret = nvmlDeviceGetAddressingMode(device, &m);
+    if (ret == NVML_SUCCESS) *mode = m.value;
+    return ret;
+}
+
+static nvmlReturn_t sparse_operation_mode(nvmlDevice_t device, unsigned int *mode) {
+    if (!mode) return NVML_ERROR_INVALID_ARGUMENT;
+    DEVICE_ENTER(device);
+    if (d->arch != NVML_DEVICE_ARCH_HOPPER) return fnv_leave(NVML_ERROR_NOT_SUPPORTED);
+    *mode = 0; /* Disabled */
+    return fnv_leave(NVML_SUCCESS);
+}
+
 static void fill_table(void) {
     table_.size = sizeof table_;
     for (unsigned i = 1; i < EXPORT_SLOTS; i++) table_.slots[i - 1] = (fnv_slot)not_supported;
@@ -242,6 +264,8 @@ static void fill_table(void) {
     table_.slots[214 - 1] = (fnv_slot)mps_processes;
     table_.slots[215 - 1] = (fnv_slot)graphics_processes;
     table_.slots[230 - 1] = (fnv_slot)host_max_pcie_gen;
+    table_.slots[242 - 1] = (fnv_slot)addressing_mode;
+    table_.slots[243 - 1] = (fnv_slot)sparse_operation_mode;
 }
 
 nvmlReturn_t nvmlInternalGetExportTable(const void **table, const fnv_guid *guid) {
