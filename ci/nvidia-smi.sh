@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # NVIDIA's real nvidia-smi (Debian's non-free packages) into
-# $GPULAB_CACHE/nvidia-smi/<version>/nvidia-smi, for two pinned versions:
-#   NVIDIA_SMI_VERSION              (bookworm, 535) tests/fakenvml/test_nvidia_smi.py runs it
-#   NVIDIA_SMI_DRIVER_ROOT_VERSION  (trixie, 550) the gpulab image installs it into fake
-#                                   driver roots: NVIDIA's DRA driver runs `nvidia-smi
+# $GPULAB_CACHE/nvidia-smi/<version>/nvidia-smi, for two pinned versions, both of which
+# tests/fakenvml/test_nvidia_smi.py runs against the fake (a missing one fails its tests):
+#   NVIDIA_SMI_VERSION              (bookworm, 535)
+#   NVIDIA_SMI_DRIVER_ROOT_VERSION  (trixie, 550) also what the gpulab image installs into
+#                                   fake driver roots: NVIDIA's DRA driver runs `nvidia-smi
 #                                   --version` there, an option 535 does not have
 #
 # Only the binary: the package depends on libnvidia-ml1 and the driver, which we neither

@@ -10,5 +10,9 @@ from __future__ import annotations
 LINK_REMOTE_GPU = 0
 LINK_REMOTE_SWITCH = 2
 
+# NVML_FI_DEV_NVLINK_SPEED_MBPS_COMMON: a profile's link speed, where the GPU has links; the
+# library answers the other NVLink fields (link count, per-link state and speed) from links.
+FI_NVLINK_SPEED_MBPS_COMMON = 90
+
 # nvmlValueType_t (a field id the driver rejects: layout.FIELD_UNKNOWN).
 VALUE_DOUBLE, VALUE_UINT, VALUE_ULL, VALUE_SINT = 0, 1, 3, 5

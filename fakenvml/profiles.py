@@ -68,6 +68,9 @@ class Profile:
     pcie: tuple[int, int]  # generation, width
     nvlinks: int = 0
     nvlink_gen: int = 0
+    # One link's speed, MBps per direction: NVML's field 90 (NVLINK_SPEED_MBPS_COMMON) and
+    # field 164 per link, which `nvidia-smi nvlink -s` prints in GB/s.
+    nvlink_mbps: int = 0
     nvswitch_device_id: int = NVSWITCH_UNKNOWN
     nvswitches_per_board: int = 0  # > 0: an HGX baseboard part (SXM)
     fans: int = 0  # SXM and passively cooled PCIe cards report no fans
@@ -291,6 +294,8 @@ _ALL = [
     # [dq] github.com/thamada/nvidia-smi gls/A100SXMx4_deviceQuery.py (an A100-SXM4-80GB;
     #     the die, GA100, is the same)
     # [mig] https://docs.nvidia.com/datacenter/tesla/mig-user-guide/supported-gpus.html
+    # [n] https://github.com/NVIDIA/nccl-tests/issues/228: nvidia-smi nvlink -s of
+    #     A100-SXM4-80GB (the same NVLink 3 as the 40 GB board)
     Profile(
         key="A100-SXM4-40GB",
         name="NVIDIA A100-SXM4-40GB",  # [x] Product Name
@@ -315,6 +320,7 @@ _ALL = [
         pcie=(4, 16),  # [x] PCIe Generation Device Max 4, Link Width Max 16x
         nvlinks=12,  # [x] nvidia-smi topo -m: NV12 between every pair
         nvlink_gen=3,  # unsourced: NVLink 3 is NVIDIA's A100 marketing, no capture prints it
+        nvlink_mbps=25000,  # [n] of A100-SXM4-80GB: Link 0: 25 GB/s
         nvswitch_device_id=NVSWITCH_GEN2,
         nvswitches_per_board=6,  # unsourced: HGX A100 datasheet figure, not a capture
         caps={
@@ -332,6 +338,7 @@ _ALL = [
     #     A100-SXM4-80GB 500 W boards (0x147F) at idle, driver 555.42.02
     # [dq] github.com/thamada/nvidia-smi gls/A100SXMx4_deviceQuery.py
     # [c] https://github.com/NVIDIA/CUDALibrarySamples/issues/104: nvidia-smi -a, same VBIOS
+    # [n] https://github.com/NVIDIA/nccl-tests/issues/228: nvidia-smi nvlink -s
     Profile(
         key="A100-SXM4-80GB",
         name="NVIDIA A100-SXM4-80GB",  # [m4][t][c] Product Name
@@ -356,6 +363,7 @@ _ALL = [
         pcie=(4, 16),  # [m4][t] PCIe Generation Device Max 4, Link Width Max 16x
         nvlinks=12,  # [x] of A100-SXM4-40GB above: NV12 on the same HGX A100 baseboard
         nvlink_gen=3,  # unsourced: NVLink 3 is NVIDIA's A100 marketing, no capture prints it
+        nvlink_mbps=25000,  # [n] Link 0: 25 GB/s
         nvswitch_device_id=NVSWITCH_GEN2,
         nvswitches_per_board=6,  # unsourced: HGX A100 datasheet figure, not a capture
         caps={
@@ -391,6 +399,9 @@ _ALL = [
         pcie=(5, 16),
         nvlinks=18,
         nvlink_gen=4,
+        # unsourced: the capture's VM shows no NVLink. Half of NVLink 5's 53.125 GB/s [b],
+        # as NVLink 5 doubled the per-link rate (900 GB/s to 1.8 TB/s over 18 links).
+        nvlink_mbps=26562,
         nvswitch_device_id=NVSWITCH_GEN3,
         nvswitches_per_board=4,
         caps=H100_CAPS,
@@ -425,6 +436,7 @@ _ALL = [
         pcie=(5, 16),  # [g] PCIe Generation Device Max 5, Link Width Max 16x
         nvlinks=18,  # unsourced: HGX H200 datasheet (18 links); the capture's VM shows none
         nvlink_gen=4,  # unsourced: NVIDIA's marketing generation, no capture prints it
+        nvlink_mbps=26562,  # unsourced: H100's (same NVLink 4), see there
         nvswitch_device_id=NVSWITCH_GEN3,
         nvswitches_per_board=4,  # unsourced: HGX H200 datasheet figure
         caps={
@@ -441,6 +453,8 @@ _ALL = [
     #     "# B200", device-filter 0x290110DE
     # [mig] https://docs.nvidia.com/datacenter/tesla/mig-user-guide/supported-gpus.html:
     #     B200, Blackwell, compute capability 10.0
+    # [b] https://github.com/NVIDIA/k8s-test-infra/issues/371: nvidia-smi nvlink -s of a
+    #     GB200 (NVLink 5, as B200): Link 0..17: 53.125 GB/s
     Profile(
         key="B200",
         name="NVIDIA B200",  # [cv] Name
@@ -465,6 +479,7 @@ _ALL = [
         pcie=(5, 16),  # unsourced: HGX B200 datasheet (PCIe Gen5 x16), not a capture
         nvlinks=18,  # unsourced: DGX B200 datasheet (18 links per GPU), not a capture
         nvlink_gen=5,  # unsourced: NVIDIA's marketing generation
+        nvlink_mbps=53125,  # [b] of GB200 (the same NVLink 5): Link 0: 53.125 GB/s
         nvswitch_device_id=NVSWITCH_UNKNOWN,
         nvswitches_per_board=2,  # unsourced: DGX B200 datasheet, two NVLink 5 switch chips
         caps={"mig_profiles": B200_MIG},  # [hp] names, derived MiB (above)
@@ -606,6 +621,7 @@ _ALL = [
         pcie=(4, 16),  # unsourced: NVIDIA's datasheet (PCIe 4.0 x16), not a capture
         nvlinks=4,  # unsourced: two-card NVLink bridge, NVIDIA's datasheet
         nvlink_gen=3,  # unsourced: GA102 bridges are NVLink 3 per NVIDIA, no capture prints it
+        nvlink_mbps=14062,  # unsourced: NVIDIA's GA102 whitepaper, 14.0625 GB/s per direction
         fans=1,  # [r] Fan 30%
         fan_speed=30,  # [r] 30%
         caps={

@@ -14,7 +14,8 @@ from collections.abc import Iterator
 from pydantic import Field, field_validator, model_validator
 
 from fakenvml.errors import FakeNvmlError
-from fakenvml.model import LINK_REMOTE_GPU, LINK_REMOTE_SWITCH, Gpu, Link
+from fakenvml.model import LINK_REMOTE_GPU, LINK_REMOTE_SWITCH, VALUE_UINT, Gpu, Link
+from fakenvml.nvmlconst import FI_NVLINK_SPEED_MBPS_COMMON
 from fakenvml.profiles import Profile
 from fakenvml.yamlmodel import Strict
 
@@ -122,6 +123,9 @@ def wire(
         gpu.links = (
             [] if spec and spec.hidden else [Link(active=False) for _ in range(prof.nvlinks)]
         )
+        if gpu.links and prof.nvlink_mbps:  # the speed each active link answers
+            speed = (VALUE_UINT, prof.nvlink_mbps)
+            gpu.fields = {**gpu.fields, FI_NVLINK_SPEED_MBPS_COMMON: speed}
     if spec and spec.hidden:
         return
     if spec is None or not (spec.nvswitch or spec.groups is not None or spec.links):

@@ -39,14 +39,24 @@ nvmlReturn_t nvmlDeviceGetTotalEccErrors(nvmlDevice_t device, nvmlMemoryErrorTyp
     return fnv_leave(ecc_count(d, errorType, counterType, eccCounts));
 }
 
-/* Injected errors land in device memory (DRAM); other locations count zero. */
+/* Injected errors land in device memory (DRAM); other locations count zero. A MIG device
+ * counts in its GPU's locations and has counted nothing (faults are injected into whole
+ * GPUs); nvidia-smi -q prints its "ECC Errors" from here. unsourced: no MIG capture. */
 nvmlReturn_t nvmlDeviceGetMemoryErrorCounter(nvmlDevice_t device, nvmlMemoryErrorType_t errorType,
                                              nvmlEccCounterType_t counterType,
                                              nvmlMemoryLocation_t locationType,
                                              unsigned long long *count) {
     if (locationType >= NVML_MEMORY_LOCATION_COUNT) return NVML_ERROR_INVALID_ARGUMENT;
+    nvmlDevice_t parent = NULL;
+    const int mig = fnv_is_mig_handle(device);
+    if (mig) {
+        nvmlReturn_t ret = nvmlDeviceGetDeviceHandleFromMigDeviceHandle(device, &parent);
+        if (ret != NVML_SUCCESS) return ret;
+        device = parent;
+    }
     DEVICE_ENTER(device);
     nvmlReturn_t ret = ecc_count(d, errorType, counterType, count);
+    if (ret == NVML_SUCCESS && mig) *count = 0;
     /* Each board counts ECC errors in some locations only (H100: DRAM and SRAM). */
     if (ret == NVML_SUCCESS && !(d->ecc_locations >> locationType & 1u)) ret = NVML_ERROR_NOT_SUPPORTED;
     if (ret == NVML_SUCCESS && locationType != NVML_MEMORY_LOCATION_DEVICE_MEMORY) *count = 0;

@@ -25,16 +25,32 @@
  *   226  PCIe atomic caps inbound/outbound (-q)
  *   230  (device, unsigned *gen): "Host Max" PCIe generation (-q, pcie.link.gen.hostmax)
  *   231  GPU Part Number, 232 Deferred Clocks / Memory, 237 FRU Part Number,
- *   240  GPU T.Limit temperatures, 242 Addressing Mode, 243 Sparse Operation Mode (-q)
- *   72   (device, unsigned *flag): dmon/pmon keep the GPUs flagged; 23: topo -m. Not served.
+ *   240  GPU T.Limit temperatures (-q)
+ *   242  (device, unsigned *mode): Addressing Mode, nvmlDeviceAddressingModeType_t's values
+ *        (0 None, 1 HMM, 2 ATS), as nvmlDeviceGetAddressingMode answers (535 and 550)
+ *   243  (device, unsigned *mode): Sparse Operation Mode, 0 Disabled, else Enabled (535;
+ *        550 asks nothing and prints "Uninitialized")
+ *   23   (const char *bus_id1, const char *bus_id2, unsigned *path): `topo -m`'s matrix cell
+ *        for two GPUs named by their nvmlPciInfo_t busId: 0 PIX, 1 PXB, 2 PHB, 3 NODE,
+ *        4 SYS, 4 + n "NV<n>" (n bonded NVLinks); on error "Failed to run topology matrix".
+ *        Read by answering each value and reading the matrix (535 and 550 alike).
+ *   72   (device, unsigned *flag): dmon and pmon keep the GPUs flagged non-zero; with none
+ *        they print "Not supported on the device(s)".
+ *   145  (device, u64 last seen timestamp, unsigned *, unsigned *): pmon's per-process
+ *        utilization samples; unanswered, its sm/mem/enc/dec columns print "-".
  *   12   (const char *id, unsigned *domain, *bus, *device, *function): parses `-i ID` when
  *        ID has a colon; on error "Invalid PCI bus id format".
  *   75   (unsigned index, unsigned *domain, *bus, *device): a GPU's PCI location, which
  *        nvidia-smi compares with slot 12's answer (function 0) to find the GPU `-i` names;
  *        on error "Mismatch in expected NVML version".
  *
- * What the fake answers: 12 and 75 as described, 26 success, 81 the bus id, 213-215 the
- * processes `fakenvml process add` put on the GPU, 230 the device's max PCIe generation. Every other slot answers NOT_SUPPORTED and writes nothing, which
+ * What the fake answers: 12 and 75 as described, 23 the inventory's topology, 26 success,
+ * 72 1 for every GPU, 81 the bus id, 213-215 the processes `fakenvml process add` put on
+ * the GPU, 230 the device's max PCIe generation, 242 None, 243 Disabled on Hopper (the
+ * H100 capture's -q: "Addressing Mode: None", "Sparse Operation Mode: Disabled"; a board
+ * of another family answers NOT_SUPPORTED, N/A). nvidia-smi 550.163.01 asks for the same
+ * GUID and uses the same slots for all of these. Every other slot answers NOT_SUPPORTED
+ * and writes nothing, which
  * nvidia-smi prints as "N/A": success without writing makes it print whatever its
  * buffers held ("GPU Shutdown T.Limit Temp: -8 C", "Graphics: 2.619 mV"). */
 #include <stdio.h>
@@ -117,9 +133,21 @@ static nvmlReturn_t pci_location(unsigned int index, unsigned int *domain, unsig
 #define PROCESS_ENTRY 0x1020
 #define PROCESS_NAME_AT 32
 
+/* A MIG device lists none: `fakenvml process add` puts processes on whole GPUs. */
+static nvmlReturn_t mig_processes(nvmlDevice_t device, unsigned int *count) {
+    uint32_t gpu, gi, ci;
+    nvmlReturn_t ret = fnv_enter_as("nvmlInternalGetExportTable");
+    if (ret != NVML_SUCCESS) return ret;
+    if (!fnv_mig_handle(device, &gpu, &gi, &ci)) return fnv_leave(NVML_ERROR_INVALID_ARGUMENT);
+    if (fnv_g->faults[gpu].lost) return fnv_leave(NVML_ERROR_GPU_IS_LOST);
+    *count = 0;
+    return fnv_leave(NVML_SUCCESS);
+}
+
 static nvmlReturn_t processes(nvmlDevice_t device, unsigned int *count, uint8_t *entries,
                               uint32_t kind) {
     if (!count) return NVML_ERROR_INVALID_ARGUMENT;
+    if (fnv_is_mig_handle(device)) return mig_processes(device, count);
     DEVICE_ENTER(device);
     const fnv_live *l = &fnv_g->live[d->index];
     unsigned n = 0;
@@ -163,17 +191,81 @@ static nvmlReturn_t host_max_pcie_gen(nvmlDevice_t device, unsigned int *gen) {
     return fnv_leave(NVML_SUCCESS);
 }
 
+/* The GPU whose PCI bus id is `bus_id`, lost or not; lock held. */
+static const fnv_device *by_bus_id(const char *bus_id) {
+    unsigned dom, bus, dev, fn;
+    if (!bus_id || !fnv_parse_bus_id(bus_id, &dom, &bus, &dev, &fn)) return NULL;
+    for (uint32_t i = 0; i < fnv_g->count; i++) {
+        const fnv_device *d = &fnv_g->devices[i];
+        if (d->pci_domain == dom && d->pci_bus == bus && d->pci_device == dev &&
+            d->pci_function == fn)
+            return d;
+    }
+    return NULL;
+}
+
+/* Slot 23's answer for a pair of GPUs: NVLink first, else the PCIe path
+ * (nvmlGpuTopologyLevel_t's SINGLE..SYSTEM are 10..50). */
+#define TOPO_NVLINK_BASE 4
+
+static nvmlReturn_t topology_path(const char *bus_id1, const char *bus_id2, unsigned int *path) {
+    if (!path) return NVML_ERROR_INVALID_ARGUMENT;
+    nvmlReturn_t ret = fnv_enter();
+    if (ret != NVML_SUCCESS) return ret;
+    const fnv_device *a = by_bus_id(bus_id1), *b = by_bus_id(bus_id2);
+    if (!a || !b) return fnv_leave(NVML_ERROR_INVALID_ARGUMENT);
+    if (fnv_g->faults[a->index].lost || fnv_g->faults[b->index].lost)
+        return fnv_leave(NVML_ERROR_GPU_IS_LOST);
+    const unsigned links = fnv_nvlinks_between(a, b);
+    const nvmlGpuTopologyLevel_t level = fnv_common_ancestor(a, b);
+    if (links)
+        *path = TOPO_NVLINK_BASE + links;
+    else if (level == NVML_TOPOLOGY_INTERNAL)
+        *path = 0; /* a GPU with itself: nvidia-smi prints X without asking */
+    else
+        *path = (unsigned)level / 10 - 1;
+    return fnv_leave(NVML_SUCCESS);
+}
+
+static nvmlReturn_t monitored(nvmlDevice_t device, unsigned int *flag) {
+    if (!flag) return NVML_ERROR_INVALID_ARGUMENT;
+    DEVICE_ENTER(device);
+    (void)d;
+    *flag = 1;
+    return fnv_leave(NVML_SUCCESS);
+}
+
+static nvmlReturn_t addressing_mode(nvmlDevice_t device, unsigned int *mode) {
+    if (!mode) return NVML_ERROR_INVALID_ARGUMENT;
+    nvmlDeviceAddressingMode_t m = {.version = nvmlDeviceAddressingMode_v1};
+    nvmlReturn_t ret = nvmlDeviceGetAddressingMode(device, &m);
+    if (ret == NVML_SUCCESS) *mode = m.value;
+    return ret;
+}
+
+static nvmlReturn_t sparse_operation_mode(nvmlDevice_t device, unsigned int *mode) {
+    if (!mode) return NVML_ERROR_INVALID_ARGUMENT;
+    DEVICE_ENTER(device);
+    if (d->arch != NVML_DEVICE_ARCH_HOPPER) return fnv_leave(NVML_ERROR_NOT_SUPPORTED);
+    *mode = 0; /* Disabled */
+    return fnv_leave(NVML_SUCCESS);
+}
+
 static void fill_table(void) {
     table_.size = sizeof table_;
     for (unsigned i = 1; i < EXPORT_SLOTS; i++) table_.slots[i - 1] = (fnv_slot)not_supported;
     table_.slots[12 - 1] = (fnv_slot)parse_bus_id;
+    table_.slots[23 - 1] = (fnv_slot)topology_path;
     table_.slots[26 - 1] = (fnv_slot)debug_log;
+    table_.slots[72 - 1] = (fnv_slot)monitored;
     table_.slots[75 - 1] = (fnv_slot)pci_location;
     table_.slots[81 - 1] = (fnv_slot)gpu_name;
     table_.slots[213 - 1] = (fnv_slot)compute_processes;
     table_.slots[214 - 1] = (fnv_slot)mps_processes;
     table_.slots[215 - 1] = (fnv_slot)graphics_processes;
     table_.slots[230 - 1] = (fnv_slot)host_max_pcie_gen;
+    table_.slots[242 - 1] = (fnv_slot)addressing_mode;
+    table_.slots[243 - 1] = (fnv_slot)sparse_operation_mode;
 }
 
 nvmlReturn_t nvmlInternalGetExportTable(const void **table, const fnv_guid *guid) {

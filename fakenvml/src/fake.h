@@ -166,8 +166,14 @@ uint64_t fnv_sensor(const fnv_device *d, enum fnv_sensor s);
 uint64_t fnv_memory_used(const fnv_device *d); /* the profile's, plus the processes' */
 unsigned long long fnv_energy_mj(const fnv_device *d);
 
+/* topology.c: how two GPUs are connected (lock held). */
+nvmlGpuTopologyLevel_t fnv_common_ancestor(const fnv_device *a, const fnv_device *b);
+unsigned fnv_nvlinks_between(const fnv_device *a, const fnv_device *b);
+
 /* mig.c */
 /* A MIG device's memory (its GPU instance's), entering and leaving itself. */
 nvmlReturn_t fnv_mig_memory(nvmlDevice_t device, unsigned long long *total);
+/* A MIG device's BAR1 size, the same way. */
+nvmlReturn_t fnv_mig_bar1(nvmlDevice_t device, unsigned long long *total);
 
 #endif

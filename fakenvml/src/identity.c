@@ -10,7 +10,6 @@ DEVICE_STRING_GETTER(nvmlDeviceGetBoardPartNumber, part_number)
 DEVICE_STRING_GETTER(nvmlDeviceGetVbiosVersion, vbios)
 DEVICE_STRING_GETTER(nvmlDeviceGetInforomImageVersion, inforom)
 
-DEVICE_GETTER(nvmlDeviceGetIndex, unsigned int, d->index)
 DEVICE_GETTER(nvmlDeviceGetMinorNumber, unsigned int, d->minor)
 DEVICE_GETTER(nvmlDeviceGetBrand, nvmlBrandType_t, d->brand)
 DEVICE_GETTER(nvmlDeviceGetArchitecture, nvmlDeviceArchitecture_t, d->arch)
@@ -219,6 +218,44 @@ static void put_value(nvmlFieldValue_t *v, unsigned type, uint64_t bits) {
     }
 }
 
+/* NVLink fields come from the GPU's links (the inventory's topology), as nvmlDeviceGetNvLink*
+ * do, not from the profile's table; a GPU without links leaves them to the table
+ * (NOT_SUPPORTED, as the capture's VM answers). Per-link fields take the link in scopeId.
+ * The speed of an active link is the table's field 90 (the profile's, set by topology.py
+ * where the GPU has links). Returns whether it answered v. */
+static int nvlink_field(const fnv_device *d, nvmlFieldValue_t *v) {
+    if (!d->nvlink_count) return 0;
+    const fnv_field *common = field_of(d, NVML_FI_DEV_NVLINK_SPEED_MBPS_COMMON);
+    const uint64_t speed = common ? common->value : 0;
+    int any_active = 0;
+    for (unsigned i = 0; i < d->nvlink_count; i++) any_active |= d->links[i].active != 0;
+    switch (v->fieldId) {
+    case NVML_FI_DEV_NVLINK_LINK_COUNT:
+        put_value(v, NVML_VALUE_TYPE_UNSIGNED_INT, d->nvlink_count);
+        return 1;
+    case NVML_FI_DEV_NVLINK_SPEED_MBPS_COMMON:
+        put_value(v, NVML_VALUE_TYPE_UNSIGNED_INT, any_active ? speed : 0);
+        return 1;
+    case NVML_FI_DEV_NVLINK_GET_SPEED:
+    case NVML_FI_DEV_NVLINK_GET_STATE:
+    case NVML_FI_DEV_NVLINK_GET_VERSION:
+    case NVML_FI_DEV_NVLINK_GET_POWER_STATE: break;
+    default: return 0;
+    }
+    if (v->scopeId >= d->nvlink_count) {
+        v->nvmlReturn = NVML_ERROR_INVALID_ARGUMENT;
+        return 1;
+    }
+    const int active = d->links[v->scopeId].active != 0;
+    uint64_t value = 0; /* NVML_FI_DEV_NVLINK_GET_POWER_STATE: 0, high speed */
+    if (v->fieldId == NVML_FI_DEV_NVLINK_GET_SPEED) value = active ? speed : 0;
+    if (v->fieldId == NVML_FI_DEV_NVLINK_GET_STATE)
+        value = active ? NVML_NVLINK_STATE_ACTIVE : NVML_NVLINK_STATE_INACTIVE;
+    if (v->fieldId == NVML_FI_DEV_NVLINK_GET_VERSION) value = d->nvlink_version;
+    put_value(v, NVML_VALUE_TYPE_UNSIGNED_INT, value);
+    return 1;
+}
+
 nvmlReturn_t nvmlDeviceGetFieldValues(nvmlDevice_t device, int valuesCount,
                                       nvmlFieldValue_t *values) {
     if (valuesCount < 0 || (valuesCount && !values)) return NVML_ERROR_INVALID_ARGUMENT;
@@ -234,6 +271,7 @@ nvmlReturn_t nvmlDeviceGetFieldValues(nvmlDevice_t device, int valuesCount,
         if (v->fieldId == NVML_FI_DEV_GET_GPU_RECOVERY_ACTION) {
             /* Every profile: what the driver asks for after the faults injected so far. */
             put_value(v, NVML_VALUE_TYPE_UNSIGNED_INT, fnv_g->faults[d->index].recovery_action);
+        } else if (nvlink_field(d, v)) { /* answered from the links */
         } else if (!f) {
             v->nvmlReturn = NVML_ERROR_NOT_SUPPORTED;
         } else if (f->type == FNV_FIELD_UNKNOWN) {

@@ -461,6 +461,30 @@ static nvmlReturn_t whole_gpu_refused(const char *fn, nvmlDevice_t device) {
     return fnv_leave(NVML_ERROR_INVALID_ARGUMENT); /* a full GPU is no MIG device */
 }
 
+static nvmlReturn_t whole_index(const char *fn, nvmlDevice_t device, unsigned int *index) {
+    DEVICE_ENTER_AS(fn, device);
+    *index = d->index;
+    return fnv_leave(NVML_SUCCESS);
+}
+
+/* A MIG device's index among its GPU's, as nvmlDeviceGetMigDeviceHandleByIndex counts
+ * them (nvml.h: "indices that can be passed to nvmlDeviceGetMigDeviceHandleByIndex to
+ * retrieve an identical handle"); nvidia-smi -q lists MIG devices by it. */
+static unsigned mig_index(uint32_t gpu, uint32_t gi, uint32_t ci) {
+    unsigned k = 0;
+    for (uint32_t i = 0; i < FNV_MIG_GIS; i++)
+        for (uint32_t c = 0; fnv_gi_live(gpu, i) && c < FNV_MIG_CIS; c++) {
+            if (i == gi && c == ci) return k;
+            k += fnv_g->mig[gpu].gi[i].ci[c].used != 0;
+        }
+    return k;
+}
+
+nvmlReturn_t nvmlDeviceGetIndex(nvmlDevice_t device, unsigned int *index) {
+    if (!index) return NVML_ERROR_INVALID_ARGUMENT;
+    MIG_AWARE(whole_index(__func__, device, index), (*index = mig_index(gpu, gi, ci), NVML_SUCCESS));
+}
+
 nvmlReturn_t nvmlDeviceGetGpuInstanceId(nvmlDevice_t device, unsigned int *id) {
     if (!id) return NVML_ERROR_INVALID_ARGUMENT;
     MIG_AWARE(whole_gpu_refused(__func__, device), (*id = gi, NVML_SUCCESS));
@@ -552,5 +576,17 @@ nvmlReturn_t fnv_mig_memory(nvmlDevice_t device, unsigned long long *total) {
     if (ret != NVML_SUCCESS) return ret;
     const fnv_gi *g = &fnv_g->mig[gpu].gi[gi];
     *total = (unsigned long long)fnv_g->devices[gpu].mig[g->prof].memory_mib << 20;
+    return fnv_leave(NVML_SUCCESS);
+}
+
+/* A MIG device's BAR1 is its GPU instance's share of the GPU's: memory slices (placement
+ * size) out of 8. unsourced: no capture of a MIG device's BAR1; NVIDIA's MIG guide shows
+ * half of an A100's BAR1 for a 4-memory-slice instance. */
+nvmlReturn_t fnv_mig_bar1(nvmlDevice_t device, unsigned long long *total) {
+    uint32_t gpu, gi, ci;
+    nvmlReturn_t ret = mig_enter("nvmlDeviceGetBAR1MemoryInfo", device, &gpu, &gi, &ci);
+    if (ret != NVML_SUCCESS) return ret;
+    const fnv_device *d = &fnv_g->devices[gpu];
+    *total = d->bar1_total / 8 * d->mig[fnv_g->mig[gpu].gi[gi].prof].placement_size;
     return fnv_leave(NVML_SUCCESS);
 }

@@ -83,6 +83,12 @@ nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvmlMemory_v2_t *me
 
 nvmlReturn_t nvmlDeviceGetBAR1MemoryInfo(nvmlDevice_t device, nvmlBAR1Memory_t *bar1Memory) {
     if (!bar1Memory) return NVML_ERROR_INVALID_ARGUMENT;
+    if (fnv_is_mig_handle(device)) {
+        nvmlReturn_t ret = fnv_mig_bar1(device, &bar1Memory->bar1Total);
+        if (ret == NVML_SUCCESS)
+            bar1Memory->bar1Used = 0, bar1Memory->bar1Free = bar1Memory->bar1Total;
+        return ret;
+    }
     DEVICE_ENTER(device);
     bar1Memory->bar1Total = d->bar1_total;
     bar1Memory->bar1Used = 2u << 20; /* the driver maps a couple of MiB at boot */

@@ -5,7 +5,7 @@
 
 #include "getters.h"
 
-static nvmlGpuTopologyLevel_t ancestor(const fnv_device *a, const fnv_device *b) {
+nvmlGpuTopologyLevel_t fnv_common_ancestor(const fnv_device *a, const fnv_device *b) {
     if (a == b) return NVML_TOPOLOGY_INTERNAL;
     if (a->host_bridge == b->host_bridge) {
         if (a->pcie_switch == b->pcie_switch) return NVML_TOPOLOGY_SINGLE;
@@ -20,20 +20,26 @@ static int links_to_switch(const fnv_link *l) {
     return l->active && l->remote_kind == NVML_NVLINK_DEVICE_TYPE_SWITCH;
 }
 
-/* Connected by NVLink: a direct active link, or links into the same NVSwitch (an 8-GPU
- * baseboard's switches are its own; two boards' GPUs do not reach each other). */
-static int nvlinked(const fnv_device *a, const fnv_device *b) {
+/* The NVLinks joining two GPUs: a's active links to b, and a's active links into an NVSwitch
+ * that b links into too (an 8-GPU baseboard's switches are its own; two boards' GPUs do not
+ * reach each other). Through switches every link of a counts: `nvidia-smi topo -m` shows NV18
+ * between any two GPUs of an 8 x H100 NVSwitch board (github.com/HazyResearch/ThunderKittens
+ * issue 167), whose 18 links reach four switches. */
+unsigned fnv_nvlinks_between(const fnv_device *a, const fnv_device *b) {
+    unsigned n = 0;
     for (unsigned i = 0; i < a->nvlink_count; i++) {
         const fnv_link *l = &a->links[i];
         if (l->active && l->remote_kind == NVML_NVLINK_DEVICE_TYPE_GPU && l->remote_index == b->index)
-            return 1;
+            n++;
         if (!links_to_switch(l)) continue;
         for (unsigned j = 0; j < b->nvlink_count; j++)
             if (links_to_switch(&b->links[j]) &&
-                strcmp(l->remote_bus_id, b->links[j].remote_bus_id) == 0)
-                return 1;
+                strcmp(l->remote_bus_id, b->links[j].remote_bus_id) == 0) {
+                n++;
+                break;
+            }
     }
-    return 0;
+    return n;
 }
 
 /* Second handle of a two-device call; the lock is held by the caller. */
@@ -56,7 +62,7 @@ nvmlReturn_t nvmlDeviceGetTopologyCommonAncestor(nvmlDevice_t device1, nvmlDevic
     DEVICE_ENTER(device1);
     nvmlReturn_t ret = NVML_SUCCESS;
     const fnv_device *e = peer(device2, &ret);
-    if (e) *pathInfo = ancestor(d, e);
+    if (e) *pathInfo = fnv_common_ancestor(d, e);
     return fnv_leave(ret);
 }
 
@@ -70,7 +76,7 @@ nvmlReturn_t nvmlDeviceGetTopologyNearestGpus(nvmlDevice_t device, nvmlGpuTopolo
     unsigned found = 0;
     for (uint32_t i = 0; i < fnv_g->count; i++) {
         const fnv_device *e = &fnv_g->devices[i];
-        if (e == d || ancestor(d, e) > level) continue;
+        if (e == d || fnv_common_ancestor(d, e) > level) continue;
         if (*count && found < *count) deviceArray[found] = &fnv_handles[i];
         found++;
     }
@@ -112,11 +118,11 @@ nvmlReturn_t nvmlDeviceGetP2PStatus(nvmlDevice_t device1, nvmlDevice_t device2,
         *p2pStatus = NVML_P2P_STATUS_NOT_SUPPORTED;
         return fnv_leave(NVML_SUCCESS);
     }
-    int linked = nvlinked(d, e);
+    int linked = fnv_nvlinks_between(d, e) > 0;
     if (p2pIndex == NVML_P2P_CAPS_INDEX_NVLINK)
         *p2pStatus = linked ? NVML_P2P_STATUS_OK : NVML_P2P_STATUS_NOT_SUPPORTED;
     else /* PCIe peer traffic does not cross CPU sockets on these boards */
-        *p2pStatus = linked || ancestor(d, e) <= NVML_TOPOLOGY_HOSTBRIDGE
+        *p2pStatus = linked || fnv_common_ancestor(d, e) <= NVML_TOPOLOGY_HOSTBRIDGE
                          ? NVML_P2P_STATUS_OK
                          : NVML_P2P_STATUS_CHIPSET_NOT_SUPPORTED;
     return fnv_leave(NVML_SUCCESS);
@@ -217,10 +223,17 @@ nvmlReturn_t nvmlDeviceGetNvLinkRemoteDeviceType(nvmlDevice_t device, unsigned i
     return fnv_leave(NVML_SUCCESS);
 }
 
+/* Past the last link the remote's PCI info is NOT_SUPPORTED, not INVALID_ARGUMENT:
+ * `nvidia-smi topo -m` (535, 550) asks links 0..17 of every GPU with NVLinks and gives up
+ * ("Failed to run topology matrix") on any other error, which a real 12-link A100 does not
+ * make it do (github.com/NVIDIA/nccl issue 1505: NV12); the H100 capture answers
+ * NOT_SUPPORTED at link 18 as well. */
 static nvmlReturn_t remote_pci(const char *fn_name, nvmlDevice_t device, unsigned int link,
                                nvmlPciInfo_t *pci) {
     if (!pci) return NVML_ERROR_INVALID_ARGUMENT;
-    LINK_ENTER_AS(fn_name, device, link, l);
+    DEVICE_ENTER_AS(fn_name, device);
+    if (link >= d->nvlink_count) return fnv_leave(NVML_ERROR_NOT_SUPPORTED);
+    const fnv_link *l = &d->links[link];
     fnv_device remote;
     memset(&remote, 0, sizeof remote);
     unsigned dom = 0, bus = 0, dev = 0, fn = 0;

@@ -1,5 +1,6 @@
-"""NVIDIA's real nvidia-smi (Debian's 535 package, fetched by ci/nvidia-smi.sh) against the
-fake, and the private export table it needs (fakenvml/src/export_table.c).
+"""NVIDIA's real nvidia-smi (Debian's 535 and 550 packages, fetched by ci/nvidia-smi.sh)
+against the fake, and the private export table it needs (fakenvml/src/export_table.c).
+Every test that runs nvidia-smi runs with both.
 
 nvidia-smi runs as a child process that loads the library under test by name through
 LD_LIBRARY_PATH, with the state directory in FAKENVML_STATE_DIR, as on a node.
@@ -11,6 +12,7 @@ import ctypes
 import os
 import struct
 import subprocess
+import xml.etree.ElementTree as ET
 from collections.abc import Callable
 from pathlib import Path
 
@@ -20,14 +22,15 @@ import pytest
 from clusters import versions
 from fakenvml import library, mig, paths
 from fakenvml.model import Gpu
-from fakenvml.node import STATE_DIR_ENV, NodeDir
+from fakenvml.node import NodeDir
 
-PACKAGE_VERSION = versions.get("NVIDIA_SMI_VERSION")  # 535.261.03-1
-DRIVER = PACKAGE_VERSION.rsplit("-", 1)[0]  # the driver release nvidia-smi belongs to
-NODE = {
-    "driver_version": DRIVER,
-    "gpus": [{"profile": "H100-SXM5-80GB", "count": 2}, {"profile": "L40S"}],
+# The nvidia-smi packages ci/nvidia-smi.sh fetches (clusters/versions.env): every test that
+# runs nvidia-smi runs once with each. A version missing from the cache fails its tests.
+PACKAGES = {
+    "535": versions.get("NVIDIA_SMI_VERSION"),  # 535.261.03-1, bookworm
+    "550": versions.get("NVIDIA_SMI_DRIVER_ROOT_VERSION"),  # 550.163.01-2, trixie
 }
+NODE = {"gpus": [{"profile": "H100-SXM5-80GB", "count": 2}, {"profile": "L40S"}]}
 EXIT_GPU_LOST = 15  # nvidia-smi's exit status for NVML_ERROR_GPU_IS_LOST (its value)
 EXIT_VERSION_MISMATCH = 255
 SMI_GUID = bytes.fromhex("c4fe3e6cc98f6c4ea327ee696e12f7c4")  # 6c3efec4-8fc9-4e6c-a327-...
@@ -36,26 +39,52 @@ TABLE_SLOTS = 244
 Smi = Callable[..., subprocess.CompletedProcess[str]]
 
 
+def smi_binary(package: str) -> Path:
+    return paths.cache_dir() / "nvidia-smi" / package / "nvidia-smi"
+
+
+@pytest.fixture(scope="session", params=list(PACKAGES.values()), ids=list(PACKAGES))
+def package(request: pytest.FixtureRequest) -> str:
+    return request.param
+
+
 @pytest.fixture(scope="session")
-def nvidia_smi() -> Path:
-    binary = paths.cache_dir() / "nvidia-smi" / PACKAGE_VERSION / "nvidia-smi"
+def nvidia_smi(package: str) -> Path:
+    binary = smi_binary(package)
     if not os.access(binary, os.X_OK):
         pytest.fail(f"{binary} not found: run `make install` (ci/nvidia-smi.sh fetches it)")
     return binary
 
 
+@pytest.fixture(scope="session")
+def driver(package: str) -> str:
+    """The driver release the nvidia-smi under test belongs to, which the fake reports."""
+    return package.rsplit("-", 1)[0]
+
+
 @pytest.fixture
-def node(make_state: Callable[..., NodeDir]) -> NodeDir:
-    return make_state(NODE)
+def spec(driver: str) -> Callable[..., dict]:
+    """spec(gpus=..., topology=...): a node's inventory with the driver of the nvidia-smi
+    under test (NODE's GPUs unless given)."""
+
+    def make(**keys: object) -> dict:
+        return {**NODE, "driver_version": driver, **keys}
+
+    return make
+
+
+@pytest.fixture
+def node(make_state: Callable[..., NodeDir], spec: Callable[..., dict]) -> NodeDir:
+    return make_state(spec())
 
 
 @pytest.fixture
 def smi(nvidia_smi: Path, node: NodeDir) -> Smi:
-    """smi(*args, library_dir=...) runs nvidia-smi on `node`'s state."""
+    """smi(*args, library_dir=...) runs nvidia-smi on the state make_state made last
+    (`node`, unless the test made another)."""
 
     def run(*args: str, library_dir: Path | None = None) -> subprocess.CompletedProcess[str]:
-        env = dict(os.environ)
-        env[STATE_DIR_ENV] = str(node.path)
+        env = dict(os.environ)  # make_state set STATE_DIR_ENV
         env["LD_LIBRARY_PATH"] = str(library_dir or library.path().parent)
         return subprocess.run(
             [str(nvidia_smi), *args], env=env, capture_output=True, text=True, timeout=60
@@ -93,12 +122,12 @@ def test_query_gpu_matches_the_inventory(smi: Smi, node: NodeDir) -> None:
 
 
 def test_query_shows_versions_product_names_and_host_pcie_generation(
-    smi: Smi, node: NodeDir
+    smi: Smi, node: NodeDir, driver: str
 ) -> None:
     res = smi("-q")
     assert res.returncode == 0, res.stdout + res.stderr
     lines = [" ".join(line.split()) for line in res.stdout.splitlines()]
-    assert f"Driver Version : {DRIVER}" in lines
+    assert f"Driver Version : {driver}" in lines
     assert f"Attached GPUs : {len(gpus(node))}" in lines
     names = [line.split(" : ", 1)[1] for line in lines if line.startswith("Product Name : ")]
     assert names == [g.name for g in gpus(node)]
@@ -107,10 +136,10 @@ def test_query_shows_versions_product_names_and_host_pcie_generation(
     assert host_max == [str(g.pcie_gen) for g in gpus(node)]
 
 
-def test_default_table_shows_gpus_and_no_processes(smi: Smi, node: NodeDir) -> None:
+def test_default_table_shows_gpus_and_no_processes(smi: Smi, node: NodeDir, driver: str) -> None:
     res = smi()
     assert res.returncode == 0, res.stdout + res.stderr
-    assert f"NVIDIA-SMI {DRIVER}" in res.stdout and f"Driver Version: {DRIVER}" in res.stdout
+    assert f"NVIDIA-SMI {driver}" in res.stdout and f"Driver Version: {driver}" in res.stdout
     for g in gpus(node):
         assert g.bus_id in res.stdout
     # The processes table is filled from export-table slots 213-215 (empty lists).
@@ -211,14 +240,14 @@ def test_a_double_bit_ecc_error_shows_as_the_volatile_uncorrected_count(
 
 
 def test_another_driver_version_is_shown_not_refused(
-    smi: Smi, make_state: Callable[..., NodeDir]
+    smi: Smi, make_state: Callable[..., NodeDir], spec: Callable[..., dict], driver: str
 ) -> None:
-    # nvidia-smi 535 compares no versions itself: against a library that says 580 it runs
-    # and prints both (a real 580 library would not serve its export table; see below).
-    make_state({**NODE, "driver_version": "580.95.05"})
+    # nvidia-smi (535 and 550) compares no versions itself: against a library that says 580
+    # it runs and prints both (a real 580 library would not serve its export table; below).
+    make_state({**spec(), "driver_version": "580.95.05"})
     res = smi()
     assert res.returncode == 0, res.stdout + res.stderr
-    assert f"NVIDIA-SMI {DRIVER}" in res.stdout and "Driver Version: 580.95.05" in res.stdout
+    assert f"NVIDIA-SMI {driver}" in res.stdout and "Driver Version: 580.95.05" in res.stdout
 
 
 def test_a_library_without_its_export_table_is_refused(smi: Smi, tmp_path: Path) -> None:
@@ -233,6 +262,177 @@ def test_a_library_without_its_export_table_is_refused(smi: Smi, tmp_path: Path)
     assert res.returncode == EXIT_VERSION_MISMATCH
     assert res.stdout.startswith("Mismatch in versions between nvidia-smi and NVML.")
     assert smi("-L").returncode == 0  # the unpatched library is served
+
+
+# ------------------------------------------------- topo -m, dmon, pmon, nvlink -s, -q -x
+
+# Every PCIe level and both kinds of NVLink path: on NUMA node 0, GPUs 0-1 share a switch
+# (PIX), 2 is on the next switch under the same upper switch (PXB), 4 under the next upper
+# switch of the same host bridge (PHB), 8 behind the next host bridge (NODE); GPU 9 is on
+# NUMA node 1 (SYS). GPUs 0-1 are joined by 12 NVLinks, 2 and 9 by 4 (8 of 2's inactive).
+TOPOLOGY = {
+    "gpus": [{"profile": "A100-SXM4-80GB", "count": 3}, {"profile": "L40S", "count": 6},
+             {"profile": "A100-SXM4-80GB"}],
+    "topology": {
+        "nvlink": {"links": [{"gpus": [0, 1], "count": 12}, {"gpus": [2, 9], "count": 4}]},
+        "pcie": {"gpus_per_switch": 2, "switches_per_upper": 2, "uppers_per_bridge": 2},
+        "numa": {"gpus": [0] * 9 + [1], "cpus_per_node": 16},
+    },
+}  # fmt: skip
+A100_LINK = "25 GB/s"  # profiles.py: A100's nvlink_mbps, as nvidia-smi nvlink -s prints it
+
+
+@pytest.fixture
+def wired(make_state: Callable[..., NodeDir], spec: Callable[..., dict], node: NodeDir) -> NodeDir:
+    """TOPOLOGY's node, which smi then runs on (made after `node`)."""
+    return make_state(spec(**TOPOLOGY))
+
+
+def path(a: Gpu, b: Gpu) -> str:
+    """What `topo -m` prints for a pair, from the inventory: NV<n> for n NVLinks, else the
+    PCIe level their switch, upper switch, host bridge and NUMA node ids make."""
+    if a is b:
+        return "X"
+    if links := sum(link.active and link.remote_index == b.index for link in a.links):
+        return f"NV{links}"
+    for level, same in (("PIX", a.pcie_switch == b.pcie_switch),
+                        ("PXB", a.pcie_upper_switch == b.pcie_upper_switch),
+                        ("PHB", a.host_bridge == b.host_bridge),
+                        ("NODE", a.numa_node == b.numa_node)):  # fmt: skip
+        if same:
+            return level
+    return "SYS"
+
+
+def test_topo_matrix_shows_the_inventory_s_nvlinks_pcie_tree_and_affinity(
+    smi: Smi, wired: NodeDir
+) -> None:
+    res = smi("topo", "-m")
+    assert res.returncode == 0, res.stdout + res.stderr
+    gpus_ = gpus(wired)
+    rows = {}
+    for line in res.stdout.splitlines():
+        cells = [c.strip() for c in line.split("\t")]
+        if cells[0].startswith("GPU") and cells[0][3:].isdigit():
+            rows[int(cells[0][3:])] = cells[1:]
+    assert sorted(rows) == [g.index for g in gpus_]
+    for a in gpus_:
+        cells = rows[a.index]
+        assert cells[: len(gpus_)] == [path(a, b) for b in gpus_], a.index
+        # CPU and NUMA affinity; GPU NUMA ID (535: N/A, 550: nvmlDeviceGetNumaNodeId) is not
+        # checked: the fake answers the attached CPU node there (docs/fakenvml.md).
+        cpu, numa = [c for c in cells[len(gpus_) :] if c][:2]
+        assert (cpu, numa) == (f"{a.cpu_first}-{a.cpu_first + a.cpu_count - 1}", str(a.numa_node))
+    seen = {cell for cells in rows.values() for cell in cells[: len(gpus_)]}
+    assert {"PIX", "PXB", "PHB", "NODE", "SYS", "NV12", "NV4"} <= seen
+    assert "NV# = Connection traversing a bonded set of # NVLinks" in " ".join(res.stdout.split())
+
+
+def test_topo_matrix_of_an_nvswitch_board_is_nv18_everywhere(
+    smi: Smi, make_state: Callable[..., NodeDir], spec: Callable[..., dict]
+) -> None:
+    gpus_ = [{"profile": "H100-SXM5-80GB", "count": 4}]
+    make_state(spec(gpus=gpus_, topology={"nvlink": {"nvswitch": True}}))
+    res = smi("topo", "-m")
+    assert res.returncode == 0, res.stdout + res.stderr
+    rows = [line.split("\t")[1:5] for line in res.stdout.splitlines() if line.startswith("GPU")]
+    assert [[c.strip() for c in r] for r in rows] == [
+        ["X" if i == j else "NV18" for j in range(4)] for i in range(4)
+    ]
+
+
+def table(out: str) -> list[dict[str, str]]:
+    """dmon's and pmon's rows by their header's column names."""
+    lines = out.splitlines()
+    names = lines[0].lstrip("#").split()
+    return [dict(zip(names, line.split(), strict=False)) for line in lines if line[:1] != "#"]
+
+
+def test_dmon_shows_each_gpu_s_telemetry(smi: Smi, node: NodeDir) -> None:
+    node.set_sensors(1, ["power=350W", "temperature=71", "mem-temperature=77", "util=63",
+                         "mem-util=21", "sm-clock=1200", "mem-clock=1593"])  # fmt: skip
+    res = smi("dmon", "-c", "1")
+    assert res.returncode == 0, res.stdout + res.stderr
+    rows = table(res.stdout)
+    assert [int(r["gpu"]) for r in rows] == [g.index for g in gpus(node)]
+    picked = ("pwr", "gtemp", "mtemp", "sm", "mem", "mclk", "pclk")
+    assert [rows[1][k] for k in picked] == ["350", "71", "77", "63", "21", "1593", "1200"]
+    for g in (gpus(node)[0], gpus(node)[2]):  # idle: the profile's readings
+        row = rows[g.index]
+        assert row["pwr"] == str(g.power_usage_mw // 1000) and row["gtemp"] == str(g.temp_gpu)
+        assert (row["mclk"], row["pclk"]) == (str(g.clocks[2]), str(g.clocks[1]))
+    assert rows[2]["mtemp"] == "-"  # L40S: no memory temperature sensor
+
+
+def test_pmon_lists_the_processes_on_each_gpu(smi: Smi, node: NodeDir) -> None:
+    with subprocess.Popen(["sleep", "60"]) as sleeper:
+        try:
+            node.add_process(1, sleeper.pid, 1 << 30, kind="both")
+            node.add_process(2, sleeper.pid, 1 << 20, kind="graphics")
+            res = smi("pmon", "-c", "1")
+        finally:
+            sleeper.kill()
+    assert res.returncode == 0, res.stdout + res.stderr
+    rows = {int(r["gpu"]): r for r in table(res.stdout)}
+    assert sorted(rows) == [g.index for g in gpus(node)]
+    assert (rows[0]["pid"], rows[0]["type"]) == ("-", "-")
+    assert (rows[1]["pid"], rows[1]["type"], rows[1]["command"]) == (
+        str(sleeper.pid),
+        "C+G",
+        "sleep",
+    )
+    assert (rows[2]["pid"], rows[2]["type"]) == (str(sleeper.pid), "G")
+
+
+def test_nvlink_status_shows_active_links_at_the_boards_speed(smi: Smi, wired: NodeDir) -> None:
+    res = smi("nvlink", "-s")
+    assert res.returncode == 0, res.stdout + res.stderr
+    out = res.stdout.split("GPU ")[1:]
+    shown = {int(part.split(":")[0]): part for part in out}
+    assert sorted(shown) == [0, 1, 2, 9]  # the L40S cards have no NVLink: not listed
+    for index, part in shown.items():
+        g = gpus(wired)[index]
+        assert part.splitlines()[0] == f"{index}: {g.name} (UUID: {g.uuid})"
+        links = [line.split(": ", 1)[1] for line in part.splitlines()[1:]]
+        assert links == [A100_LINK if link.active else "<inactive>" for link in g.links]
+    assert shown[2].count(A100_LINK) == 4 and shown[0].count(A100_LINK) == 12
+
+
+def test_query_xml_is_well_formed_and_carries_the_inventory(
+    smi: Smi, node: NodeDir, driver: str
+) -> None:
+    mig.configure(node, 1, "3g.40gb,1g.10gb")
+    me = os.getpid()
+    node.add_process(0, me, 2 << 30)
+    res = smi("-q", "-x")
+    assert res.returncode == 0, res.stdout + res.stderr
+    root = ET.fromstring(res.stdout)  # nvidia-smi's own XML, DOCTYPE and all
+    assert root.tag == "nvidia_smi_log"
+    assert (root.findtext("driver_version"), root.findtext("attached_gpus")) == (driver, "3")
+    xml_gpus = root.findall("gpu")
+    assert [x.get("id") for x in xml_gpus] == [g.bus_id for g in gpus(node)]
+    for x, g in zip(xml_gpus, gpus(node), strict=True):
+        assert x.findtext("product_name") == g.name
+        assert x.findtext("uuid") == g.uuid and x.findtext("serial") == g.serial
+        assert x.findtext("minor_number") == str(g.minor)
+        assert x.findtext("pci/pci_bus_id") == g.bus_id
+        assert x.findtext("fb_memory_usage/total") == f"{g.memory_total >> 20} MiB"
+        assert x.findtext("pci/pci_gpu_link_info/pcie_gen/max_host_link_gen") == str(g.pcie_gen)
+    # Export-table slots 242 and 243, as the H100 capture's -q reads (550 asks no slot for
+    # the sparse mode and prints "Uninitialized").
+    assert [x.findtext("addressing_mode") for x in xml_gpus] == ["None"] * 3
+    if driver.startswith("535."):
+        sparse = [x.findtext("sparse_operation_mode") for x in xml_gpus]
+        assert sparse == ["Disabled", "Disabled", "N/A"]  # Hopper; the L40S is Ada
+    modes = [x.findtext("mig_mode/current_mig") for x in xml_gpus]
+    assert modes == ["Disabled", "Enabled", "N/A"]  # L40S: no MIG
+    devices = xml_gpus[1].findall("mig_devices/mig_device")
+    shown = [(d.findtext("gpu_instance_id"), d.findtext("fb_memory_usage/total")) for d in devices]
+    assert shown == [(str(d.gi), f"{d.memory_mib} MiB") for d in mig.devices(node)]
+    procs = xml_gpus[0].findall("processes/process_info")
+    assert [(p.findtext("pid"), p.findtext("used_memory")) for p in procs] == [
+        (str(me), "2048 MiB")
+    ]
 
 
 # --------------------------------------------------------------------------- the table
@@ -323,13 +523,38 @@ def test_slot_230_is_the_host_max_pcie_generation(
     assert gen.value == gpus(state)[0].pcie_gen == pynvml.nvmlDeviceGetMaxPcieLinkGeneration(handle)
 
 
+def test_slot_23_is_topo_s_path_between_two_bus_ids(
+    nvml: object, fake_library: ctypes.CDLL, state: NodeDir
+) -> None:
+    """(bus id, bus id, unsigned *path): 0-4 PIX, PXB, PHB, NODE, SYS; 4 + n NVn."""
+    _, table = _table(fake_library)
+    topo = _slot(table, 23, ctypes.c_char_p, ctypes.c_char_p, ctypes.POINTER(ctypes.c_uint))
+    first, second = (g.bus_id.encode() for g in gpus(state)[:2])
+    out = ctypes.c_uint(99)
+    assert topo(first, second, ctypes.byref(out)) == 0 and out.value == 4 + 18  # NVSwitch
+    assert topo(b"0100:ff:1f.0", second, ctypes.byref(out)) == 2  # no such GPU
+    state.lose(1)
+    assert topo(first, second, ctypes.byref(out)) == 15  # GPU_IS_LOST
+
+
+def test_slot_72_flags_every_gpu_for_dmon_and_pmon(
+    nvml: object, fake_library: ctypes.CDLL, state: NodeDir
+) -> None:
+    _, table = _table(fake_library)
+    flag = _slot(table, 72, ctypes.c_void_p, ctypes.POINTER(ctypes.c_uint))
+    device, out = _device(0), ctypes.c_uint(0)
+    assert flag(device, ctypes.byref(out)) == 0 and out.value == 1
+    state.lose(0)
+    assert flag(device, ctypes.byref(out)) == 15
+
+
 def test_other_slots_answer_not_supported_and_write_nothing(
     nvml: object, fake_library: ctypes.CDLL
 ) -> None:
     _, table = _table(fake_library)
     device = _device(0)
     buf = (ctypes.c_uint8 * 256)(*([0xAB] * 256))
-    special = {12, 26, 75, 81, 213, 214, 215, 230}
+    special = {12, 23, 26, 72, 75, 81, 213, 214, 215, 230, 242, 243}
     for index in sorted(set(range(1, TABLE_SLOTS)) - special):
         call = _slot(table, index, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_uint)
         assert call(device, ctypes.addressof(buf), 1) == 3, index
@@ -381,4 +606,4 @@ def dra_check(lib: Path, smi: Path) -> list[str]:
 
 
 def nvidia_smi_535() -> Path:
-    return paths.cache_dir() / "nvidia-smi" / PACKAGE_VERSION / "nvidia-smi"
+    return smi_binary(PACKAGES["535"])
