@@ -198,7 +198,8 @@ def _set(args: argparse.Namespace) -> None:
 def _process(args: argparse.Namespace) -> None:
     d = NodeDir(_state_dir(args))
     if args.action == "add":
-        print(_describe(d.add_process(args.gpu, args.pid, args.used, args.type), d))
+        rec = d.add_process(args.gpu, args.pid, args.used, args.type, args.sm_util, args.mem_util)
+        print(_describe(rec, d))
     elif args.action == "remove":
         print(_describe(d.remove_process(args.gpu, args.pid), d))
     else:
@@ -314,7 +315,9 @@ def _what(rec: Record) -> str:
         setting = telemetry.setting_of(rec.data, rec.gpu_instance, rec.compute_instance, rec.data2)
         return f"set {setting.text() if setting else f'sensor {rec.gpu_instance}'}"
     if rec.kind == Kind.PROCESS_ADD:
-        return f"process-add pid {rec.gpu_instance} {rec.data // 2**20} MiB"
+        util = rec.data2 & 0xFF, rec.data2 >> 8 & 0xFF
+        given = f", sm {util[0]}%, mem {util[1]}%" if rec.data2 & telemetry.PROC_UTIL else ""
+        return f"process-add pid {rec.gpu_instance} {rec.data // 2**20} MiB{given}"
     if rec.kind == Kind.PROCESS_REMOVE:
         return f"process-remove pid {rec.gpu_instance}"
     if rec.kind == Kind.FAIL:
@@ -555,6 +558,10 @@ def _parser(only: str | None = None) -> argparse.ArgumentParser:
     a.add_argument("--pid", metavar="PID", type=_positive, required=True)
     a.add_argument("--used", metavar="SIZE", type=_size, required=True, help="e.g. 2GiB")
     a.add_argument("--type", choices=("compute", "graphics", "both"), default="compute")
+    a.add_argument("--sm-util", metavar="PCT", type=_non_negative,
+                   help="its SM utilisation, 0-100 (default: a share of the GPU's)")  # fmt: skip
+    a.add_argument("--mem-util", metavar="PCT", type=_non_negative,
+                   help="its memory utilisation, 0-100 (default: a share of mem-util)")  # fmt: skip
     a = acts.add_parser("remove", parents=[on_node], help="the process ends")
     a.add_argument("gpu", metavar="GPU", help="index, UUID or PCI bus id")
     a.add_argument("--pid", metavar="PID", type=_positive, required=True)

@@ -52,6 +52,7 @@ NO_INSTANCE = 0xFFFFFFFF  # nvmlEventData_t gpuInstanceId/computeInstanceId outs
 PROC_COMPUTE = 1
 PROC_GRAPHICS = 2
 MAX_PROCESSES = 64  # per GPU
+PROC_UTIL = 0x10000  # a process-add's data2: SM % | memory % << 8 given
 KNOB_VERSIONS = 1  # a knob also matches the function's _vN versions
 CLEAR_FAIL = 1
 CLEAR_DELAY = 2

@@ -210,9 +210,19 @@ class NodeDir:
         ]
         return self._write(entries)
 
-    def add_process(self, gpu: str | int, pid: int, used: int, kind: str = "compute") -> Record:
+    def add_process(
+        self,
+        gpu: str | int,
+        pid: int,
+        used: int,
+        kind: str = "compute",
+        sm_util: int | None = None,
+        mem_util: int | None = None,
+    ) -> Record:
         """A process on the GPU: listed by the running-process queries, its memory in
-        `used` (as real NVML counts it). The same pid again replaces it."""
+        `used` (as real NVML counts it), sampled by nvmlDeviceGetProcessUtilization at
+        `sm_util` / `mem_util` percent (neither: an even share of the GPU's utilisation).
+        The same pid again replaces it."""
         target = self.resolve(gpu)
         if not 0 < pid < 2**32:
             raise FakeNvmlError(f"--pid {pid}: expected a process id >= 1")
@@ -225,7 +235,8 @@ class NodeDir:
         if pid not in procs and len(procs) >= telemetry.MAX_PROCESSES:
             raise FakeNvmlError(f"GPU {target.index} has {telemetry.MAX_PROCESSES} processes")
         kinds = telemetry.process_kinds(kind)
-        return self._write([(Kind.PROCESS_ADD, target.index, used, pid, kinds, 0)])[0]
+        util = telemetry.process_util(sm_util, mem_util)
+        return self._write([(Kind.PROCESS_ADD, target.index, used, pid, kinds, util)])[0]
 
     def remove_process(self, gpu: str | int, pid: int) -> Record:
         target = self.resolve(gpu)

@@ -40,6 +40,8 @@ typedef struct {
 typedef struct {
     uint32_t pid, kinds; /* FNV_PROC_* */
     uint64_t used;
+    uint32_t util_set, sm, mem; /* its own utilisation (%), else a share of the GPU's */
+    uint64_t since_us;          /* added at, CLOCK_REALTIME microseconds */
 } fnv_process;
 
 /* Telemetry replayed from the journal, like fnv_fault. */

@@ -82,7 +82,11 @@ static void add_process(fnv_live *l, const fnv_record *rec) {
         }
         l->nprocs++;
     }
-    l->procs[i] = (fnv_process){.pid = rec->arg0, .kinds = rec->arg1, .used = rec->data};
+    l->procs[i] = (fnv_process){.pid = rec->arg0, .kinds = rec->arg1, .used = rec->data,
+                                .util_set = (rec->data2 & FNV_PROC_UTIL) != 0,
+                                .sm = (uint32_t)(rec->data2 & 0xFF),
+                                .mem = (uint32_t)(rec->data2 >> 8 & 0xFF),
+                                .since_us = rec->realtime_ns / 1000};
 }
 
 static void remove_process(fnv_live *l, uint32_t pid) {

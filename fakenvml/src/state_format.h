@@ -170,7 +170,9 @@ enum fnv_record_kind {
     FNV_SET = 8,            /* arg0: fnv_sensor; data: value, or a wave's start; data2: its
                                turn; arg1: the wave's period in ms (0: constant);
                                FNV_SET_IDLE in arg1 with data 0: back to the profile's */
-    FNV_PROCESS_ADD = 9,    /* arg0: pid; arg1: FNV_PROC_* bits; data: used memory, bytes */
+    FNV_PROCESS_ADD = 9,    /* arg0: pid; arg1: FNV_PROC_* bits; data: used memory, bytes;
+                               data2: FNV_PROC_UTIL | SM % | memory % << 8 when given, else
+                               0: an even share of the GPU's utilisation */
     FNV_PROCESS_REMOVE = 10, /* arg0: pid */
     /* NVML failure knobs. gpu: one GPU, or FNV_ALL_GPUS. arg0: the function's id (crc32 of
        its exported name); arg1: FNV_KNOB_* flags. */
@@ -220,6 +222,7 @@ enum fnv_sensor { /* FNV_SET's arg0; fakenvml/telemetry.py's Sensor */
 #define FNV_PROC_COMPUTE 1u
 #define FNV_PROC_GRAPHICS 2u
 #define FNV_MAX_PROCESSES 64 /* per GPU; adds beyond it are ignored */
+#define FNV_PROC_UTIL 0x10000u /* FNV_PROCESS_ADD's data2: the process's own utilisation */
 #define FNV_KNOB_VERSIONS 1u /* also the function's _vN versions (a name given without one) */
 #define FNV_CLEAR_FAIL 1u
 #define FNV_CLEAR_DELAY 2u

@@ -426,6 +426,17 @@ def gpu_fabric(st: NodeDir, node: Node) -> None:
     assert cluster == cluster3 != bytes(16) and clique == clique3 != 0
 
 
+@check
+def process_utilization(st: NodeDir, node: Node) -> None:
+    """(tests/fakenvml/test_process_utilization.py: the two-call pattern, shares, stamps.)"""
+    raises(nv.NVML_ERROR_NOT_FOUND, nv.nvmlDeviceGetProcessUtilization, h(6), 0)
+    st.add_process(6, pid=4242, used=1 << 30, sm_util=75, mem_util=40)
+    [s] = nv.nvmlDeviceGetProcessUtilization(h(6), 0)
+    assert (s.pid, s.smUtil, s.memUtil, s.encUtil, s.decUtil) == (4242, 75, 40, 0, 0)
+    raises(nv.NVML_ERROR_NOT_FOUND, nv.nvmlDeviceGetProcessUtilization, h(6), s.timeStamp)
+    st.remove_process(6, 4242)
+
+
 # ---------------------------------------------------------------- events (in-process)
 
 
