@@ -198,7 +198,8 @@ def _set(args: argparse.Namespace) -> None:
 def _process(args: argparse.Namespace) -> None:
     d = NodeDir(_state_dir(args))
     if args.action == "add":
-        print(_describe(d.add_process(args.gpu, args.pid, args.used, args.type), d))
+        rec = d.add_process(args.gpu, args.pid, args.used, args.type, args.sm_util, args.mem_util)
+        print(_describe(rec, d))
     elif args.action == "remove":
         print(_describe(d.remove_process(args.gpu, args.pid), d))
     else:
@@ -210,14 +211,18 @@ def _process(args: argparse.Namespace) -> None:
 def _fail(args: argparse.Namespace) -> None:
     d = NodeDir(_state_dir(args))
     if args.clear:
-        if args.error or args.gpu is not None or args.count:
-            raise FakeNvmlError("--clear takes no --error, --gpu or --count")
-        rec = d.clear_knobs(fail=True, delay=False, function=args.function)
-    elif not args.function or not args.error:
+        given = [args.error, args.gpu, args.count, args.after, args.probability, args.seed]
+        if any(v not in (None, 0) for v in given):
+            raise FakeNvmlError("--clear takes no --error, --gpu, --count, --after, "
+                                "--probability or --seed")  # fmt: skip
+        print(_describe(d.clear_knobs(fail=True, delay=False, function=args.function), d))
+        return
+    if not args.function or not args.error:
         raise FakeNvmlError("fail needs FUNCTION and --error (or --clear)")
-    else:
-        rec = d.fail(args.function, args.error, args.gpu, args.count)
-    print(_describe(rec, d))
+    recs = d.fail_records(args.function, args.error, args.gpu, args.count, args.after,
+                          args.probability, args.seed)  # fmt: skip
+    # One line: the knob, then when it fails (a counted knob's FAIL_WHEN).
+    print(_describe(recs[-1], d) + "".join(f", {_when(r)}" for r in recs[:-1]))
 
 
 def _delay(args: argparse.Namespace) -> None:
@@ -310,7 +315,9 @@ def _what(rec: Record) -> str:
         setting = telemetry.setting_of(rec.data, rec.gpu_instance, rec.compute_instance, rec.data2)
         return f"set {setting.text() if setting else f'sensor {rec.gpu_instance}'}"
     if rec.kind == Kind.PROCESS_ADD:
-        return f"process-add pid {rec.gpu_instance} {rec.data // 2**20} MiB"
+        util = rec.data2 & 0xFF, rec.data2 >> 8 & 0xFF
+        given = f", sm {util[0]}%, mem {util[1]}%" if rec.data2 & telemetry.PROC_UTIL else ""
+        return f"process-add pid {rec.gpu_instance} {rec.data // 2**20} MiB{given}"
     if rec.kind == Kind.PROCESS_REMOVE:
         return f"process-remove pid {rec.gpu_instance}"
     if rec.kind == Kind.FAIL:
@@ -318,6 +325,8 @@ def _what(rec: Record) -> str:
         off = " (off)" if rec.data == 0 else ""
         times = f" x{rec.data2}" if rec.data2 else ""
         return f"fail {knobs.function_name(rec.gpu_instance)} {code}{times}{off}"
+    if rec.kind == Kind.FAIL_WHEN:
+        return f"fail-when {_when(rec)}"
     if rec.kind == Kind.DELAY:
         return f"delay {knobs.function_name(rec.gpu_instance)} {rec.data} ms"
     if rec.kind == Kind.CLEAR:
@@ -332,6 +341,10 @@ def _what(rec: Record) -> str:
     if rec.kind in (Kind.ECC_SINGLE, Kind.ECC_DOUBLE):
         return f"{rec.kind.spelling} x{rec.data}"
     return rec.kind.spelling if rec.kind in _NO_DATA else f"{rec.kind.spelling} {rec.data}"
+
+
+def _when(rec: Record) -> str:
+    return knobs.when_text(rec.data, rec.data2, rec.gpu_instance, rec.compute_instance)
 
 
 def _instance(value: int) -> str:
@@ -383,6 +396,13 @@ def _non_negative(text: str) -> int:
     if value < 0:
         raise argparse.ArgumentTypeError(f"expected a number >= 0, found {value}")
     return value
+
+
+def _number(text: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, found {text!r}") from None
 
 
 def _driver_version(text: str) -> str:
@@ -538,6 +558,10 @@ def _parser(only: str | None = None) -> argparse.ArgumentParser:
     a.add_argument("--pid", metavar="PID", type=_positive, required=True)
     a.add_argument("--used", metavar="SIZE", type=_size, required=True, help="e.g. 2GiB")
     a.add_argument("--type", choices=("compute", "graphics", "both"), default="compute")
+    a.add_argument("--sm-util", metavar="PCT", type=_non_negative,
+                   help="its SM utilisation, 0-100 (default: a share of the GPU's)")  # fmt: skip
+    a.add_argument("--mem-util", metavar="PCT", type=_non_negative,
+                   help="its memory utilisation, 0-100 (default: a share of mem-util)")  # fmt: skip
     a = acts.add_parser("remove", parents=[on_node], help="the process ends")
     a.add_argument("gpu", metavar="GPU", help="index, UUID or PCI bus id")
     a.add_argument("--pid", metavar="PID", type=_positive, required=True)
@@ -550,7 +574,14 @@ def _parser(only: str | None = None) -> argparse.ArgumentParser:
     c.add_argument("--error", metavar="ERROR", help="e.g. GPU_IS_LOST, DRIVER_NOT_LOADED, UNKNOWN")
     c.add_argument("--gpu", metavar="GPU", help="only calls on this GPU (nvmlInit: it fails init)")
     c.add_argument("--count", metavar="N", type=_non_negative, default=0,
-                   help="the next N calls in each process (default: until cleared)")  # fmt: skip
+                   help="N calls fail, then it is spent (default: until cleared)")  # fmt: skip
+    c.add_argument("--after", metavar="N", type=_non_negative, default=0,
+                   help="the first N matching calls succeed, then calls fail")  # fmt: skip
+    c.add_argument("--probability", metavar="P", type=_number,
+                   help="each matching call fails with probability P (0 < P <= 1)")  # fmt: skip
+    c.add_argument("--seed", metavar="S", type=_non_negative,
+                   help="the draws' seed: the same seed fails the same calls "
+                   "(default: random)")  # fmt: skip
     c.add_argument("--clear", action="store_true", help="remove fail knobs (FUNCTION's, or all)")
     c.set_defaults(run=_fail)
 

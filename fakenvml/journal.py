@@ -65,12 +65,14 @@ class Kind(enum.IntEnum):
     GI_DESTROY = 17
     CI_CREATE = 18
     CI_DESTROY = 19
+    # When the FAIL right after it fails a call (fakenvml/knobs.py; meaning in state_format.h).
+    FAIL_WHEN = 20
 
     @property
     def spelling(self) -> str:
         """xid, ecc-single, ecc-double, lost, fallen-off-bus, recover, recovery-action,
         set, process-add, process-remove, fail, delay, clear, mig-mode, gpu-reset,
-        gi-create, gi-destroy, ci-create, ci-destroy."""
+        gi-create, gi-destroy, ci-create, ci-destroy, fail-when."""
         return self.name.lower().replace("_", "-")
 
     @property

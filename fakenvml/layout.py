@@ -32,6 +32,10 @@ GEN_FILE = "journal.gen"
 STATE_MAGIC = b"FNVMLST1"
 JOURNAL_MAGIC = b"FNVMLJR1"
 GEN_MAGIC = b"FNVMLGN1"
+COUNTERS_FILE = "knobs.bin"
+COUNTERS_MAGIC = b"FNVMLKC1"
+MAX_COUNTED = 4096  # counted fail knobs per init: slots in knobs.bin
+NO_SLOT = 0xFFFFFFFF  # a counted knob with no slot counts in each process
 FORMAT_VERSION = 2  # state.bin; 2 added the driver branch and the profile tail
 JOURNAL_VERSION = 1
 MAX_DEVICES = 4096
@@ -48,9 +52,11 @@ NO_INSTANCE = 0xFFFFFFFF  # nvmlEventData_t gpuInstanceId/computeInstanceId outs
 PROC_COMPUTE = 1
 PROC_GRAPHICS = 2
 MAX_PROCESSES = 64  # per GPU
+PROC_UTIL = 0x10000  # a process-add's data2: SM % | memory % << 8 given
 KNOB_VERSIONS = 1  # a knob also matches the function's _vN versions
 CLEAR_FAIL = 1
 CLEAR_DELAY = 2
+ALWAYS = 2**32  # a fail-when's probability 1 (fixed point, 2^-32 units)
 MIG_GIS = 15  # GPU instance ids 0-14
 MIG_CIS = 8  # compute instance ids 0-7
 ANY = 0xFFFFFFFF  # a MIG create's instance id or placement start: the first that fits
@@ -199,6 +205,11 @@ GEN = Layout("fnv_gen", [
     ("magic", "8s"), ("boot_id", "Q"), ("committed", "Q"), ("reserved", "40x"),
 ])  # fmt: skip
 
+COUNTERS = Layout("fnv_counters", [
+    ("magic", "8s"), ("boot_id", "Q"), ("slots", "I"), ("next", "I"), ("reserved", "40x"),
+])  # fmt: skip
+COUNTER = Layout("fnv_counter", [("calls", "Q"), ("fails", "Q")])
+
 # gpu_instance / compute_instance share their words with arg0 / arg1 (a union in C).
 RECORD = Layout("fnv_record", [
     ("seq", "Q"), ("realtime_ns", "Q"), ("monotonic_ns", "Q"), ("kind", "I"), ("gpu", "I"),
@@ -214,6 +225,6 @@ MIG_LAYOUT = Layout("fnv_mig", [("current", "I"), ("pending", "I"), ("gi", (MIG_
 
 # Every struct of the header, for the test that holds them to it.
 LAYOUTS = [
-    HEADER, LINK, MIG_PROFILE, FIELD, DEVICE, JOURNAL_HEADER, GEN, RECORD,
+    HEADER, LINK, MIG_PROFILE, FIELD, DEVICE, JOURNAL_HEADER, GEN, COUNTERS, COUNTER, RECORD,
     MIG_CI, MIG_GI, MIG_LAYOUT,
 ]  # fmt: skip

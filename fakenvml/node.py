@@ -7,6 +7,7 @@
     d.set_sensors("3", ["temperature=70..90/30s", "power=350W"])  # (fakenvml/telemetry.py)
     d.add_process("0", pid=4242, used=2 << 30)
     d.fail("nvmlDeviceGetMemoryInfo", "GPU_IS_LOST", gpu="2", count=3)  # (fakenvml/knobs.py)
+    d.fail("nvmlDeviceGetUUID", "UNKNOWN", after=100)  # the node's first 100 calls pass
     d.delay("nvmlDeviceGetUUID", 2000)
 
 Every method validates first and writes last, so bad input changes nothing.
@@ -72,9 +73,12 @@ class NodeDir:
             # (permissions, a full disk) leaves the directory as it was. gen and journal
             # first: a library that reads the new state must find its journal.
             with statefile.staged(self.path / journal.GEN_FILE, journal.create_gen(boot_id)) as g, \
+                 statefile.staged(self.path / knobs.COUNTERS_FILE,
+                                  knobs.create_counters(boot_id)) as k, \
                  statefile.staged(self.path / journal.JOURNAL_FILE, journal.create(boot_id)) as j, \
                  statefile.staged(self.path / statefile.STATE_FILE, state) as s:  # fmt: skip
                 g.commit()
+                k.commit()
                 j.commit()
                 s.commit()
         except OSError as e:
@@ -206,9 +210,19 @@ class NodeDir:
         ]
         return self._write(entries)
 
-    def add_process(self, gpu: str | int, pid: int, used: int, kind: str = "compute") -> Record:
+    def add_process(
+        self,
+        gpu: str | int,
+        pid: int,
+        used: int,
+        kind: str = "compute",
+        sm_util: int | None = None,
+        mem_util: int | None = None,
+    ) -> Record:
         """A process on the GPU: listed by the running-process queries, its memory in
-        `used` (as real NVML counts it). The same pid again replaces it."""
+        `used` (as real NVML counts it), sampled by nvmlDeviceGetProcessUtilization at
+        `sm_util` / `mem_util` percent (neither: an even share of the GPU's utilisation).
+        The same pid again replaces it."""
         target = self.resolve(gpu)
         if not 0 < pid < 2**32:
             raise FakeNvmlError(f"--pid {pid}: expected a process id >= 1")
@@ -221,7 +235,8 @@ class NodeDir:
         if pid not in procs and len(procs) >= telemetry.MAX_PROCESSES:
             raise FakeNvmlError(f"GPU {target.index} has {telemetry.MAX_PROCESSES} processes")
         kinds = telemetry.process_kinds(kind)
-        return self._write([(Kind.PROCESS_ADD, target.index, used, pid, kinds, 0)])[0]
+        util = telemetry.process_util(sm_util, mem_util)
+        return self._write([(Kind.PROCESS_ADD, target.index, used, pid, kinds, util)])[0]
 
     def remove_process(self, gpu: str | int, pid: int) -> Record:
         target = self.resolve(gpu)
@@ -245,12 +260,38 @@ class NodeDir:
         return None if gpu is None else self.resolve(gpu).index
 
     def fail(
-        self, function: str, error: str, gpu: str | int | None = None, count: int = 0
+        self,
+        function: str,
+        error: str,
+        gpu: str | int | None = None,
+        count: int = 0,
+        **when: float | None,
     ) -> Record:
-        """`function` answers `error` (on `gpu`, or on every call), the next `count` calls
-        in each process (0: until cleared)."""
-        entry = knobs.fail(function, error, self._knob_gpu(gpu), count)
-        return self._write([entry])[0]
+        """`function` answers `error` (on `gpu`, or on every call) until cleared, or for
+        `count` calls; `after=N`: the node's first N matching calls pass; `probability=P`:
+        each fails with P, drawn from `seed` (the same seed fails the same calls). Calls
+        are counted per node: every process that loaded the library adds to one count."""
+        return self.fail_records(function, error, gpu, count, **when)[-1]  # type: ignore[arg-type]
+
+    def fail_records(
+        self,
+        function: str,
+        error: str,
+        gpu: str | int | None = None,
+        count: int = 0,
+        after: int = 0,
+        probability: float | None = None,
+        seed: int | None = None,
+    ) -> list[Record]:
+        """fail(), returning its records: FAIL, after its FAIL_WHEN when counted."""
+        where = self._knob_gpu(gpu)
+        # Every argument is checked before a slot is taken.
+        entries = knobs.fail(function, error, where, count, after, probability, seed)
+        if len(entries) == 2:  # counted: in the node's knobs.bin
+            kind, on, calls, drawn, _, limit = entries[0]
+            slot = knobs.claim_slot(self.path, self.identities().boot_id)
+            entries[0] = (kind, on, calls, drawn, slot, limit)
+        return self._write(entries)
 
     def delay(self, function: str, ms: int, gpu: str | int | None = None) -> Record:
         """`function` sleeps `ms` before answering (0: no more delay)."""

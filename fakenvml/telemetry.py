@@ -30,6 +30,7 @@ SET_IDLE = layout.SET_IDLE
 MAX_PERIOD_MS = 0xFFFFFFFE
 MEMORY_TEMP_FIELD = 82  # NVML_FI_DEV_MEMORY_TEMP: only GPUs whose profile answers it
 PROC_COMPUTE, PROC_GRAPHICS = layout.PROC_COMPUTE, layout.PROC_GRAPHICS
+PROC_UTIL = layout.PROC_UTIL
 MAX_PROCESSES = layout.MAX_PROCESSES
 
 # nvmlClocksEventReason* bits, spelled as the rest of the CLI spells things.
@@ -260,6 +261,17 @@ def size_bytes(text: str) -> int:
         raise FakeNvmlError(f"{text!r}: expected a size such as 2GiB, 512MiB or bytes")
     unit = m.group(2).lower() if m.group(2) else None
     return round(float(m.group(1)) * _SIZE_UNIT[unit])
+
+
+def process_util(sm: int | None, mem: int | None) -> int:
+    """A process-add's data2: the process's own SM and memory utilisation (percent), or 0
+    (neither given): an even share of its GPU's, as the library computes it."""
+    if sm is None and mem is None:
+        return 0
+    for flag, value in (("--sm-util", sm), ("--mem-util", mem)):
+        if value is not None and not 0 <= value <= 100:
+            raise FakeNvmlError(f"{flag} {value}: expected a percentage, 0 to 100")
+    return layout.PROC_UTIL | (sm or 0) | (mem or 0) << 8
 
 
 def process_kinds(kind: str) -> int:

@@ -31,7 +31,7 @@ static void sleep_ms(uint32_t ms) {
 /* A GPU that a `fail nvmlInit --gpu N` knob fails stays failed in this process until its
  * next first nvmlInit, as a GPU that failed to initialise does on a real node. */
 static void mark_init_failures(fnv_state *st) {
-    for (uint32_t i = 0; i < st->count; i++) st->faults[i].init_error = fnv_knob_init_error(i);
+    for (uint32_t i = 0; i < st->count; i++) st->faults[i].init_error = fnv_knob_init_error(st, i);
 }
 
 /* Every init entry point: knobs name them all FNV_INIT_NAME. A delay knob sleeps after
@@ -48,7 +48,7 @@ static nvmlReturn_t init(void) {
     else if ((ret = fnv_load(&st)) == NVML_SUCCESS)
         fnv_journal_start(st);
     if (ret == NVML_SUCCESS && fnv_knob_count) {
-        ret = fnv_knob_match(FNV_INIT_NAME, FNV_ALL_GPUS, &delay);
+        ret = fnv_knob_match(st, FNV_INIT_NAME, FNV_ALL_GPUS, &delay);
         if (ret == NVML_SUCCESS && st != fnv_g) mark_init_failures(st);
     }
     if (ret == NVML_SUCCESS) {
@@ -113,7 +113,7 @@ nvmlReturn_t fnv_leave(nvmlReturn_t ret) {
 
 nvmlReturn_t fnv_gate(const char *fn, uint32_t gpu) {
     uint32_t delay = 0;
-    nvmlReturn_t err = fnv_knob_match(fn, gpu, &delay);
+    nvmlReturn_t err = fnv_knob_match(fnv_g, fn, gpu, &delay);
     if (delay) { /* other threads' calls go on meanwhile */
         pthread_mutex_unlock(&fnv_lock);
         sleep_ms(delay);

@@ -40,6 +40,8 @@ typedef struct {
 typedef struct {
     uint32_t pid, kinds; /* FNV_PROC_* */
     uint64_t used;
+    uint32_t util_set, sm, mem; /* its own utilisation (%), else a share of the GPU's */
+    uint64_t since_us;          /* added at, CLOCK_REALTIME microseconds */
 } fnv_process;
 
 /* Telemetry replayed from the journal, like fnv_fault. */
@@ -64,6 +66,9 @@ typedef struct {
     const fnv_gen *gen;       /* journal.gen mapped, or NULL: fstat per call */
     const uint64_t *committed; /* gen->committed: 8-aligned in the page-aligned mapping */
     uint64_t gen_seen;        /* gen->committed when the journal was last read */
+    fnv_counter *counters;    /* knobs.bin's counters mapped writable, or NULL: knobs count
+                                 in this process (knobs.c) */
+    uint32_t counter_slots;   /* how many, as checked when mapped */
     char dir[PATH_MAX];
     char journal_path[PATH_MAX];
 } fnv_state;
@@ -98,18 +103,23 @@ int fnv_parse_state(const uint8_t *buf, size_t len, fnv_header *header, fnv_devi
 nvmlReturn_t fnv_load(fnv_state **out); /* the state and its journal, opened, not replayed */
 void fnv_free(fnv_state *st);
 
-/* knobs.c: failure and latency knobs (FNV_FAIL, FNV_DELAY, FNV_CLEAR). Their state lives
- * outside fnv_state so that a `--count` survives nvmlShutdown/nvmlInit in a process. */
+/* knobs.c: failure and latency knobs (FNV_FAIL, FNV_FAIL_WHEN, FNV_DELAY, FNV_CLEAR). The
+ * table lives outside fnv_state so that replay does not renew it at nvmlShutdown/nvmlInit;
+ * a counted knob's calls are counted in st's knobs.bin (the node's), else in the table. */
 extern unsigned fnv_knob_count; /* knobs in force; lock held. 0: the cheap path */
 void fnv_knobs_begin(const fnv_state *st);                        /* at load; lock held */
 void fnv_knobs_apply(const fnv_record *rec, uint64_t position); /* lock held */
 /* The error a knob makes `fn` answer on `gpu` (FNV_ALL_GPUS: a call naming no GPU), and
- * the delay to sleep first; consumes one of a --count. Lock held. */
-nvmlReturn_t fnv_knob_match(const char *fn, uint32_t gpu, uint32_t *delay_ms);
+ * the delay to sleep first; counts the call for a counted knob. Lock held. */
+nvmlReturn_t fnv_knob_match(const fnv_state *st, const char *fn, uint32_t gpu,
+                            uint32_t *delay_ms);
 /* nvmlInit, nvmlInit_v2 and nvmlInitWithFlags are one knob, named so. */
 #define FNV_INIT_NAME "nvmlInit"
 /* The error a `fail nvmlInit --gpu` knob gives that GPU at a first nvmlInit. */
-nvmlReturn_t fnv_knob_init_error(uint32_t gpu);
+nvmlReturn_t fnv_knob_init_error(const fnv_state *st, uint32_t gpu);
+/* A probability knob's draw for its matching call i: uniform in [0, 2^32), a function of
+ * (seed, i) alone, so a node replays the same failures whichever process makes each call. */
+uint64_t fnv_roll(uint32_t seed, uint64_t i);
 
 /* wave.c: a set sensor's value at a time, and the energy drawn under the power set. */
 uint64_t fnv_now_ns(void); /* CLOCK_MONOTONIC, the journal's clock for waves */

@@ -19,13 +19,13 @@
 #include "fake.h"
 
 static int node_wide(uint32_t kind) {
-    return kind == FNV_FAIL || kind == FNV_DELAY || kind == FNV_CLEAR;
+    return kind == FNV_FAIL || kind == FNV_DELAY || kind == FNV_CLEAR || kind == FNV_FAIL_WHEN;
 }
 
 int fnv_record_valid(const fnv_record *rec, uint64_t position, uint32_t device_count) {
     if (fnv_crc32(rec, offsetof(fnv_record, crc)) != rec->crc || rec->seq != position + 1)
         return 0;
-    if (rec->kind < FNV_XID || rec->kind > FNV_CI_DESTROY) return 0;
+    if (rec->kind < FNV_XID || rec->kind > FNV_FAIL_WHEN) return 0;
     if (rec->kind == FNV_SET && (rec->arg0 == 0 || rec->arg0 >= FNV_S_COUNT)) return 0;
     return rec->gpu < device_count || (node_wide(rec->kind) && rec->gpu == FNV_ALL_GPUS);
 }
@@ -82,7 +82,11 @@ static void add_process(fnv_live *l, const fnv_record *rec) {
         }
         l->nprocs++;
     }
-    l->procs[i] = (fnv_process){.pid = rec->arg0, .kinds = rec->arg1, .used = rec->data};
+    l->procs[i] = (fnv_process){.pid = rec->arg0, .kinds = rec->arg1, .used = rec->data,
+                                .util_set = (rec->data2 & FNV_PROC_UTIL) != 0,
+                                .sm = (uint32_t)(rec->data2 & 0xFF),
+                                .mem = (uint32_t)(rec->data2 >> 8 & 0xFF),
+                                .since_us = rec->realtime_ns / 1000};
 }
 
 static void remove_process(fnv_live *l, uint32_t pid) {
@@ -99,6 +103,7 @@ static void apply(fnv_state *st, const fnv_record *rec) {
     case FNV_PROCESS_ADD: add_process(&st->live[rec->gpu], rec); break;
     case FNV_PROCESS_REMOVE: remove_process(&st->live[rec->gpu], rec->arg0); break;
     case FNV_FAIL:
+    case FNV_FAIL_WHEN:
     case FNV_DELAY:
     case FNV_CLEAR: break; /* fnv_knobs_apply's */
     case FNV_MIG_MODE:
@@ -180,8 +185,33 @@ static void gen_store(const fnv_state *st, uint64_t committed) {
     close(fd);
 }
 
+/* Maps knobs.bin writable if it is whole and belongs to this state; else st->counters stays
+ * NULL and counted knobs count in this process. The slot count is the one checked here:
+ * what the shared page says later is never trusted as a bound. */
+static void counters_map(fnv_state *st) {
+    char path[PATH_MAX + 16];
+    snprintf(path, sizeof path, "%s/" FNV_COUNTERS_FILE, st->dir);
+    int fd = open(path, O_RDWR | O_CLOEXEC);
+    if (fd < 0) return; /* none, or read-only here (a container's read-only mount) */
+    fnv_counters h;
+    struct stat sb;
+    void *map = MAP_FAILED;
+    size_t len = 0;
+    if (pread(fd, &h, sizeof h, 0) == (ssize_t)sizeof h && memcmp(h.magic, FNV_COUNTERS_MAGIC, 8) == 0 &&
+        h.boot_id == st->header.boot_id && h.slots <= FNV_MAX_COUNTED && fstat(fd, &sb) == 0) {
+        len = sizeof h + (size_t)h.slots * sizeof(fnv_counter);
+        if (h.slots && (size_t)sb.st_size >= len)
+            map = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    }
+    close(fd);
+    if (map == MAP_FAILED) return;
+    st->counters = (fnv_counter *)((char *)map + sizeof h); /* 64: 8-aligned in the page */
+    st->counter_slots = h.slots;
+}
+
 void fnv_journal_start(fnv_state *st) {
     fnv_knobs_begin(st);
+    counters_map(st);
     gen_map(st); /* before reading: a record stored meanwhile is read on the next call */
     catch_up(st);
 }

@@ -2,10 +2,15 @@
  * performance state, fans. Values are the profile's idle readings from the state file,
  * unless `fakenvml set` put a value or a wave in the journal (fnv_live). */
 #include <stddef.h>
+#include <string.h>
+#include <time.h>
 
 #include "getters.h"
 
 enum { CLK_GRAPHICS, CLK_SM, CLK_MEM, CLK_VIDEO };
+/* The driver's utilisation sample period: a real H100 reports 100 ms for its encoder,
+ * decoder, JPEG and OFA windows (the capture); processes are sampled on the same beat. */
+#define SAMPLE_PERIOD_US 100000ull
 
 /* ---- live values (their arithmetic: wave.c) ---- */
 
@@ -179,13 +184,64 @@ nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t device, nvmlUtilization_
         DEVICE_ENTER(device);                                                                      \
         (void)d;                                                                                   \
         *utilization = 0;                                                                          \
-        *samplingPeriodUs = 100000; /* the driver's window (a real H100 reports 100 ms) */                            \
+        *samplingPeriodUs = SAMPLE_PERIOD_US;                                                      \
         return fnv_leave(NVML_SUCCESS);                                                            \
     }
 IDLE_ENGINE(nvmlDeviceGetEncoderUtilization)
 IDLE_ENGINE(nvmlDeviceGetDecoderUtilization)
 IDLE_ENGINE(nvmlDeviceGetJpgUtilization)
 IDLE_ENGINE(nvmlDeviceGetOfaUtilization)
+
+/* ---- per-process utilisation: the processes `fakenvml process add` put on the GPU ---- */
+
+/* The samples newer than `since` (CPU microseconds): one per process that used the GPU in
+ * the last sample period (all-zero ones are left out, as the driver leaves them), at its
+ * own utilisation or an even share of the GPU's among those without one, stamped at the
+ * last period boundary, or when it was added if that is later. So a consumer that polls
+ * faster than the period with the stamp it last saw is told NOT_FOUND, as by a driver. */
+static unsigned process_samples(const fnv_device *d, unsigned long long since,
+                                nvmlProcessUtilizationSample_t out[FNV_MAX_PROCESSES]) {
+    const fnv_live *l = &fnv_g->live[d->index];
+    unsigned shared = 0, n = 0;
+    for (uint32_t i = 0; i < l->nprocs; i++) shared += !l->procs[i].util_set;
+    uint64_t sm = shared ? fnv_sensor(d, FNV_S_UTIL) / shared : 0;
+    uint64_t mem = shared ? fnv_sensor(d, FNV_S_MEM_UTIL) / shared : 0;
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    unsigned long long now = (unsigned long long)ts.tv_sec * 1000000u + (unsigned long long)ts.tv_nsec / 1000u;
+    unsigned long long boundary = now - now % SAMPLE_PERIOD_US;
+    for (uint32_t i = 0; i < l->nprocs && n < FNV_MAX_PROCESSES; i++) {
+        const fnv_process *p = &l->procs[i];
+        unsigned s = p->util_set ? p->sm : (unsigned)sm, m = p->util_set ? p->mem : (unsigned)mem;
+        unsigned long long at = p->since_us > boundary ? p->since_us : boundary;
+        if ((!s && !m) || at > now || at <= since) continue;
+        out[n++] = (nvmlProcessUtilizationSample_t){.pid = p->pid, .timeStamp = at, .smUtil = s,
+                                                   .memUtil = m};
+    }
+    return n;
+}
+
+nvmlReturn_t nvmlDeviceGetProcessUtilization(nvmlDevice_t device,
+                                             nvmlProcessUtilizationSample_t *utilization,
+                                             unsigned int *processSamplesCount,
+                                             unsigned long long lastSeenTimeStamp) {
+    if (!processSamplesCount) return NVML_ERROR_INVALID_ARGUMENT;
+    DEVICE_ENTER(device);
+    /* nvml.h: "On MIG-enabled GPUs, querying process utilization is not currently supported" */
+    if (fnv_g->mig[d->index].current == NVML_DEVICE_MIG_ENABLE)
+        return fnv_leave(NVML_ERROR_NOT_SUPPORTED);
+    nvmlProcessUtilizationSample_t samples[FNV_MAX_PROCESSES];
+    unsigned n = process_samples(d, lastSeenTimeStamp, samples);
+    nvmlReturn_t ret = NVML_SUCCESS;
+    if (n == 0) /* "If no valid sample entries are found since the lastSeenTimeStamp" */
+        ret = NVML_ERROR_NOT_FOUND;
+    else if (!utilization || *processSamplesCount < n) /* the size query, or too small */
+        ret = NVML_ERROR_INSUFFICIENT_SIZE;
+    else
+        memcpy(utilization, samples, n * sizeof samples[0]);
+    *processSamplesCount = n;
+    return fnv_leave(ret);
+}
 
 /* ---- clocks ---- */
 

@@ -223,6 +223,9 @@ void fnv_free(fnv_state *st) {
     if (!st) return;
     if (st->journal_fd >= 0) close(st->journal_fd);
     if (st->gen) munmap((void *)st->gen, sizeof *st->gen);
+    if (st->counters)
+        munmap((char *)st->counters - sizeof(fnv_counters),
+               sizeof(fnv_counters) + (size_t)st->counter_slots * sizeof(fnv_counter));
     free(st->devices);
     free(st->faults);
     if (st->live)

@@ -19,6 +19,8 @@
 #define FNV_STATE_MAGIC "FNVMLST1"
 #define FNV_JOURNAL_MAGIC "FNVMLJR1"
 #define FNV_GEN_MAGIC "FNVMLGN1"
+#define FNV_COUNTERS_FILE "knobs.bin"
+#define FNV_COUNTERS_MAGIC "FNVMLKC1"
 #define FNV_FORMAT_VERSION 2 /* state.bin; 2 added the driver branch and the profile tail */
 #define FNV_JOURNAL_VERSION 1
 #define FNV_MAX_DEVICES 4096
@@ -133,6 +135,27 @@ typedef struct {
     uint8_t reserved[40];
 } fnv_gen;
 
+/* knobs.bin: the node's call counters of counted `fail` knobs (an --after, a --probability
+ * or a --count), one fnv_counter per knob, so every process on the node counts the same
+ * calls: each library maps it MAP_SHARED and adds with __atomic_fetch_add. Written once by
+ * `fakenvml init` (renamed into place), all counters zero; the control plane hands out slots
+ * in order (`next`, under the file's flock), one per counted knob, never reused within an
+ * init; never truncated (a mapped file that shrank would fault its users). A process that
+ * cannot map it writable (a read-only mount, a state from before it) counts alone. */
+#define FNV_MAX_COUNTED 4096 /* counted knobs per init */
+#define FNV_NO_SLOT 0xFFFFFFFFu
+typedef struct {
+    char magic[8];
+    uint64_t boot_id;
+    uint32_t slots; /* counters that follow: FNV_MAX_COUNTED */
+    uint32_t next;  /* the next slot to hand out; the control plane's alone */
+    uint8_t reserved[40];
+} fnv_counters;
+typedef struct {
+    uint64_t calls; /* calls the knob matched, node-wide: call i is the (i+1)-th */
+    uint64_t fails; /* of those, the ones it failed that counted towards its --count */
+} fnv_counter;
+
 /* Names as in fakenvml/journal.py's Kind, whose spellings (xid, ecc-single, ...) every
    command, file and report uses; the numbers are the format. */
 enum fnv_record_kind {
@@ -147,11 +170,14 @@ enum fnv_record_kind {
     FNV_SET = 8,            /* arg0: fnv_sensor; data: value, or a wave's start; data2: its
                                turn; arg1: the wave's period in ms (0: constant);
                                FNV_SET_IDLE in arg1 with data 0: back to the profile's */
-    FNV_PROCESS_ADD = 9,    /* arg0: pid; arg1: FNV_PROC_* bits; data: used memory, bytes */
+    FNV_PROCESS_ADD = 9,    /* arg0: pid; arg1: FNV_PROC_* bits; data: used memory, bytes;
+                               data2: FNV_PROC_UTIL | SM % | memory % << 8 when given, else
+                               0: an even share of the GPU's utilisation */
     FNV_PROCESS_REMOVE = 10, /* arg0: pid */
     /* NVML failure knobs. gpu: one GPU, or FNV_ALL_GPUS. arg0: the function's id (crc32 of
        its exported name); arg1: FNV_KNOB_* flags. */
-    FNV_FAIL = 11,  /* data: the nvmlReturn_t to answer; data2: how many calls (0: all) */
+    FNV_FAIL = 11,  /* data: the nvmlReturn_t to answer; data2: how many calls fail (0: all);
+                       an FNV_FAIL_WHEN before it says when, and counts them node-wide */
     FNV_DELAY = 12, /* data: milliseconds to sleep before answering (0: none) */
     FNV_CLEAR = 13, /* data: FNV_CLEAR_* bits; arg0: one function's id, or 0 for all */
     /* MIG (fakenvml/mig.py, src/mig.c; replayed by src/mig_layout.c, which checks each
@@ -165,6 +191,13 @@ enum fnv_record_kind {
     FNV_CI_CREATE = 18,  /* arg0: GPU instance id; arg1: compute instance id; data:
                             NVML_COMPUTE_INSTANCE_PROFILE_*; data2: placement start */
     FNV_CI_DESTROY = 19, /* arg0: GPU instance id; arg1: compute instance id */
+    /* When the FNV_FAIL right after it (same append, same gpu) fails a call: counted in
+       knobs.bin slot arg1 (FNV_NO_SLOT: per process), matching call i (0-based) passes
+       while i < data (--after), then fails when fnv_roll(seed arg0, i) < data2 (a 2^-32
+       fixed-point probability; FNV_ALWAYS: every call), and the knob is spent after its
+       data2 (--count) failures. Before its FAIL, so a reader that sees one record of the
+       pair alone never fails a call it should not. */
+    FNV_FAIL_WHEN = 20,
 };
 
 enum fnv_sensor { /* FNV_SET's arg0; fakenvml/telemetry.py's Sensor */
@@ -189,9 +222,11 @@ enum fnv_sensor { /* FNV_SET's arg0; fakenvml/telemetry.py's Sensor */
 #define FNV_PROC_COMPUTE 1u
 #define FNV_PROC_GRAPHICS 2u
 #define FNV_MAX_PROCESSES 64 /* per GPU; adds beyond it are ignored */
+#define FNV_PROC_UTIL 0x10000u /* FNV_PROCESS_ADD's data2: the process's own utilisation */
 #define FNV_KNOB_VERSIONS 1u /* also the function's _vN versions (a name given without one) */
 #define FNV_CLEAR_FAIL 1u
 #define FNV_CLEAR_DELAY 2u
+#define FNV_ALWAYS 0x100000000ull /* FNV_FAIL_WHEN's probability 1 */
 
 typedef struct {
     uint64_t seq; /* 1-based, equal to the record's position + 1 */
@@ -280,6 +315,7 @@ _Static_assert(sizeof(fnv_device) == 636 + FNV_MAX_LINKS * 48 + 120 + FNV_MAX_MI
                "device layout changed");
 _Static_assert(sizeof(fnv_journal_header) == 64, "journal header layout changed");
 _Static_assert(sizeof(fnv_gen) == 64 && offsetof(fnv_gen, committed) == 16, "gen layout changed");
+_Static_assert(sizeof(fnv_counters) == 64 && sizeof(fnv_counter) == 16, "counters layout changed");
 _Static_assert(sizeof(fnv_record) == 64, "record layout changed: update fakenvml/layout.py");
 _Static_assert(sizeof(fnv_mig) == 8 + FNV_MIG_GIS * (4 + FNV_MIG_CIS * 4), "MIG layout changed");
 

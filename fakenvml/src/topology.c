@@ -1,6 +1,7 @@
 /* Where devices sit: NUMA and CPU affinity, the PCIe tree (common ancestor, nearest GPUs),
  * NVLink, and peer-to-peer status. The tree is stored per GPU as switch / upper switch /
  * host bridge / NUMA ids, so no N x N table is needed for 1024 GPUs. */
+#include <stdio.h>
 #include <string.h>
 
 #include "getters.h"
@@ -265,5 +266,86 @@ nvmlReturn_t nvmlDeviceGetNvLinkErrorCounter(nvmlDevice_t device, unsigned int l
     LINK_ENTER(device, link, l);
     (void)l;
     *counterValue = 0;
+    return fnv_leave(NVML_SUCCESS);
+}
+
+/* ---- the NVLink fabric: Hopper and later on an NVSwitch system ---- */
+
+/* What the fabric manager registered a GPU as. Every GPU on one NVSwitch baseboard reaches
+ * the same switches, so the lowest switch number it reaches names its board: the clique
+ * (+1, never 0). The cluster is the node's: one UUID of CRC-32s of "<node>/fabric/<k>". A
+ * Hopper or later GPU on no NVSwitch (a PCIe board, direct links, a VM that hides them)
+ * answers, with SUCCESS, that the fabric is not supported; older families have no call. */
+typedef struct {
+    unsigned char cluster[NVML_GPU_FABRIC_UUID_LEN];
+    unsigned clique;
+    nvmlGpuFabricState_t state;
+    unsigned health;
+    unsigned char summary;
+} fabric;
+
+#define FABRIC_HEALTHY                                                                             \
+    (NVML_GPU_FABRIC_HEALTH_MASK_DEGRADED_BW_FALSE << NVML_GPU_FABRIC_HEALTH_MASK_SHIFT_DEGRADED_BW | \
+     NVML_GPU_FABRIC_HEALTH_MASK_ROUTE_RECOVERY_FALSE                                              \
+         << NVML_GPU_FABRIC_HEALTH_MASK_SHIFT_ROUTE_RECOVERY |                                     \
+     NVML_GPU_FABRIC_HEALTH_MASK_ROUTE_UNHEALTHY_FALSE                                             \
+         << NVML_GPU_FABRIC_HEALTH_MASK_SHIFT_ROUTE_UNHEALTHY |                                    \
+     NVML_GPU_FABRIC_HEALTH_MASK_ACCESS_TIMEOUT_RECOVERY_FALSE                                     \
+         << NVML_GPU_FABRIC_HEALTH_MASK_SHIFT_ACCESS_TIMEOUT_RECOVERY |                            \
+     NVML_GPU_FABRIC_HEALTH_MASK_INCORRECT_CONFIGURATION_NONE                                      \
+         << NVML_GPU_FABRIC_HEALTH_MASK_SHIFT_INCORRECT_CONFIGURATION)
+
+static nvmlReturn_t fabric_of(const fnv_device *d, fabric *f) {
+    if (d->arch < NVML_DEVICE_ARCH_HOPPER || d->arch == NVML_DEVICE_ARCH_UNKNOWN)
+        return NVML_ERROR_NOT_SUPPORTED;
+    memset(f, 0, sizeof *f); /* NVML_GPU_FABRIC_STATE_NOT_SUPPORTED, health not supported */
+    uint32_t lowest = UINT32_MAX;
+    for (unsigned i = 0; i < d->nvlink_count; i++)
+        if (links_to_switch(&d->links[i]) && d->links[i].remote_index < lowest)
+            lowest = d->links[i].remote_index;
+    if (lowest == UINT32_MAX) return NVML_SUCCESS;
+    f->state = NVML_GPU_FABRIC_STATE_COMPLETED;
+    f->clique = lowest + 1;
+    f->health = FABRIC_HEALTHY;
+    f->summary = NVML_GPU_FABRIC_HEALTH_SUMMARY_HEALTHY;
+    char key[sizeof fnv_g->header.node_name + 16];
+    for (unsigned k = 0; k < 4; k++) {
+        snprintf(key, sizeof key, "%s/fabric/%u", fnv_g->header.node_name, k);
+        uint32_t crc = fnv_crc32(key, strlen(key));
+        memcpy(&f->cluster[4 * k], &crc, sizeof crc);
+    }
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetGpuFabricInfo(nvmlDevice_t device, nvmlGpuFabricInfo_t *gpuFabricInfo) {
+    if (!gpuFabricInfo) return NVML_ERROR_INVALID_ARGUMENT;
+    DEVICE_ENTER(device);
+    fabric f;
+    nvmlReturn_t ret = fabric_of(d, &f);
+    if (ret != NVML_SUCCESS) return fnv_leave(ret);
+    memcpy(gpuFabricInfo->clusterUuid, f.cluster, sizeof f.cluster);
+    gpuFabricInfo->status = NVML_SUCCESS;
+    gpuFabricInfo->cliqueId = f.clique;
+    gpuFabricInfo->state = f.state;
+    return fnv_leave(NVML_SUCCESS);
+}
+
+/* v2 and v3 share their fields up to healthMask; only v3 has room for the summary. */
+nvmlReturn_t nvmlDeviceGetGpuFabricInfoV(nvmlDevice_t device, nvmlGpuFabricInfoV_t *gpuFabricInfo) {
+    if (!gpuFabricInfo) return NVML_ERROR_INVALID_ARGUMENT;
+    unsigned version = gpuFabricInfo->version;
+    if (version != nvmlGpuFabricInfo_v2 && version != nvmlGpuFabricInfo_v3)
+        return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
+    DEVICE_ENTER(device);
+    fabric f;
+    nvmlReturn_t ret = fabric_of(d, &f);
+    if (ret != NVML_SUCCESS) return fnv_leave(ret);
+    nvmlGpuFabricInfo_v2_t *v2 = (nvmlGpuFabricInfo_v2_t *)gpuFabricInfo;
+    memcpy(v2->clusterUuid, f.cluster, sizeof f.cluster);
+    v2->status = NVML_SUCCESS;
+    v2->cliqueId = f.clique;
+    v2->state = f.state;
+    v2->healthMask = f.health;
+    if (version == nvmlGpuFabricInfo_v3) gpuFabricInfo->healthSummary = f.summary;
     return fnv_leave(NVML_SUCCESS);
 }

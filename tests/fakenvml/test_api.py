@@ -409,6 +409,34 @@ def nvlink(st: NodeDir, node: Node) -> None:
     assert nv.nvmlDeviceOnSameBoard(h(0), h(0)) == 1
 
 
+@check
+def gpu_fabric(st: NodeDir, node: Node) -> None:
+    """Eight H100 on one NVSwitch baseboard: each registered with the fabric manager, one
+    cluster and one clique (tests/fakenvml/test_fabric.py: the other families and shapes)."""
+    seen = set()
+    for i in range(len(node.gpus)):
+        v1, v3 = nv.c_nvmlGpuFabricInfo_t(), nv.c_nvmlGpuFabricInfo_v3_t()
+        nv.nvmlDeviceGetGpuFabricInfo(h(i), ctypes.byref(v1))
+        nv.nvmlDeviceGetGpuFabricInfoV(h(i), ctypes.byref(v3))
+        done = nv.NVML_GPU_FABRIC_STATE_COMPLETED
+        assert (v1.state, v1.status, v3.state, v3.status) == (done, 0, done, 0)
+        assert v3.healthSummary == nv.NVML_GPU_FABRIC_HEALTH_SUMMARY_HEALTHY
+        seen.add((bytes(v1.clusterUuid), v1.cliqueId, bytes(v3.clusterUuid), v3.cliqueId))
+    [(cluster, clique, cluster3, clique3)] = seen
+    assert cluster == cluster3 != bytes(16) and clique == clique3 != 0
+
+
+@check
+def process_utilization(st: NodeDir, node: Node) -> None:
+    """(tests/fakenvml/test_process_utilization.py: the two-call pattern, shares, stamps.)"""
+    raises(nv.NVML_ERROR_NOT_FOUND, nv.nvmlDeviceGetProcessUtilization, h(6), 0)
+    st.add_process(6, pid=4242, used=1 << 30, sm_util=75, mem_util=40)
+    [s] = nv.nvmlDeviceGetProcessUtilization(h(6), 0)
+    assert (s.pid, s.smUtil, s.memUtil, s.encUtil, s.decUtil) == (4242, 75, 40, 0, 0)
+    raises(nv.NVML_ERROR_NOT_FOUND, nv.nvmlDeviceGetProcessUtilization, h(6), s.timeStamp)
+    st.remove_process(6, 4242)
+
+
 # ---------------------------------------------------------------- events (in-process)
 
 

@@ -113,7 +113,9 @@ def test_init_writes_state_and_journal(tmp_path: Path, run: Run) -> None:
     code, out, err = run("init", DGX, "--state-dir", tmp_path / "n")
     assert (code, err) == (0, "")
     assert out.startswith("node dgx-h100: 8 GPU(s) (NVIDIA H100 80GB HBM3) in ")
-    assert sorted(snapshot(tmp_path / "n")) == ["journal.bin", "journal.gen", "state.bin"]
+    assert sorted(snapshot(tmp_path / "n")) == [
+        "journal.bin", "journal.gen", "knobs.bin", "state.bin",
+    ]  # fmt: skip
 
 
 def test_init_defaults_to_the_state_dir_env(

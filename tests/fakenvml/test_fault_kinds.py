@@ -26,7 +26,7 @@ def test_each_kind_has_one_spelling_and_reads_back() -> None:
     assert spellings == [
         "xid", "ecc-single", "ecc-double", "lost", "fallen-off-bus", "recover", "recovery-action",
         "set", "process-add", "process-remove", "fail", "delay", "clear", "mig-mode",
-        "gpu-reset", "gi-create", "gi-destroy", "ci-create", "ci-destroy",
+        "gpu-reset", "gi-create", "gi-destroy", "ci-create", "ci-destroy", "fail-when",
     ]  # fmt: skip
     faults = [k for k in Kind if k.is_fault]
     assert [Kind.named(k.spelling) for k in faults] == faults == list(Kind)[:7]

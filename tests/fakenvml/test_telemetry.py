@@ -189,6 +189,8 @@ def test_another_process_sees_them_without_reinit(state: NodeDir, fake_library: 
         (["process", "add", "0", "--pid", "5", "--used=-1GiB"], "expected a size"),
         (["process", "add", "0", "--pid", "5", "--used", "999TiB"], "free memory"),
         (["process", "remove", "0", "--pid", "5"], "no process 5"),
+        (["process", "add", "0", "--pid", "5", "--used", "1GiB", "--sm-util", "101"], "0 to 100"),
+        (["process", "add", "0", "--pid", "5", "--used", "1GiB", "--mem-util=-1"], ">= 0"),
     ],
 )
 def test_bad_input_is_one_line_and_writes_nothing(
@@ -208,10 +210,13 @@ def test_the_cli_sets_and_events_show_it(
     d = ["--state-dir", str(state.path)]
     assert cli.main(["set", "3", "temperature=70..90/30s", "power=350W", *d]) == 0
     assert cli.main(["process", "add", "1", "--pid", "4242", "--used", "2GiB", *d]) == 0
+    assert cli.main(["process", "add", "1", "--pid", "7", "--used", "1GiB", "--sm-util", "75",
+                     "--mem-util", "40", *d]) == 0  # fmt: skip
     capsys.readouterr()
     assert cli.main(["events", *d]) == 0
     out = capsys.readouterr().out
     assert "set temperature=70..90C/30s" in out and "set power=350W" in out
-    assert "process-add pid 4242 2048 MiB" in out
-    assert [r.kind for r in state.events()] == [Kind.SET, Kind.SET, Kind.PROCESS_ADD]
+    assert "process-add pid 4242 2048 MiB\n" in out
+    assert "process-add pid 7 1024 MiB, sm 75%, mem 40%" in out
+    assert [r.kind for r in state.events()] == [Kind.SET, Kind.SET] + [Kind.PROCESS_ADD] * 2
     assert state.faulted() == set()  # telemetry is not a fault

@@ -3,6 +3,7 @@ held to the labels GFD wrote on the real H100 the fidelity capture comes from.""
 
 from __future__ import annotations
 
+import re
 import subprocess
 from pathlib import Path
 
@@ -89,3 +90,14 @@ def test_mig_labels_name_each_profile_with_its_count_and_size(tmp_path: Path,
         assert got[f"{prefix}.multiprocessors"] == str(mine[0].multiprocessors)
         assert got[f"{prefix}.slices.gi"] == profile[0]
         assert got[f"{prefix}.slices.ci"] == profile[0]
+
+
+def test_an_nvswitch_hopper_node_is_labelled_with_its_fabric_clique(tmp_path: Path) -> None:
+    """GFD labels the clique NVML's fabric info gives (nvmlDeviceGetGpuFabricInfoV): the
+    node's cluster UUID and its baseboard's clique; the H100 in a VM above gets none."""
+    node = NodeDir(tmp_path / "state")
+    node.init(inventory.from_dict({"gpus": [{"profile": "H100-SXM5-80GB", "count": 8}],
+                                   "topology": {"nvlink": {"nvswitch": True}}}, "n"))  # fmt: skip
+    cluster, clique = run_gfd(tmp_path, node)["nvidia.com/gpu.clique"].rsplit(".", 1)
+    assert re.fullmatch(r"[0-9a-f]{8}(-[0-9a-f]{4}){3}-[0-9a-f]{12}", cluster), cluster
+    assert cluster != "00000000-0000-0000-0000-000000000000" and clique == "1"
