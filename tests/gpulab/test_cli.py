@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from clusters import kindconfig, spec
+from clusters import dra, kindconfig, spec
 from clusters import lab as labs
 from fakenvml.journal import Kind
 from fakenvml.node import NodeDir
@@ -33,7 +33,7 @@ def test_lab_list_gives_each_shipped_lab_a_line_and_says_which_run() -> None:
     rows = {line.split()[0]: line for line in lines[1:-1]}
     assert set(rows) == {lab.spec.name for lab in shipped}
     assert rows["seed"].split() == ["seed", "3", "20", "subject", "gpulab", "running"]
-    assert rows["dra"].endswith("NVIDIA's DRA driver  -")
+    assert rows["dra"].endswith(f"NVIDIA's DRA driver {dra.version()}  -")
     assert lines[-1] == "other kind clusters here: someone-elses"
     unknown = cli.lab_lines(shipped, running=None)
     assert all(line.endswith("  ?") for line in unknown[1:])
