@@ -3,6 +3,9 @@
     node: dgx-a                       # optional; --node or the file name otherwise
     driver_version: "580.95.05"       # optional; CUDA version follows the branch
     driver_branch: r582_49            # optional; nvmlSystemGetDriverBranch ("r580" otherwise)
+    platform: vm-passthrough          # optional; bare-metal otherwise (fakenvml/platforms.py):
+                                      # a VM's GPUs answer virtualization mode PASSTHROUGH,
+                                      # no NUMA node of their own, and no NVLink
     gpus:
       - {profile: H100-SXM5-80GB, count: 8}
       - {profile: T4, uuid: GPU-..., serial: "...", bus_id: "0000:3b:00.0", memory: 16GiB}
@@ -27,12 +30,13 @@ from __future__ import annotations
 import hashlib
 import re
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 from pydantic import Field, field_validator, model_validator
 
-from fakenvml import profiles, topology, yamlmodel
+from fakenvml import platforms, profiles, topology, yamlmodel
 from fakenvml.errors import FakeNvmlError
 from fakenvml.model import MAX_DEVICES, Gpu, Node
 from fakenvml.profiles import Profile
@@ -61,6 +65,14 @@ _CUDA_OF_BRANCH = {
 # --------------------------------------------------------------------------- schema
 
 
+def _known(lookup: Callable[[str], Any], key: str) -> str:
+    """The key as a table spells it (profiles.get, platforms.get), or ValueError."""
+    try:
+        return lookup(key).key
+    except FakeNvmlError as e:
+        raise ValueError(str(e)) from None
+
+
 class GpuEntry(Strict):
     profile: str
     count: int = Field(1, ge=1, le=MAX_DEVICES)
@@ -73,10 +85,7 @@ class GpuEntry(Strict):
     @field_validator("profile")
     @classmethod
     def _known_profile(cls, v: str) -> str:
-        try:
-            return profiles.get(v).key
-        except FakeNvmlError as e:
-            raise ValueError(str(e)) from None
+        return _known(profiles.get, v)
 
     @field_validator("uuid")
     @classmethod
@@ -122,8 +131,14 @@ class Inventory(Strict):
     driver_version: str | None = None
     driver_branch: str | None = Field(None, pattern=r"^r[0-9][0-9_.]{0,30}$")
     cuda_version: str | None = None
+    platform: str = platforms.BARE_METAL.key
     gpus: list[GpuEntry] = Field(min_length=1)
     topology: Topology = Topology()
+
+    @field_validator("platform")
+    @classmethod
+    def _known_platform(cls, v: str) -> str:
+        return _known(platforms.get, v)
 
     @field_validator("driver_version", "cuda_version", mode="before")
     @classmethod
@@ -181,8 +196,12 @@ def from_dict(
     gpus = _build_gpus(entries, name, host_pci_domains(sysfs))
     topology.place(gpus, inv.topology.numa, inv.topology.pcie)
     profs = [p for _, p in entries]
-    topology.wire(gpus, profs, inv.topology.nvlink, _switch_addresses(gpus, sysfs))
-    return Node(name, gpus, driver, nvml, cuda, inv.driver_branch or "")
+    platform = platforms.get(inv.platform)
+    nvlink = inv.topology.nvlink
+    if nvlink is None and platform.hides_nvlink:
+        nvlink = topology.NvlinkSpec(hidden=True)
+    topology.wire(gpus, profs, nvlink, _switch_addresses(gpus, sysfs))
+    return Node(name, gpus, driver, nvml, cuda, inv.driver_branch or "", platform.code)
 
 
 def host_pci_domains(sysfs: Path = SYS_PCI_DEVICES) -> set[int]:

@@ -129,6 +129,7 @@ class Profile:
             # Real boards report (bus << 8) as board id; the domain keeps ours unique.
             board_id=(domain << 16) | (pci_bus << 8) | device,
             nvlink_version=NVLINK_VERSION_ENUM.get(self.nvlink_gen, 0),
+            nvlink_board=self.nvlinks,
             num_cores=self.cuda_cores,
             memory_bus_width=self.memory_bus_width,
             **(self.caps or {}),  # type: ignore[arg-type]
