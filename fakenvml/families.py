@@ -408,3 +408,8 @@ FAMILIES: dict[str, Family] = {f.key: f for f in (TURING, AMPERE, ADA, HOPPER, B
 VALUES = ("nvlink_gen", "event_types", "ecc_locations", "clock_event_reasons",
           "display_mode", "gfx_clock_step", "pstates", "fields", "tlimit", "conf_compute",
           "mig", "lacks")  # fmt: skip
+
+
+def stated(f: Family) -> list[str]:
+    """The values a family states (a MIG table or lacks only where it has some)."""
+    return [v for v in VALUES if v not in ("mig", "lacks") or getattr(f, v)]

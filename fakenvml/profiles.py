@@ -483,6 +483,8 @@ _ALL = [
         nvlink_mbps=53125,  # [b] of GB200 (the same NVLink 5): Link 0: 53.125 GB/s
         nvswitch_device_id=NVSWITCH_UNKNOWN,
         nvswitches_per_board=2,
+        app_clocks=_apps(1965, 3996),
+        boost_clocks=_boost(1965),
         mem_temp=30,
         mig_names=_names("1g.23gb 2g.45gb 3g.90gb 4g.90gb 7g.180gb 1g.23gb+me 1g.45gb"),  # [hp]
         mig_mib=(22400, 45120, 90880, 90880, 182400, 22400, 45120),
@@ -502,6 +504,8 @@ _ALL = [
             "pcie": "HGX B200 datasheet (PCIe Gen5 x16), not a capture",
             "nvlinks": "DGX B200 datasheet (18 links per GPU), not a capture",
             "nvswitches_per_board": "DGX B200 datasheet, two NVLink 5 switch chips",
+            "app_clocks": "the maximum clocks, in the H100 capture's shape",
+            "boost_clocks": "the maximum graphics clock, in the H100 capture's shape",
             "mem_temp": "no capture prints it",
             "mig_mib": "no -lgip of a B200 is public: the H100's sizes scaled to the board's"
             " memory, rounded down to 64 MiB",
