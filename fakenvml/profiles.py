@@ -17,6 +17,7 @@ and topology are the inventory's job.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 
 from fakenvml import branches
@@ -205,8 +206,10 @@ VALUES = ("name", "memory_mib", "reserved_mib", "cc", "pci_device_id", "pci_subs
 
 
 def stated(p: Profile) -> list[str]:
-    """The values a profile states (zero, empty or None: it states none)."""
-    return [v for v in VALUES if getattr(p, v) not in (0, (), None)]
+    """The values a profile states: those it must, and those it sets to other than the
+    default (no NVLink, no fans, no MIG: it states nothing there)."""
+    defaults = {f.name: f.default for f in dataclasses.fields(Profile)}
+    return [v for v in VALUES if v not in defaults or getattr(p, v) != defaults[v]]
 
 
 # How nvidia-smi -q maps to fields: FB Memory Usage Total/Reserved -> memory_mib/
