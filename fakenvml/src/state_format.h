@@ -19,7 +19,10 @@
 #define FNV_STATE_MAGIC "FNVMLST1"
 #define FNV_JOURNAL_MAGIC "FNVMLJR1"
 #define FNV_GEN_MAGIC "FNVMLGN1"
-#define FNV_FORMAT_VERSION 2 /* state.bin; 2 added the driver branch and the profile tail */
+#define FNV_FORMAT_VERSION 2 /* state.bin; 2 added the driver branch and the profile tail.
+                                Still 2 since the platform and the board's NVLink count took
+                                a reserved and a padding word: older files read as bare
+                                metal with no link count, as before. */
 #define FNV_JOURNAL_VERSION 1
 #define FNV_MAX_DEVICES 4096
 #define FNV_MAX_LINKS 36 /* NVML_NVLINK_MAX_LINKS */
