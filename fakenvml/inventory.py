@@ -3,6 +3,9 @@
     node: dgx-a                       # optional; --node or the file name otherwise
     driver_version: "580.95.05"       # optional; CUDA version follows the branch
     driver_branch: r582_49            # optional; nvmlSystemGetDriverBranch ("r580" otherwise)
+    platform: vm-passthrough          # optional; bare-metal otherwise (fakenvml/platforms.py):
+                                      # a VM's GPUs answer virtualization mode PASSTHROUGH,
+                                      # no NUMA node of their own, and no NVLink
     gpus:
       - {profile: H100-SXM5-80GB, count: 8}
       - {profile: T4, uuid: GPU-..., serial: "...", bus_id: "0000:3b:00.0", memory: 16GiB}
@@ -27,12 +30,13 @@ from __future__ import annotations
 import hashlib
 import re
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 from pydantic import Field, field_validator, model_validator
 
-from fakenvml import profiles, topology, yamlmodel
+from fakenvml import branches, platforms, profiles, topology, yamlmodel
 from fakenvml.errors import FakeNvmlError
 from fakenvml.model import MAX_DEVICES, Gpu, Node
 from fakenvml.profiles import Profile
@@ -52,13 +56,15 @@ _BUS_ID = re.compile(r"([0-9a-f]{1,8}):([0-9a-f]{2}):([0-9a-f]{2})\.([0-7])", re
 _SIZE = re.compile(r"(\d+)\s*(B|KiB|MiB|GiB|TiB)?", re.I)
 _UNITS = {"b": 1, "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30, "tib": 1 << 40}
 _DRIVER = re.compile(r"(\d{3})\.\d{1,3}(\.\d{1,3})?")
-# The CUDA version each driver branch ships (nvmlSystemGetCudaDriverVersion).
-_CUDA_OF_BRANCH = {
-    525: 12000, 530: 12010, 535: 12020, 545: 12030, 550: 12040, 555: 12050,
-    560: 12060, 565: 12070, 570: 12080, 575: 12090, 580: 13000,
-}  # fmt: skip
-
 # --------------------------------------------------------------------------- schema
+
+
+def _known(lookup: Callable[[str], Any], key: str) -> str:
+    """The key as a table spells it (profiles.get, platforms.get), or ValueError."""
+    try:
+        return lookup(key).key
+    except FakeNvmlError as e:
+        raise ValueError(str(e)) from None
 
 
 class GpuEntry(Strict):
@@ -73,10 +79,7 @@ class GpuEntry(Strict):
     @field_validator("profile")
     @classmethod
     def _known_profile(cls, v: str) -> str:
-        try:
-            return profiles.get(v).key
-        except FakeNvmlError as e:
-            raise ValueError(str(e)) from None
+        return _known(profiles.get, v)
 
     @field_validator("uuid")
     @classmethod
@@ -122,8 +125,14 @@ class Inventory(Strict):
     driver_version: str | None = None
     driver_branch: str | None = Field(None, pattern=r"^r[0-9][0-9_.]{0,30}$")
     cuda_version: str | None = None
+    platform: str = platforms.BARE_METAL.key
     gpus: list[GpuEntry] = Field(min_length=1)
     topology: Topology = Topology()
+
+    @field_validator("platform")
+    @classmethod
+    def _known_platform(cls, v: str) -> str:
+        return _known(platforms.get, v)
 
     @field_validator("driver_version", "cuda_version", mode="before")
     @classmethod
@@ -178,11 +187,15 @@ def from_dict(
     entries = [(e, profiles.PROFILES[e.profile]) for e in inv.gpus for _ in range(e.count)]
     if len(entries) > MAX_DEVICES:
         raise FakeNvmlError(f"a node holds 1 to {MAX_DEVICES} GPUs, not {len(entries)}")
-    gpus = _build_gpus(entries, name, host_pci_domains(sysfs))
+    gpus = _build_gpus(entries, name, host_pci_domains(sysfs), branches.of(driver))
     topology.place(gpus, inv.topology.numa, inv.topology.pcie)
     profs = [p for _, p in entries]
-    topology.wire(gpus, profs, inv.topology.nvlink, _switch_addresses(gpus, sysfs))
-    return Node(name, gpus, driver, nvml, cuda, inv.driver_branch or "")
+    platform = platforms.get(inv.platform)
+    nvlink = inv.topology.nvlink
+    if nvlink is None and platform.hides_nvlink:
+        nvlink = topology.NvlinkSpec(hidden=True)
+    topology.wire(gpus, profs, nvlink, _switch_addresses(gpus, sysfs))
+    return Node(name, gpus, driver, nvml, cuda, inv.driver_branch or "", platform.code)
 
 
 def host_pci_domains(sysfs: Path = SYS_PCI_DEVICES) -> set[int]:
@@ -236,20 +249,23 @@ def _versions(inv: Inventory) -> tuple[str, str, int]:
             raise FakeNvmlError(f"cuda_version: expected like 12.4, found {inv.cuda_version!r}")
         cuda = int(m.group(1)) * 1000 + int(m.group(2)) * 10
     else:
-        branch = int(driver.split(".")[0])
-        if branch not in _CUDA_OF_BRANCH:
-            known = ", ".join(map(str, _CUDA_OF_BRANCH))
+        branch = branches.of(driver)
+        if not branch.cuda:
+            known = ", ".join(str(b) for b, x in branches.BRANCHES.items() if x.cuda)
             raise FakeNvmlError(
-                f"driver branch {branch} is not one I know the CUDA version of "
+                f"driver branch {branch.major} is not one I know the CUDA version of "
                 f"(known: {known}); add cuda_version"
             )
-        cuda = _CUDA_OF_BRANCH[branch]
+        cuda = branch.cuda
     # nvmlSystemGetNVMLVersion is "<CUDA major>.<driver version>", e.g. 12.550.54.15.
     return driver, f"{cuda // 1000}.{driver}", cuda
 
 
 def _build_gpus(
-    entries: list[tuple[GpuEntry, Profile]], node_name: str, host_domains: set[int]
+    entries: list[tuple[GpuEntry, Profile]],
+    node_name: str,
+    host_domains: set[int],
+    branch: branches.Branch,
 ) -> list[Gpu]:
     explicit = {i: parse_bus_id(e.bus_id) for i, (e, _) in enumerate(entries) if e.bus_id}
     _refuse_duplicates("PCI bus id", {i: _fmt_bus(a) for i, a in explicit.items()})
@@ -262,6 +278,7 @@ def _build_gpus(
             entry.uuid or default_uuid(node_name, i),
             entry.serial or default_serial(node_name, i),
             addr,
+            branch,
         )
         if entry.memory is not None:
             _override_memory(gpu, entry.memory, profile)

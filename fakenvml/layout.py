@@ -45,7 +45,9 @@ MAX_MIG_PROFILES = 8
 MAX_FIELDS = 80
 MAX_MEM_CLOCKS = 4
 MAX_PSTATES = 4
-FIELD_UNKNOWN = 0xFFFFFFFF  # a field value's type: an id the driver rejects
+FIELD_UNKNOWN = 0xFFFFFFFF  # a field value's type: ids the driver rejects (id..value)
+PLATFORM_BARE_METAL = 0
+PLATFORM_VM_PASSTHROUGH = 1  # the GPUs passed through to a virtual machine
 ALL_GPUS = 0xFFFFFFFF  # fail / delay / clear: every GPU, and calls that name none
 SET_IDLE = 0xFFFFFFFF  # a `set` record back to the profile's value
 NO_INSTANCE = 0xFFFFFFFF  # nvmlEventData_t gpuInstanceId/computeInstanceId outside MIG
@@ -142,7 +144,7 @@ class Layout:
 
 HEADER = Layout("fnv_header", [
     ("magic", "8s"), ("version", "I"), ("header_size", "I"), ("device_size", "I"),
-    ("device_count", "I"), ("boot_id", "Q"), ("cuda_driver_version", "i"), ("reserved", "I"),
+    ("device_count", "I"), ("boot_id", "Q"), ("cuda_driver_version", "i"), ("platform", "I"),
     ("driver_version", "32s"), ("nvml_version", "32s"), ("node_name", "64s"),
     ("driver_branch", "32s"),
 ])  # fmt: skip
@@ -171,7 +173,7 @@ DEVICE = Layout("fnv_device", [
     ("brand", "I"), ("arch", "I"), ("cc_major", "I"), ("cc_minor", "I"),
     ("memory_total", "Q"), ("memory_reserved", "Q"), ("memory_used", "Q"), ("bar1_total", "Q"),
     ("power_usage_mw", "I"), ("power_limit_mw", "I"), ("power_min_mw", "I"),
-    ("power_max_mw", "I"), ("power_default_mw", "I"), ("pad0", "I"),
+    ("power_max_mw", "I"), ("power_default_mw", "I"), ("nvlink_board", "I"),
     ("energy_mj", "Q"),
     ("temp_gpu", "I"), ("temp_slowdown", "I"), ("temp_shutdown", "I"), ("temp_gpu_max", "I"),
     ("temp_mem_max", "I"), ("fan_count", "I"), ("fan_speed", "I"),

@@ -8,7 +8,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from fakenvml.layout import FIELD_UNKNOWN, MAX_DEVICES, MAX_LINKS  # noqa: F401  (re-exported)
+from fakenvml.layout import (  # noqa: F401  (re-exported)
+    FIELD_UNKNOWN,
+    MAX_DEVICES,
+    MAX_LINKS,
+    PLATFORM_BARE_METAL,
+    PLATFORM_VM_PASSTHROUGH,
+)
 from fakenvml.nvmlconst import (  # noqa: F401  (re-exported: the model's vocabulary)
     LINK_REMOTE_GPU,
     LINK_REMOTE_SWITCH,
@@ -83,6 +89,7 @@ class Gpu:
     power_min_mw: int = 0
     power_max_mw: int = 0
     power_default_mw: int = 0
+    nvlink_board: int = 0  # the board's NVLinks, seen or not (links: those the driver shows)
     energy_mj: int = 0
     temp_gpu: int = 35
     temp_slowdown: int = 87
@@ -155,3 +162,4 @@ class Node:
     nvml_version: str = "13.580.95.05"
     cuda_driver_version: int = 13000  # CUDA 13.0, as nvmlSystemGetCudaDriverVersion
     driver_branch: str = ""  # nvmlSystemGetDriverBranch; "": "r" and the driver's major
+    platform: int = PLATFORM_BARE_METAL  # fakenvml/platforms.py

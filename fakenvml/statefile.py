@@ -55,7 +55,7 @@ DEVICE_HEAD = DEVICE.span("index", "memory_bus_width")
 CAPS = DEVICE.span("event_types", "field_count")
 CRC = struct.Struct("<I")
 # Fields the model keeps under another shape (counts of its lists, -1 for no NUMA node).
-_DERIVED = ("minor", "bus_id", "nvlink_count", "numa_node", "pad0")
+_DERIVED = ("minor", "bus_id", "nvlink_count", "numa_node")
 _STRINGS = [name for name, code in DEVICE_HEAD.fields if code.endswith("s")]
 _BOOLS = ("ecc_enabled", "persistence", "multi_gpu_board")
 
@@ -161,6 +161,7 @@ def pack(node: Node, boot_id: int) -> bytes:
         "nvml_version": _enc(node.nvml_version, 32, "NVML version"),
         "node_name": _enc(node.name, 64, "node name"),
         "driver_branch": _enc(node.driver_branch, 32, "driver branch"),
+        "platform": node.platform,
     })  # fmt: skip
     body = head + b"".join(pack_device(g) for g in node.gpus)
     return body + CRC.pack(zlib.crc32(body))
@@ -200,7 +201,7 @@ def unpack(data: bytes) -> tuple[Node, int]:
     body, h = _checked(data)
     gpus = [_unpack_device(body, HEADER.size + i * DEVICE.size) for i in range(h["device_count"])]
     node = Node(_dec(h["node_name"]), gpus, _dec(h["driver_version"]), _dec(h["nvml_version"]),
-                h["cuda_driver_version"], _dec(h["driver_branch"]))  # fmt: skip
+                h["cuda_driver_version"], _dec(h["driver_branch"]), h["platform"])  # fmt: skip
     return node, h["boot_id"]
 
 
@@ -223,8 +224,7 @@ def _unpack_device(body: bytes, offset: int) -> Gpu:
     for name in _STRINGS:
         kw[name] = _dec(kw[name])
     nlinks = kw.pop("nvlink_count")
-    for key in ("pad0", "bus_id"):
-        kw.pop(key)
+    kw.pop("bus_id")
     if kw["numa_node"] == NO_NUMA:
         kw["numa_node"] = -1
     for key in _BOOLS:

@@ -261,6 +261,8 @@ nvmlReturn_t nvmlDeviceGetMarginTemperature(nvmlDevice_t device,
                                             nvmlMarginTemperature_t *marginTempInfo) {
     if (!marginTempInfo) return NVML_ERROR_INVALID_ARGUMENT;
     DEVICE_ENTER(device);
+    /* "GPU T.Limit Temp" in nvidia-smi -q: N/A on an A100 (Ampere), read on an L40S (Ada). */
+    if (!fnv_arch_since(d, NVML_DEVICE_ARCH_ADA)) return fnv_leave(NVML_ERROR_NOT_SUPPORTED);
     /* Distance to the slowdown-free limit: a real H100 at 46 C with 87 C max reads 41. */
     marginTempInfo->marginTemperature = (int)d->temp_gpu_max - (int)fnv_sensor(d, FNV_S_TEMPERATURE);
     return fnv_leave(NVML_SUCCESS);
@@ -277,7 +279,8 @@ nvmlReturn_t nvmlDeviceGetAddressingMode(nvmlDevice_t device, nvmlDeviceAddressi
 nvmlReturn_t nvmlDeviceGetC2cModeInfoV(nvmlDevice_t device, nvmlC2cModeInfo_v1_t *c2cModeInfo) {
     if (!c2cModeInfo) return NVML_ERROR_INVALID_ARGUMENT;
     DEVICE_ENTER(device);
-    (void)d;
+    /* "GPU C2C Mode" in nvidia-smi -q: N/A on A100 and L40S, Disabled on H100 and H200. */
+    if (!fnv_arch_since(d, NVML_DEVICE_ARCH_HOPPER)) return fnv_leave(NVML_ERROR_NOT_SUPPORTED);
     c2cModeInfo->isC2cEnabled = 0; /* PCIe-attached, no NVLink-C2C to a Grace CPU */
     return fnv_leave(NVML_SUCCESS);
 }
@@ -303,7 +306,8 @@ nvmlReturn_t nvmlDeviceGetGspFirmwareVersion(nvmlDevice_t device, char *version)
 nvmlReturn_t nvmlDeviceGetRepairStatus(nvmlDevice_t device, nvmlRepairStatus_t *repairStatus) {
     if (!repairStatus) return NVML_ERROR_INVALID_ARGUMENT;
     DEVICE_ENTER(device);
-    (void)d;
+    /* nvml.h: "For Ampere or newer fully supported devices." */
+    if (!fnv_arch_since(d, NVML_DEVICE_ARCH_AMPERE)) return fnv_leave(NVML_ERROR_NOT_SUPPORTED);
     repairStatus->bChannelRepairPending = repairStatus->bTpcRepairPending = 0;
     return fnv_leave(NVML_SUCCESS);
 }
@@ -312,7 +316,8 @@ nvmlReturn_t nvmlDeviceGetUnrepairableMemoryFlag_v1(nvmlDevice_t device,
                                                     nvmlUnrepairableMemoryStatus_v1_t *status) {
     if (!status) return NVML_ERROR_INVALID_ARGUMENT;
     DEVICE_ENTER(device);
-    (void)d;
+    /* nvml.h: "For Hopper or newer fully supported devices." */
+    if (!fnv_arch_since(d, NVML_DEVICE_ARCH_HOPPER)) return fnv_leave(NVML_ERROR_NOT_SUPPORTED);
     status->bUnrepairableMemory = 0;
     return fnv_leave(NVML_SUCCESS);
 }
@@ -360,6 +365,8 @@ nvmlReturn_t nvmlDeviceGetConfComputeMemSizeInfo(nvmlDevice_t device,
                                                  nvmlConfComputeMemSizeInfo_t *memInfo) {
     if (!memInfo) return NVML_ERROR_INVALID_ARGUMENT;
     DEVICE_ENTER(device);
+    /* nvml.h: "For Ampere or newer fully supported devices." */
+    if (!fnv_arch_since(d, NVML_DEVICE_ARCH_AMPERE)) return fnv_leave(NVML_ERROR_NOT_SUPPORTED);
     /* CC off: nothing protected; the rest is what the driver leaves usable. */
     memInfo->protectedMemSizeKib = 0;
     memInfo->unprotectedMemSizeKib = (d->memory_total - d->memory_reserved) >> 10;
@@ -369,7 +376,8 @@ nvmlReturn_t nvmlDeviceGetConfComputeMemSizeInfo(nvmlDevice_t device,
 nvmlReturn_t nvmlDeviceGetConfComputeProtectedMemoryUsage(nvmlDevice_t device, nvmlMemory_t *memory) {
     if (!memory) return NVML_ERROR_INVALID_ARGUMENT;
     DEVICE_ENTER(device);
-    (void)d;
+    /* nvml.h: "For Ampere or newer fully supported devices." */
+    if (!fnv_arch_since(d, NVML_DEVICE_ARCH_AMPERE)) return fnv_leave(NVML_ERROR_NOT_SUPPORTED);
     *memory = (nvmlMemory_t){0};
     return fnv_leave(NVML_SUCCESS);
 }

@@ -3,9 +3,7 @@
  * the other mechanism, as real boards do). */
 #include "getters.h"
 
-static int remaps_rows(const fnv_device *d) {
-    return d->arch >= NVML_DEVICE_ARCH_AMPERE && d->arch != NVML_DEVICE_ARCH_UNKNOWN;
-}
+static int remaps_rows(const fnv_device *d) { return fnv_arch_since(d, NVML_DEVICE_ARCH_AMPERE); }
 
 static const fnv_fault *fault_of(const fnv_device *d) { return &fnv_g->faults[d->index]; }
 

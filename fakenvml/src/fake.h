@@ -87,6 +87,11 @@ struct nvmlDevice_st {
  *   core.c       Init/Shutdown, the lock and call bracketing, device handles
  *   the NVML API: identity, sensors, capabilities, topology, ecc, events, mig, export_table */
 
+/* An architecture family and those after it (nvml.h's "For <arch> or newer"). */
+static inline int fnv_arch_since(const fnv_device *d, unsigned arch) {
+    return d->arch >= arch && d->arch != NVML_DEVICE_ARCH_UNKNOWN;
+}
+
 /* base.c */
 uint32_t fnv_crc32(const void *buf, size_t len);
 void fnv_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));

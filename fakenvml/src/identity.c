@@ -20,8 +20,12 @@ DEVICE_GETTER(nvmlDeviceGetPersistenceMode, nvmlEnableState_t, d->persistence)
 DEVICE_GETTER(nvmlDeviceGetComputeMode, nvmlComputeMode_t, d->compute_mode)
 DEVICE_GETTER(nvmlDeviceGetDisplayMode, nvmlEnableState_t, d->display_mode)
 DEVICE_GETTER(nvmlDeviceGetDisplayActive, nvmlEnableState_t, NVML_FEATURE_DISABLED)
+/* The platform's: a GPU passed through to a VM says so (the H100 capture, and H200 and T4
+ * `nvidia-smi -q` outputs taken in VMs: "Virtualization Mode: Pass-Through"). */
 DEVICE_GETTER(nvmlDeviceGetVirtualizationMode, nvmlGpuVirtualizationMode_t,
-              NVML_GPU_VIRTUALIZATION_MODE_NONE)
+              fnv_g->header.platform == FNV_PLATFORM_VM_PASSTHROUGH
+                  ? NVML_GPU_VIRTUALIZATION_MODE_PASSTHROUGH
+                  : NVML_GPU_VIRTUALIZATION_MODE_NONE)
 DEVICE_GETTER(nvmlDeviceGetBusType, nvmlBusType_t, NVML_BUS_TYPE_PCIE)
 DEVICE_GETTER(nvmlDeviceGetNumGpuCores, unsigned int, d->num_cores)
 DEVICE_GETTER(nvmlDeviceGetMemoryBusWidth, unsigned int, d->memory_bus_width)
@@ -171,6 +175,16 @@ static const fnv_field *field_of(const fnv_device *d, unsigned id) {
     return NULL;
 }
 
+/* Whether the driver rejects the id: a FNV_FIELD_UNKNOWN entry's range id..value. */
+static int field_rejected(const fnv_device *d, unsigned id) {
+    for (unsigned i = 0; i < d->field_count; i++) {
+        const fnv_field *f = &d->fields[i];
+        if (f->type == FNV_FIELD_UNKNOWN && (id == f->id || (id > f->id && id <= f->value)))
+            return 1;
+    }
+    return 0;
+}
+
 /* The value of a field the state holds (ECC, remapping, power); else the profile's. */
 static uint64_t field_bits(const fnv_device *d, const fnv_field *f) {
     const fnv_fault *x = &fnv_g->faults[d->index];
@@ -271,11 +285,11 @@ nvmlReturn_t nvmlDeviceGetFieldValues(nvmlDevice_t device, int valuesCount,
         if (v->fieldId == NVML_FI_DEV_GET_GPU_RECOVERY_ACTION) {
             /* Every profile: what the driver asks for after the faults injected so far. */
             put_value(v, NVML_VALUE_TYPE_UNSIGNED_INT, fnv_g->faults[d->index].recovery_action);
+        } else if (field_rejected(d, v->fieldId)) {
+            v->nvmlReturn = NVML_ERROR_INVALID_ARGUMENT; /* an id this driver does not know */
         } else if (nvlink_field(d, v)) { /* answered from the links */
         } else if (!f) {
             v->nvmlReturn = NVML_ERROR_NOT_SUPPORTED;
-        } else if (f->type == FNV_FIELD_UNKNOWN) {
-            v->nvmlReturn = NVML_ERROR_INVALID_ARGUMENT; /* an id this driver does not know */
         } else {
             put_value(v, f->type, field_bits(d, f));
         }

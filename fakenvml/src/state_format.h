@@ -21,7 +21,10 @@
 #define FNV_GEN_MAGIC "FNVMLGN1"
 #define FNV_COUNTERS_FILE "knobs.bin"
 #define FNV_COUNTERS_MAGIC "FNVMLKC1"
-#define FNV_FORMAT_VERSION 2 /* state.bin; 2 added the driver branch and the profile tail */
+#define FNV_FORMAT_VERSION 2 /* state.bin; 2 added the driver branch and the profile tail.
+                                Still 2 since the platform and the board's NVLink count took
+                                a reserved and a padding word: older files read as bare
+                                metal with no link count, as before. */
 #define FNV_JOURNAL_VERSION 1
 #define FNV_MAX_DEVICES 4096
 #define FNV_MAX_LINKS 36 /* NVML_NVLINK_MAX_LINKS */
@@ -30,7 +33,9 @@
 #define FNV_MAX_FIELDS 80
 #define FNV_MAX_MEM_CLOCKS 4
 #define FNV_MAX_PSTATES 4
-#define FNV_FIELD_UNKNOWN 0xFFFFFFFFu /* fnv_field.type: an id the driver rejects */
+#define FNV_FIELD_UNKNOWN 0xFFFFFFFFu /* fnv_field.type: ids the driver rejects */
+#define FNV_PLATFORM_BARE_METAL 0
+#define FNV_PLATFORM_VM_PASSTHROUGH 1 /* the GPUs passed through to a virtual machine */
 
 #pragma pack(push, 1)
 typedef struct {
@@ -41,7 +46,7 @@ typedef struct {
     uint32_t device_count;
     uint64_t boot_id; /* ties a journal to the state it was created with */
     int32_t cuda_driver_version;
-    uint32_t reserved;
+    uint32_t platform; /* FNV_PLATFORM_*; 0 (bare metal) in files written before it */
     char driver_version[32];
     char nvml_version[32];
     char node_name[64];
@@ -67,7 +72,8 @@ typedef struct {
     char name[32];
 } fnv_mig_profile;
 
-/* A field value the profile answers (nvmlFieldValue_t), or one the driver rejects. */
+/* A field value the profile answers (nvmlFieldValue_t), or ids the driver rejects: a
+ * FNV_FIELD_UNKNOWN entry rejects id..value (a value below id: id alone). */
 typedef struct {
     uint32_t id, type; /* nvmlValueType_t, or FNV_FIELD_UNKNOWN */
     uint64_t value;    /* the bits of the value: a double's, or a signed value's */
@@ -82,7 +88,8 @@ typedef struct {
     uint32_t brand, arch, cc_major, cc_minor;
     uint64_t memory_total, memory_reserved, memory_used, bar1_total;
     uint32_t power_usage_mw, power_limit_mw, power_min_mw, power_max_mw, power_default_mw;
-    uint32_t pad0;
+    uint32_t nvlink_board; /* the board's NVLinks, seen or not (a VM may hide them all): the
+                              driver checks link indices against it; 0: nvlink_count */
     uint64_t energy_mj;
     uint32_t temp_gpu, temp_slowdown, temp_shutdown, temp_gpu_max, temp_mem_max;
     uint32_t fan_count, fan_speed;

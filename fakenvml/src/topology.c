@@ -63,7 +63,12 @@ nvmlReturn_t nvmlDeviceGetTopologyCommonAncestor(nvmlDevice_t device1, nvmlDevic
     DEVICE_ENTER(device1);
     nvmlReturn_t ret = NVML_SUCCESS;
     const fnv_device *e = peer(device2, &ret);
-    if (e) *pathInfo = fnv_common_ancestor(d, e);
+    /* In a VM the driver sees no PCIe tree around the GPU: the H100 capture answers
+       NOT_SUPPORTED for the GPU with itself (unsourced for two GPUs of one VM). */
+    if (e && d == e && fnv_g->header.platform == FNV_PLATFORM_VM_PASSTHROUGH)
+        ret = NVML_ERROR_NOT_SUPPORTED;
+    else if (e)
+        *pathInfo = fnv_common_ancestor(d, e);
     return fnv_leave(ret);
 }
 
@@ -131,7 +136,11 @@ nvmlReturn_t nvmlDeviceGetP2PStatus(nvmlDevice_t device1, nvmlDevice_t device2,
 
 /* ---- NUMA and affinity ---- */
 
-DEVICE_GETTER_IF(nvmlDeviceGetNumaNodeId, unsigned int, d->numa_node != FNV_NO_NUMA, d->numa_node)
+/* A VM shows the GPU no NUMA node of its own (the H100 capture: NOT_SUPPORTED). */
+DEVICE_GETTER_IF(nvmlDeviceGetNumaNodeId, unsigned int,
+                 d->numa_node != FNV_NO_NUMA &&
+                     fnv_g->header.platform != FNV_PLATFORM_VM_PASSTHROUGH,
+                 d->numa_node)
 
 static void set_bits(unsigned long *set, unsigned int words, unsigned first, unsigned n) {
     const unsigned bits = 8 * sizeof *set;
@@ -208,8 +217,13 @@ nvmlReturn_t nvmlDeviceGetNvLinkCapability(nvmlDevice_t device, unsigned int lin
                                            nvmlNvLinkCapability_t capability,
                                            unsigned int *capResult) {
     if (!capResult || capability >= NVML_NVLINK_CAP_COUNT) return NVML_ERROR_INVALID_ARGUMENT;
-    LINK_ENTER(device, link, l);
-    (void)l;
+    DEVICE_ENTER(device);
+    /* The index is checked against the board's links before anything else, hidden or not:
+       a VM's H100 answers INVALID_ARGUMENT at links 18 and 19, NOT_SUPPORTED below. */
+    if (d->nvlink_board && link >= d->nvlink_board) return fnv_leave(NVML_ERROR_INVALID_ARGUMENT);
+    const fnv_link *l;
+    nvmlReturn_t ret = link_of(d, link, &l);
+    if (ret != NVML_SUCCESS) return fnv_leave(ret);
     /* Data-centre NVLink: P2P and atomics yes, system memory and SLI no. */
     *capResult = capability == NVML_NVLINK_CAP_P2P_SUPPORTED ||
                  capability == NVML_NVLINK_CAP_P2P_ATOMICS || capability == NVML_NVLINK_CAP_VALID;

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from fakenvml import inventory, statefile
+from fakenvml import inventory, platforms, statefile
 from fakenvml.errors import FakeNvmlError
 from fakenvml.model import LINK_REMOTE_GPU, LINK_REMOTE_SWITCH, MAX_DEVICES, Gpu, Node
 
@@ -206,6 +206,36 @@ def test_nvlink_false_keeps_the_links_but_connects_none() -> None:
 def test_pcie_cards_have_no_nvlink_by_default() -> None:
     assert all(g.links == [] for g in build(gpus("T4", 4)).gpus)
     assert not any(x.active for g in build(gpus("RTX-A6000", 2)).gpus for x in g.links)
+
+
+# --------------------------------------------------------------------------- platform
+
+
+def test_nodes_are_bare_metal_unless_the_inventory_says_otherwise() -> None:
+    assert build(gpus("H100-SXM5-80GB", 8)).platform == platforms.BARE_METAL.code
+
+
+def test_a_vm_passthrough_node_shows_no_nvlink_but_keeps_the_boards_link_count() -> None:
+    node = build({"platform": "vm-passthrough", **gpus("H100-SXM5-80GB", 2)})
+    assert node.platform == platforms.VM_PASSTHROUGH.code
+    assert all(g.links == [] and g.nvlink_board == 18 for g in node.gpus)
+
+
+def test_a_vm_whose_topology_wires_nvlink_keeps_it() -> None:
+    wired = gpus("H100-SXM5-80GB", 2, nvlink={"groups": [[0, 1]]})
+    node = build({"platform": "vm-passthrough", **wired})
+    assert all(len(g.links) == 18 for g in node.gpus)
+
+
+@pytest.mark.parametrize("name", ["h100-vm.yaml", "t4-2.yaml"])
+def test_the_vm_inventories_are_passthrough(name: str) -> None:
+    node = inventory.load(Path(inventory.__file__).parent / "inventories" / name)
+    assert node.platform == platforms.VM_PASSTHROUGH.code
+
+
+def test_unknown_platform_is_refused_with_the_known_list() -> None:
+    known = r"\(known: bare-metal, vm-passthrough\)"
+    refused({"platform": "cloud", **gpus("T4")}, rf"platform: unknown platform 'cloud' {known}")
 
 
 # --------------------------------------------------------------------------- NUMA and PCIe
