@@ -1,8 +1,8 @@
 """Walk every profile through the library and count what its layers answer and source: the
-table "How each profile answers" in docs/fakenvml.md, written from here so it cannot go
-stale (tests/fakenvml/test_boards.py holds the page to it).
+table "How each profile answers" in docs/fakenvml.md and the README, written from here so it
+cannot go stale (tests/fakenvml/test_boards.py holds both pages to it).
 
-    python -m fakenvml.boards       # rewrite the table in docs/fakenvml.md (needs the build)
+    python -m fakenvml.boards       # rewrite the table in both pages (needs the build)
 
 Each profile is one GPU on a bare-metal node under the default driver, walked as
 fakenvml.walk walks a real GPU (~830 calls).
@@ -24,6 +24,7 @@ from fakenvml.model import Gpu, Node
 
 REPO = Path(__file__).resolve().parents[1]
 DOC = REPO / "docs" / "fakenvml.md"
+PAGES = (DOC, REPO / "README.md")  # the guide, and the front page's summary of it
 START, END = "<!-- boards:start -->", "<!-- boards:end -->"
 _BLOCK = re.compile(re.escape(START) + r".*?" + re.escape(END), re.S)
 SUCCESS = "SUCCESS"
@@ -134,15 +135,16 @@ def main() -> None:
     library.preload()
     with tempfile.TemporaryDirectory(prefix="fakenvml-boards-") as tmp:
         block = table(rows(Path(tmp)))
-    text = DOC.read_text()
-    if not _BLOCK.search(text):
-        raise SystemExit(f"{DOC}: no {START} ... {END} block to rewrite")
-    DOC.write_text(_BLOCK.sub(lambda _: block, text))
-    print(f"{DOC.relative_to(REPO)}: the table of {len(profiles.PROFILES)} profiles rewritten")
+    for page in PAGES:
+        text = page.read_text()
+        if not _BLOCK.search(text):
+            raise SystemExit(f"{page}: no {START} ... {END} block to rewrite")
+        page.write_text(_BLOCK.sub(lambda _: block, text))
+        print(f"{page.relative_to(REPO)}: the table of {len(profiles.PROFILES)} profiles rewritten")
 
 
 def listed(text: str) -> str | None:
-    """The table docs/fakenvml.md holds now, or None."""
+    """The table a page (docs/fakenvml.md, the README) holds now, or None."""
     m = _BLOCK.search(text)
     return m.group(0) if m else None
 

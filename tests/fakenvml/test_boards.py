@@ -99,6 +99,7 @@ def test_the_platform_layer_answers_the_virtualization_mode(
 
 def test_the_docs_table_is_this_walk(walks: Walks) -> None:
     rows = [boards.row(key, *walks[key]) for key in KEYS]
-    assert boards.listed(boards.DOC.read_text()) == boards.table(rows), (
-        "run `python -m fakenvml.boards`"
-    )
+    for page in boards.PAGES:
+        assert boards.listed(page.read_text()) == boards.table(rows), (
+            f"{page.name}: run `python -m fakenvml.boards`"
+        )
