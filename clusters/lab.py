@@ -97,6 +97,15 @@ class Lab:
         return self.ctx.created
 
     @property
+    def health_deadline_s(self) -> float:
+        """How long a reused cluster may take to answer before it is made again."""
+        return self.ctx.health_deadline_s
+
+    @health_deadline_s.setter
+    def health_deadline_s(self, seconds: float) -> None:
+        self.ctx.health_deadline_s = seconds
+
+    @property
     def subject(self) -> Subject:
         """The plugin under test (a clear error where a lab serves its GPUs otherwise)."""
         if not isinstance(self.serving, DevicePlugin):

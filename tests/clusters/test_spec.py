@@ -206,3 +206,12 @@ def test_a_wait_for_allocatable_stops_at_once_when_capacity_exceeds_the_node(
     monkeypatch.setattr(capacity, "wait_nodes", fake_wait)
     with pytest.raises(StepError, match=r"capacity 11, more devices than the node has \(10\)"):
         lab.wait_allocatable("l-worker", 9, 10)
+
+
+def test_what_a_lab_is_given_reaches_the_context_its_actions_read() -> None:
+    """The Lab hands its actions a Context: a setting made on the Lab must reach it (a reuse
+    with a 5 s health deadline waited the default 120 s when it did not)."""
+    lab = Lab("seed", subject="gpulab")
+    lab.health_deadline_s = 5
+    lab.images = {"gpulab": "gpulab/gpulab:1"}
+    assert (lab.ctx.health_deadline_s, lab.ctx.images) == (5, {"gpulab": "gpulab/gpulab:1"})
