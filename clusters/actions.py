@@ -19,7 +19,7 @@ import shutil
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from clusters import built, fakegpus, kindconfig, toolkit, versions
+from clusters import built, fakegpus, features, kindconfig, toolkit, versions
 from clusters.context import Context
 from clusters.subject import Subject
 from fakenvml.errors import FakeNvmlError
@@ -161,6 +161,17 @@ def gpus(wanted: Sequence[str] = (), subject: Subject | None = None) -> list[Act
         Action("Fake GPUs through the fake-gpus Helm chart", fakegpus.deploy),
         Action("CDI spec of every GPU node (nvidia-ctk cdi generate)", toolkit.refresh),
     ]
+
+
+def labels(strategy: str) -> list[Action]:
+    """NFD and gpulab's GFD (for a MIG strategy), and the wait for their node labels: what a
+    server of the GPUs that schedules by GFD's labels runs after the fake GPUs."""
+    return [
+        Action("Deploy node-feature-discovery and gpu-feature-discovery",
+               lambda ctx: features.deploy(ctx, strategy)),
+        Action("Wait for GFD's and NFD's labels on every GPU node",
+               lambda ctx: features.wait_labels(ctx, strategy)),
+    ]  # fmt: skip
 
 
 UP = [

@@ -39,7 +39,7 @@ from typing import Any, Protocol
 
 from kubernetes import client
 
-from clusters import actions, built, chart, features, kindconfig, post_render, spec, versions
+from clusters import actions, built, chart, kindconfig, post_render, spec, versions
 from clusters.actions import Action
 from clusters.context import Context
 from clusters.kube import Kube
@@ -322,14 +322,7 @@ class DraDriver(Serving):
     def actions(self) -> list[Action]:
         return [
             *actions.gpus(wanted=["dra"]),
-            Action(
-                "Deploy node-feature-discovery and gpu-feature-discovery",
-                lambda ctx: features.deploy(ctx, self.mig_strategy),
-            ),
-            Action(
-                "Wait for GFD's and NFD's labels on every GPU node",
-                lambda ctx: features.wait_labels(ctx, self.mig_strategy),
-            ),
+            *actions.labels(self.mig_strategy),
             Action(f"{self.words} through its Helm chart", self.deploy),
             Action(
                 "Wait for the DRA driver's kubelet plugin pods",

@@ -207,11 +207,11 @@ class Lab:
 
     @property
     def core(self) -> client.CoreV1Api:
-        return self.kube.core
+        return self.ctx.core
 
     @property
     def apps(self) -> client.AppsV1Api:
-        return self.kube.apps
+        return self.ctx.apps
 
     def fake_gpus(self, node: str) -> NodeDir:
         """The host side of a node's fake GPUs: inject here, the node's library sees it."""
@@ -221,7 +221,7 @@ class Lab:
         self.kube.ensure_namespace(name)
 
     def node_exec(self, node: str, *cmd: str) -> str:
-        return self.host.exec(node, *cmd)
+        return self.ctx.node_exec(node, *cmd)
 
     def node_read(self, node: str, path: str) -> str:
         """The text of a file inside a node container."""

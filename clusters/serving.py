@@ -208,14 +208,7 @@ class DevicePlugin(Serving):
                 "Wait for every GPU node's capacity",
                 lambda ctx: self.wait_capacity(ctx, since=self.mark),
             ),
-            Action(
-                "Deploy node-feature-discovery and gpu-feature-discovery",
-                lambda ctx: features.deploy(ctx, self.mig_strategy),
-            ),
-            Action(
-                "Wait for GFD's and NFD's labels on every GPU node",
-                lambda ctx: features.wait_labels(ctx, self.mig_strategy),
-            ),
+            *actions.labels(self.mig_strategy),
         ]
 
     def deploy(self, ctx: Context) -> None:
