@@ -293,6 +293,13 @@ def _remote(args: argparse.Namespace, argv: list[str]) -> int:
     )
 
 
+def _persistenced(args: argparse.Namespace) -> None:
+    from fakenvml import persistenced
+
+    persistenced.serve(Path(args.root), _state_dir(args),
+                       Path(args.ready) if args.ready else None)  # fmt: skip
+
+
 def _state_dir(args: argparse.Namespace) -> Path:
     return Path(args.state_dir) if args.state_dir else default_state_dir()
 
@@ -506,6 +513,16 @@ def _parser(only: str | None = None) -> argparse.ArgumentParser:
                    help="also the device nodes in DIR, the node's own /dev (left alone where "
                    "a real NVIDIA driver is loaded)")  # fmt: skip
     c.set_defaults(run=_install_driver)
+
+    c = sub.add_parser(
+        "persistenced",
+        parents=[state],
+        help="serve the state to NVML in workload containers, on the driver root's "
+        "nvidia-persistenced socket",
+    )
+    c.add_argument("root", metavar="DIR", help="the driver root, e.g. /run/fakenvml/driver")
+    c.add_argument("--ready", metavar="FILE", help="touched once the socket listens")
+    c.set_defaults(run=_persistenced)
 
     c = sub.add_parser("smi", parents=[on_node], help="nvidia-smi-like view, read through NVML")
     c.add_argument("-L", "--list", action="store_true", help="list GPUs with their UUIDs")

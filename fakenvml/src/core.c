@@ -334,7 +334,7 @@ nvmlReturn_t nvmlGetExcludedDeviceInfoByIndex(unsigned int index, nvmlExcludedDe
 
 nvmlReturn_t nvmlDeviceGetCount_v2(unsigned int *deviceCount) {
     if (!deviceCount) return NVML_ERROR_INVALID_ARGUMENT;
-    WITH_STATE(*deviceCount = fnv_g->count; return fnv_leave(NVML_SUCCESS));
+    WITH_STATE(*deviceCount = fnv_g->nvisible; return fnv_leave(NVML_SUCCESS));
 }
 
 nvmlReturn_t nvmlDeviceGetCount(unsigned int *deviceCount) {
@@ -357,8 +357,8 @@ static nvmlReturn_t handle_for(const char *fn, uint32_t i, nvmlDevice_t *device)
 nvmlReturn_t nvmlDeviceGetHandleByIndex_v2(unsigned int index, nvmlDevice_t *device) {
     if (!device) return NVML_ERROR_INVALID_ARGUMENT;
     WITH_STATE({
-        if (index >= fnv_g->count) return fnv_leave(NVML_ERROR_INVALID_ARGUMENT);
-        return fnv_leave(handle_for(__func__, index, device));
+        if (index >= fnv_g->nvisible) return fnv_leave(NVML_ERROR_INVALID_ARGUMENT);
+        return fnv_leave(handle_for(__func__, fnv_g->visible[index], device));
     });
 }
 
@@ -372,6 +372,7 @@ static nvmlReturn_t handle_by_field(const char *fn, size_t offset, const char *k
     if (!key || !device) return NVML_ERROR_INVALID_ARGUMENT;
     WITH_STATE_AS(fn, {
         for (uint32_t i = 0; i < fnv_g->count; i++) {
+            if (fnv_g->position[i] == UINT32_MAX) continue; /* another container's GPU */
             const char *field = (const char *)&fnv_g->devices[i] + offset;
             if (strcasecmp(field, key) == 0) return fnv_leave(handle_for(fn, i, device));
         }
@@ -415,6 +416,7 @@ nvmlReturn_t nvmlDeviceGetHandleByPciBusId_v2(const char *pciBusId, nvmlDevice_t
     WITH_STATE({
         for (uint32_t i = 0; i < fnv_g->count; i++) {
             const fnv_device *d = &fnv_g->devices[i];
+            if (fnv_g->position[i] == UINT32_MAX) continue; /* another container's GPU */
             if (d->pci_domain == dom && d->pci_bus == bus && d->pci_device == dev &&
                 d->pci_function == fn)
                 return fnv_leave(handle_for(__func__, i, device));

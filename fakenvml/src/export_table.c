@@ -38,6 +38,9 @@
  *        they print "Not supported on the device(s)".
  *   145  (device, u64 last seen timestamp, unsigned *, unsigned *): pmon's per-process
  *        utilization samples; unanswered, its sm/mem/enc/dec columns print "-".
+ *   192  (device, policy *): `compute-policy --set-timeslice N` (535 and 550; NVIDIA's DRA
+ *        driver runs it for a claim's TimeSlicing config); on error "Failed to set
+ *        timeslice policy with value Short for GPU 3 : Not Supported".
  *   12   (const char *id, unsigned *domain, *bus, *device, *function): parses `-i ID` when
  *        ID has a colon; on error "Invalid PCI bus id format".
  *   75   (unsigned index, unsigned *domain, *bus, *device): a GPU's PCI location, which
@@ -45,7 +48,7 @@
  *        on error "Mismatch in expected NVML version".
  *
  * What the fake answers: 12 and 75 as described, 23 the inventory's topology, 26 success,
- * 72 1 for every GPU, 81 the bus id, 213-215 the processes `fakenvml process add` put on
+ * 72 1 for every GPU, 81 the bus id, 192 success (the policy is not kept), 213-215 the processes `fakenvml process add` put on
  * the GPU, 230 the device's max PCIe generation, 242 None, 243 Disabled on Hopper (the
  * H100 capture's -q: "Addressing Mode: None", "Sparse Operation Mode: Disabled"; a board
  * of another family answers NOT_SUPPORTED, N/A). nvidia-smi 550.163.01 asks for the same
@@ -94,9 +97,9 @@ static nvmlReturn_t gpu_name(unsigned int index, char *name, unsigned int length
     if (!name) return NVML_ERROR_INVALID_ARGUMENT;
     nvmlReturn_t ret = fnv_enter();
     if (ret != NVML_SUCCESS) return ret;
-    if (index >= fnv_g->count) return fnv_leave(NVML_ERROR_INVALID_ARGUMENT);
+    if (index >= fnv_g->nvisible) return fnv_leave(NVML_ERROR_INVALID_ARGUMENT);
     /* A lost GPU keeps its bus id: that is what the message about it needs. */
-    const fnv_device *d = &fnv_g->devices[index];
+    const fnv_device *d = &fnv_g->devices[fnv_g->visible[index]];
     int n = snprintf(name, length, "%04X:%02X:%02X.%X", d->pci_domain & 0xFFFF, d->pci_bus & 0xFF,
                      d->pci_device & 0xFF, d->pci_function & 0xF);
     return fnv_leave(n < 0 || (unsigned)n >= length ? NVML_ERROR_INSUFFICIENT_SIZE : NVML_SUCCESS);
@@ -116,8 +119,8 @@ static nvmlReturn_t pci_location(unsigned int index, unsigned int *domain, unsig
     if (!domain || !bus || !device) return NVML_ERROR_INVALID_ARGUMENT;
     nvmlReturn_t ret = fnv_enter();
     if (ret != NVML_SUCCESS) return ret;
-    if (index >= fnv_g->count) return fnv_leave(NVML_ERROR_INVALID_ARGUMENT);
-    const fnv_device *d = &fnv_g->devices[index]; /* lost or not, as slot 81 */
+    if (index >= fnv_g->nvisible) return fnv_leave(NVML_ERROR_INVALID_ARGUMENT);
+    const fnv_device *d = &fnv_g->devices[fnv_g->visible[index]]; /* lost or not, as slot 81 */
     *domain = d->pci_domain, *bus = d->pci_bus, *device = d->pci_device;
     return fnv_leave(NVML_SUCCESS);
 }
@@ -251,6 +254,15 @@ static nvmlReturn_t sparse_operation_mode(nvmlDevice_t device, unsigned int *mod
     return fnv_leave(NVML_SUCCESS);
 }
 
+/* Slot 192: `compute-policy --set-timeslice`'s setter. A board takes it (from root) and
+ * the fake keeps nothing: no consumer reads the policy back through NVML. */
+static nvmlReturn_t set_timeslice(nvmlDevice_t device, const void *policy) {
+    if (!policy) return NVML_ERROR_INVALID_ARGUMENT;
+    DEVICE_ENTER(device);
+    (void)d;
+    return fnv_leave(NVML_SUCCESS);
+}
+
 static void fill_table(void) {
     table_.size = sizeof table_;
     for (unsigned i = 1; i < EXPORT_SLOTS; i++) table_.slots[i - 1] = (fnv_slot)not_supported;
@@ -260,6 +272,7 @@ static void fill_table(void) {
     table_.slots[72 - 1] = (fnv_slot)monitored;
     table_.slots[75 - 1] = (fnv_slot)pci_location;
     table_.slots[81 - 1] = (fnv_slot)gpu_name;
+    table_.slots[192 - 1] = (fnv_slot)set_timeslice;
     table_.slots[213 - 1] = (fnv_slot)compute_processes;
     table_.slots[214 - 1] = (fnv_slot)mps_processes;
     table_.slots[215 - 1] = (fnv_slot)graphics_processes;

@@ -18,6 +18,11 @@
 #define FNV_DEFAULT_STATE_DIR "/var/lib/fakenvml"
 /* Where `fakenvml install-driver` puts the library under a driver root (fakenvml/driver.py). */
 #define FNV_DRIVER_LIB_DIR "/usr/lib/x86_64-linux-gnu/"
+/* nvidia-persistenced's socket, which NVIDIA's CDI specs bind into every GPU container when
+ * the driver root has it: where a workload container's library asks for the node's state
+ * (fakenvml/persistenced.py hands over the state directory). */
+#define FNV_PERSISTENCED_SOCKET "/run/nvidia-persistenced/socket"
+#define FNV_PERSISTENCED_HELLO "fakenvml-state 1"
 
 /* Fault state replayed from the journal; never written to disk by the library. */
 typedef struct {
@@ -69,6 +74,13 @@ typedef struct {
     fnv_counter *counters;    /* knobs.bin's counters mapped writable, or NULL: knobs count
                                  in this process (knobs.c) */
     uint32_t counter_slots;   /* how many, as checked when mapped */
+    /* What this process may see. On a node, every GPU. In a workload container (the state
+     * came through the persistenced socket), as the kernel driver lets NVML see there: the
+     * GPUs whose /dev/nvidia<minor> the container has, renumbered from 0. */
+    int contained;
+    uint32_t nvisible;
+    uint32_t *visible;  /* NVML index -> state index, nvisible entries */
+    uint32_t *position; /* state index -> NVML index, or UINT32_MAX where not visible */
     char dir[PATH_MAX];
     char journal_path[PATH_MAX];
 } fnv_state;

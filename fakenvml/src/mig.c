@@ -463,7 +463,7 @@ static nvmlReturn_t whole_gpu_refused(const char *fn, nvmlDevice_t device) {
 
 static nvmlReturn_t whole_index(const char *fn, nvmlDevice_t device, unsigned int *index) {
     DEVICE_ENTER_AS(fn, device);
-    *index = d->index;
+    *index = fnv_g->position[d->index]; /* NVML's index: renumbered in a container */
     return fnv_leave(NVML_SUCCESS);
 }
 

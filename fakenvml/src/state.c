@@ -9,7 +9,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/time.h>
+#include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -95,26 +98,105 @@ int fnv_parse_state(const uint8_t *buf, size_t len, fnv_header *header, fnv_devi
     return 0;
 }
 
+/* The state directory handed over by fakenvml's persistenced (a descriptor passed over
+ * its socket), as "/proc/self/fd/<n>", or NULL. The descriptor stays open for the process's
+ * life: one per process, asked once. */
+static const char *socket_state_dir(void) {
+    static int fd = -2;
+    static char path[64];
+    if (fd == -2) {
+        fd = -1;
+        int s = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        struct sockaddr_un addr = {.sun_family = AF_UNIX};
+        snprintf(addr.sun_path, sizeof addr.sun_path, "%s", FNV_PERSISTENCED_SOCKET);
+        struct timeval two_s = {2, 0}; /* a hung daemon must not hang nvmlInit */
+        if (s >= 0 && setsockopt(s, SOL_SOCKET, SO_RCVTIMEO, &two_s, sizeof two_s) == 0 &&
+            connect(s, (struct sockaddr *)&addr, sizeof addr) == 0) {
+            char hello[sizeof FNV_PERSISTENCED_HELLO] = "";
+            union {
+                struct cmsghdr h;
+                char buf[CMSG_SPACE(sizeof(int))];
+            } ctl;
+            struct iovec iov = {hello, sizeof hello - 1};
+            struct msghdr m = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl.buf,
+                               .msg_controllen = sizeof ctl.buf};
+            ssize_t n = recvmsg(s, &m, MSG_CMSG_CLOEXEC);
+            struct cmsghdr *c = n > 0 ? CMSG_FIRSTHDR(&m) : NULL;
+            if (c && c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS &&
+                c->cmsg_len == CMSG_LEN(sizeof(int))) {
+                int got;
+                memcpy(&got, CMSG_DATA(c), sizeof got);
+                if (n == (ssize_t)sizeof hello - 1 && memcmp(hello, FNV_PERSISTENCED_HELLO, n) == 0)
+                    fd = got;
+                else
+                    close(got);
+            }
+        }
+        if (s >= 0) close(s);
+        if (fd >= 0) snprintf(path, sizeof path, "/proc/self/fd/%d", fd);
+    }
+    return fd >= 0 ? path : NULL;
+}
+
+static int is_dir(const char *path) {
+    struct stat sb;
+    return stat(path, &sb) == 0 && S_ISDIR(sb.st_mode);
+}
+
 /* The state directory: $FAKENVML_STATE_DIR; else, for a library installed in a driver root
  * (<root>/usr/lib/x86_64-linux-gnu/, as `fakenvml install-driver` lays it out), the default
- * path inside that root when it is a directory there; else the default path. A plugin whose
- * manifest we do not write (NVIDIA's Helm chart: no extra env or volumes) mounts only the
- * driver root, so the state has to be found through it, as every other driver file is. */
-static const char *state_dir(char *buf, size_t size) {
+ * path inside that root when it is a directory there; else the default path when it is a
+ * directory; else (a workload container, which NVIDIA's CDI specs give the driver's files
+ * and nvidia-persistenced's socket, not the state) what persistenced hands over, and
+ * *contained is set; else the default path (nvmlInit then says it is missing). A plugin
+ * whose manifest we do not write (NVIDIA's Helm chart: no extra env or volumes) mounts only
+ * the driver root, so the state has to be found through it, as every other driver file is. */
+static const char *state_dir(char *buf, size_t size, int *contained) {
+    *contained = 0;
     const char *dir = getenv(FNV_STATE_DIR_ENV);
     if (dir && *dir) return dir;
     Dl_info info;
-    if (!dladdr((void *)state_dir, &info) || !info.dli_fname) return FNV_DEFAULT_STATE_DIR;
-    const char *slash = strrchr(info.dli_fname, '/');
-    const size_t lib_len = strlen(FNV_DRIVER_LIB_DIR);
-    /* dir_len > lib_len: a root other than "/" (there the default path is the same) */
-    size_t dir_len = slash ? (size_t)(slash - info.dli_fname) + 1 : 0;
-    if (dir_len <= lib_len || memcmp(slash + 1 - lib_len, FNV_DRIVER_LIB_DIR, lib_len) != 0)
-        return FNV_DEFAULT_STATE_DIR;
-    struct stat sb;
-    int n = snprintf(buf, size, "%.*s" FNV_DEFAULT_STATE_DIR, (int)(dir_len - lib_len), info.dli_fname);
-    if (n > 0 && (size_t)n < size && stat(buf, &sb) == 0 && S_ISDIR(sb.st_mode)) return buf;
+    if (dladdr((void *)state_dir, &info) && info.dli_fname) {
+        const char *slash = strrchr(info.dli_fname, '/');
+        const size_t lib_len = strlen(FNV_DRIVER_LIB_DIR);
+        /* dir_len > lib_len: a root other than "/" (there the default path is the same) */
+        size_t dir_len = slash ? (size_t)(slash - info.dli_fname) + 1 : 0;
+        if (dir_len > lib_len && memcmp(slash + 1 - lib_len, FNV_DRIVER_LIB_DIR, lib_len) == 0) {
+            int n = snprintf(buf, size, "%.*s" FNV_DEFAULT_STATE_DIR, (int)(dir_len - lib_len),
+                             info.dli_fname);
+            if (n > 0 && (size_t)n < size && is_dir(buf)) return buf;
+        }
+    }
+    if (is_dir(FNV_DEFAULT_STATE_DIR)) return FNV_DEFAULT_STATE_DIR;
+    const char *handed = socket_state_dir();
+    if (handed) {
+        *contained = 1;
+        return handed;
+    }
     return FNV_DEFAULT_STATE_DIR;
+}
+
+/* Whether /dev/nvidia<minor> is a character device here (a container's CDI devices). */
+static int has_device_node(uint32_t minor) {
+    char path[32];
+    struct stat sb;
+    snprintf(path, sizeof path, "/dev/nvidia%u", minor);
+    return stat(path, &sb) == 0 && S_ISCHR(sb.st_mode);
+}
+
+/* st->visible / st->position: every GPU, or in a container those with their device node. */
+static int set_visible(fnv_state *st) {
+    st->visible = calloc(st->count, sizeof *st->visible);
+    st->position = calloc(st->count, sizeof *st->position);
+    if (!st->visible || !st->position) return -1;
+    st->nvisible = 0;
+    for (uint32_t i = 0; i < st->count; i++) {
+        st->position[i] = UINT32_MAX;
+        if (st->contained && !has_device_node(st->devices[i].minor)) continue;
+        st->position[i] = st->nvisible;
+        st->visible[st->nvisible++] = i;
+    }
+    return 0;
 }
 
 static int read_file(const char *path, uint8_t **out, size_t *len, char *err, size_t errlen) {
@@ -174,7 +256,7 @@ nvmlReturn_t fnv_load(fnv_state **out) {
     if (!st) return NVML_ERROR_MEMORY;
     st->journal_fd = -1;
     char found[PATH_MAX];
-    const char *dir = state_dir(found, sizeof found);
+    const char *dir = state_dir(found, sizeof found, &st->contained);
     char path[PATH_MAX];
     snprintf(st->dir, sizeof st->dir, "%s", dir);
     snprintf(path, sizeof path, "%s/" FNV_STATE_FILE, dir);
@@ -211,7 +293,7 @@ nvmlReturn_t fnv_load(fnv_state **out) {
     st->faults = calloc(st->count, sizeof *st->faults);
     st->live = calloc(st->count, sizeof *st->live);
     st->mig = calloc(st->count, sizeof *st->mig);
-    if (!st->faults || !st->live || !st->mig) {
+    if (!st->faults || !st->live || !st->mig || set_visible(st) != 0) {
         fnv_free(st);
         return NVML_ERROR_MEMORY;
     }
@@ -232,5 +314,7 @@ void fnv_free(fnv_state *st) {
         for (uint32_t i = 0; i < st->count; i++) free(st->live[i].procs);
     free(st->live);
     free(st->mig);
+    free(st->visible);
+    free(st->position);
     free(st);
 }

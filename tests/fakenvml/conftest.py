@@ -17,7 +17,8 @@ from pathlib import Path
 import pynvml
 import pytest
 
-from fakenvml import inventory, library
+from clusters import versions
+from fakenvml import inventory, library, paths
 from fakenvml.model import Node
 from fakenvml.node import STATE_DIR_ENV, NodeDir
 
@@ -81,3 +82,30 @@ def subprocess_env(state_dir: Path) -> dict[str, str]:
     env[STATE_DIR_ENV] = str(state_dir)
     env[library.LIBRARY_ENV] = str(library.path())
     return env
+
+
+# -- NVIDIA's real nvidia-smi (test_nvidia_smi.py, test_persistenced.py)
+
+# The nvidia-smi packages ci/nvidia-smi.sh fetches (clusters/versions.env): every test that
+# runs nvidia-smi runs once with each. A version missing from the cache fails its tests.
+PACKAGES = {
+    "535": versions.get("NVIDIA_SMI_VERSION"),  # 535.261.03-1, bookworm
+    "550": versions.get("NVIDIA_SMI_DRIVER_ROOT_VERSION"),  # 550.163.01-2, trixie
+}
+
+
+def smi_binary(package: str) -> Path:
+    return paths.cache_dir() / "nvidia-smi" / package / "nvidia-smi"
+
+
+@pytest.fixture(scope="session", params=list(PACKAGES.values()), ids=list(PACKAGES))
+def package(request: pytest.FixtureRequest) -> str:
+    return request.param
+
+
+@pytest.fixture(scope="session")
+def nvidia_smi(package: str) -> Path:
+    binary = smi_binary(package)
+    if not os.access(binary, os.X_OK):
+        pytest.fail(f"{binary} not found: run `make install` (ci/nvidia-smi.sh fetches it)")
+    return binary

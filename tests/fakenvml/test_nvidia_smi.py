@@ -24,12 +24,8 @@ from fakenvml import library, mig, paths
 from fakenvml.model import Gpu
 from fakenvml.node import NodeDir
 
-# The nvidia-smi packages ci/nvidia-smi.sh fetches (clusters/versions.env): every test that
-# runs nvidia-smi runs once with each. A version missing from the cache fails its tests.
-PACKAGES = {
-    "535": versions.get("NVIDIA_SMI_VERSION"),  # 535.261.03-1, bookworm
-    "550": versions.get("NVIDIA_SMI_DRIVER_ROOT_VERSION"),  # 550.163.01-2, trixie
-}
+from .conftest import PACKAGES, smi_binary
+
 NODE = {"gpus": [{"profile": "H100-SXM5-80GB", "count": 2}, {"profile": "L40S"}]}
 EXIT_GPU_LOST = 15  # nvidia-smi's exit status for NVML_ERROR_GPU_IS_LOST (its value)
 EXIT_VERSION_MISMATCH = 255
@@ -37,23 +33,6 @@ SMI_GUID = bytes.fromhex("c4fe3e6cc98f6c4ea327ee696e12f7c4")  # 6c3efec4-8fc9-4e
 TABLE_SLOTS = 244
 
 Smi = Callable[..., subprocess.CompletedProcess[str]]
-
-
-def smi_binary(package: str) -> Path:
-    return paths.cache_dir() / "nvidia-smi" / package / "nvidia-smi"
-
-
-@pytest.fixture(scope="session", params=list(PACKAGES.values()), ids=list(PACKAGES))
-def package(request: pytest.FixtureRequest) -> str:
-    return request.param
-
-
-@pytest.fixture(scope="session")
-def nvidia_smi(package: str) -> Path:
-    binary = smi_binary(package)
-    if not os.access(binary, os.X_OK):
-        pytest.fail(f"{binary} not found: run `make install` (ci/nvidia-smi.sh fetches it)")
-    return binary
 
 
 @pytest.fixture(scope="session")
