@@ -8,7 +8,7 @@ ASAN_RT := $(shell gcc -print-file-name=libasan.so) $(shell gcc -print-file-name
 FUZZ_SECONDS ?= 60
 
 .PHONY: action-check install infra lib lib-asan test test-unit test-asan lint lint-workflows docs bench \
-	fuzz e2e cluster cluster-down clean e2e-suites
+	fuzz e2e cluster cluster-down clean e2e-suites dra-conformance
 
 # apt packages, the venv, the fake library, the gRPC code: what every tier needs.
 install:
@@ -158,6 +158,11 @@ e2e: infra
 e2e-suites:
 	@echo "==> e2e: cluster-tier suites ($(SUITES)) for $(SUBJECT), Kubernetes $${GPULAB_KUBE_VERSION:-$$($(PY) -c 'from clusters import versions; print(versions.kube_version())')}"
 	@KEEP=$(KEEP) $(PY) -m gpulab test -q --suites $(SUITES) --junitxml=$(E2E_JUNIT) $(E2E_ARGS)
+
+# NVIDIA's DRA driver's own suite (its tests-mock-nvml GPU files) on the dra-suite lab, alone
+# (make e2e runs it with the others): a table per test, build/dra-suite/report.md.
+dra-conformance: infra
+	@KEEP=$(KEEP) $(PY) -m gpulab test -q e2e/test_dra_suite.py $(E2E_ARGS)
 
 include ci/cluster.mk
 

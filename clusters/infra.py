@@ -239,7 +239,8 @@ def _debootstraps(r: Runner, want: set[str], node_rootfs: bool) -> dict[str, str
                lambda: r.script("node rootfs", "node-rootfs", rootfs))  # fmt: skip
     if "lab-images" in want:
         for which, title in (("base", "Lab base image (debootstrap)"),
-                             ("workload", "Workload image (busybox)")):  # fmt: skip
+                             ("workload", "Workload image (busybox)"),
+                             ("bats-base", "DRA suite runner's base (debootstrap)")):  # fmt: skip
             made.update(r.step(title, lambda w=which: _image(r, w)))
     return made
 
@@ -365,6 +366,7 @@ def _lab_images(r: Runner, p: Products) -> None:
         ("nvidia", "NVIDIA plugin images", None),
         ("nfd", f"node-feature-discovery {versions.get('NFD_VERSION')} image (Go)", None),
         ("dra", f"NVIDIA DRA driver {versions.get('DRA_DRIVER_VERSION')} image (Go)", None),
+        ("bats", f"DRA driver's suite runner (bats {versions.get('BATS_VERSION')})", None),
     ):
         p.images.update(r.step(title, lambda w=which, e=env: _image(r, w, e)))
     p.tree_key = key

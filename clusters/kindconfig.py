@@ -124,10 +124,13 @@ def render(lab: Lab, image: str, labs_root: Path, toolkit: str = "") -> dict:
         f"nodeStatusUpdateFrequency: {duration_text(lab.spec.node_status_update_frequency)}\n"
     )
     kubelet += host_kubelet_config(lab.kubernetes)
-    return {
+    config = {
         "kind": "Cluster",
         "apiVersion": "kind.x-k8s.io/v1alpha4",
         "name": lab.spec.name,
         "kubeadmConfigPatches": [kubelet],
         "nodes": nodes,
     }
+    if lab.spec.feature_gates:
+        config["featureGates"] = dict(lab.spec.feature_gates)
+    return config

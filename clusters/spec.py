@@ -5,6 +5,7 @@
     subject: gpulab                 # plugin under test by default: a subject name or path,
                                     # or none (fake GPUs only)
     dra: {feature_gates: {...}}     # or NVIDIA's DRA driver instead of a plugin (no subject)
+    feature_gates: {DRAExtendedResource: true}   # Kubernetes' own, on every component
     node_status_update_frequency: 2s
     container_toolkit: true         # NVIDIA Container Toolkit in GPU nodes' containerd
     nodes:
@@ -75,6 +76,10 @@ class LabSpec(Strict):
     # The NVIDIA Container Toolkit in GPU nodes' containerd (clusters/toolkit.py), the
     # nvidia runtime their default, as on GPU nodes; false: plain runc.
     container_toolkit: bool = True
+    # Kubernetes feature gates, on every component (kind's `featureGates`): explicit even
+    # where the version's default agrees, for suites that read them from the API server's
+    # command line (the DRA driver's own checks DRAExtendedResource so).
+    feature_gates: dict[str, bool] = Field(default_factory=dict)
     nodes: list[NodeSpec] = Field(min_length=1)
 
     @field_validator("name")

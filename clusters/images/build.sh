@@ -9,9 +9,10 @@
 #              Go module proxy by clusters/nodeimage/build-go.sh) on the base image
 #   dra        NVIDIA's DRA driver for GPUs ($DRA_DRIVER_VERSION: gpu-kubelet-plugin, nvidia-cdi-hook,
 #              built by clusters/scripts/dra-driver.sh) on the base image
+#   bats       the runner of NVIDIA's DRA driver's own bats suite (e2e/dra_suite.py)
 # Every image is tagged with a hash of its inputs, so a warm run only checks tags. Tags
 # appear only on finished, checked images (temporary tags first; see lib.sh).
-# usage: clusters/images/build.sh [base|gpulab|workload|nvidia|nfd|dra]...   (default: all)
+# usage: clusters/images/build.sh [base|gpulab|workload|nvidia|nfd|dra|bats-base|bats]...   (default: all)
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/../.." && pwd)  # the checkout, or site-packages for an installed gpulab
@@ -39,16 +40,17 @@ docker_build() {
   docker tag "$tmp" "$tag" && docker rmi "$tmp" >/dev/null
 }
 
-image_base() {
-  local packages="python3 ca-certificates"
-  local tag
-  tag=gpulab/base:bookworm-$(inputs_hash "$packages" "$NODE_SUITE")
+# debootstrap_image NAME PACKAGES: a Debian $NODE_SUITE minbase image with PACKAGES,
+# tagged gpulab/NAME:<suite>-<hash>.
+debootstrap_image() {
+  local name=$1 packages=$2 tag
+  tag=gpulab/$name:$NODE_SUITE-$(inputs_hash "$packages" "$NODE_SUITE")
   if ! have "$tag"; then
     local dir mirror
     mirror=$(debian_mirror)
     [[ -n $mirror ]] || die "images: no bookworm/main apt source configured to debootstrap from"
-    dir=$(fresh_tmp "$WORK/base")
-    log "images: base: debootstrap $NODE_SUITE minbase + $packages (about 1 min)"
+    dir=$(fresh_tmp "$WORK/$name")
+    log "images: $name: debootstrap $NODE_SUITE minbase + $packages (about 1 min)"
     with_ticker debootstrap cached_debootstrap "$WORK/debootstrap.log" --variant=minbase \
       --include="${packages// /,}" "$NODE_SUITE" "$dir" "$mirror" ||
       die "images: debootstrap failed, see $WORK/debootstrap.log"
@@ -60,6 +62,8 @@ image_base() {
   fi
   echo "$tag"
 }
+
+image_base() { debootstrap_image base "python3 ca-certificates"; }
 
 # What clusters/infra.py passes in (image_env); the defaults are a checkout's `make infra`.
 PY=${GPULAB_PYTHON:-$repo/.venv/bin/python}
@@ -128,18 +132,23 @@ image_gpulab() {
   echo "$tag"
 }
 
-image_workload() {
+# Debian's busybox-static package (downloaded once), for the images that carry busybox.
+busybox_deb() {
   local deb_dir=$WORK/busybox debs
   mkdir -p "$deb_dir"
   debs=("$deb_dir"/busybox-static_*.deb)
   if [[ ! -e ${debs[0]} ]]; then
-    log "images: workload: fetching busybox-static"
+    log "images: fetching busybox-static"
     (cd "$deb_dir" && apt-get download busybox-static >/dev/null 2>&1) ||
       die "images: apt-get download busybox-static failed"
     debs=("$deb_dir"/busybox-static_*.deb)
   fi
-  local deb=${debs[0]}
-  local tag
+  echo "${debs[0]}"
+}
+
+image_workload() {
+  local deb tag
+  deb=$(busybox_deb)
   tag=gpulab/workload:$(inputs_hash "$deb" "$here/workload.sh")
   if ! have "$tag"; then
     local root
@@ -216,13 +225,18 @@ image_dra() {
   out=$("$here/../scripts/dra-driver.sh") || die "images: building NVIDIA's DRA driver failed"
   dir=$(sed -n 1p <<<"$out") src=$(sed -n 2p <<<"$out")
   # As upstream's image: the plugin, the CDI hook it copies to the host, and the init
-  # container's driver check (from the release's source), on a glibc base with bash.
-  dockerfile=$(printf 'FROM %s\nCOPY gpu-kubelet-plugin nvidia-cdi-hook kubelet-plugin-prestart.sh /usr/bin/\n' "$base")
-  tag=gpulab/dra-driver-nvidia-gpu:$DRA_DRIVER_VERSION-$(inputs_hash "$dockerfile" "$dir/gpu-kubelet-plugin" "$dir/nvidia-cdi-hook" "$src/hack/kubelet-plugin-prestart.sh")
+  # container's driver check (from the release's source), on a glibc base with bash; and
+  # busybox's wget, as its distroless `debug` base has (the driver's own suite fetches the
+  # plugin's metrics with it from inside the container).
+  local deb
+  deb=$(busybox_deb)
+  dockerfile=$(printf 'FROM %s\nCOPY gpu-kubelet-plugin nvidia-cdi-hook kubelet-plugin-prestart.sh /usr/bin/\nCOPY busybox /usr/local/bin/\nRUN ln -s busybox /usr/local/bin/wget\n' "$base")
+  tag=gpulab/dra-driver-nvidia-gpu:$DRA_DRIVER_VERSION-$(inputs_hash "$dockerfile" "$dir/gpu-kubelet-plugin" "$dir/nvidia-cdi-hook" "$src/hack/kubelet-plugin-prestart.sh" "$deb")
   if ! have "$tag"; then
     local ctx
     ctx=$(fresh_tmp "$WORK/dra.ctx")
     cp "$dir/gpu-kubelet-plugin" "$dir/nvidia-cdi-hook" "$src/hack/kubelet-plugin-prestart.sh" "$ctx/"
+    mkdir "$ctx/x" && dpkg-deb -x "$deb" "$ctx/x" && mv "$ctx/x/bin/busybox" "$ctx/busybox" && rm -rf "$ctx/x"
     printf '%s\n' "$dockerfile" >"$ctx/Dockerfile"
     log "images: dra: docker build $tag"
     docker_build "$tag" "$ctx" /bin/sh -c "gpu-kubelet-plugin --version | grep -q '$DRA_DRIVER_VERSION'"
@@ -231,7 +245,46 @@ image_dra() {
   echo "$tag"
 }
 
-[[ $# -gt 0 ]] || set -- base gpulab workload nvidia nfd dra
+# The runner of the DRA driver's own bats suite (e2e/dra_suite.py), as its tests/bats/
+# Dockerfile makes it, from what this machine reaches: bats-core from npm ($BATS_VERSION;
+# Debian's 1.8 lacks the hooks the suite uses), bats-support/-assert/-file, jq, yq, bc,
+# envsubst and GNU parallel from Debian, at /bats-libraries where the suite loads them;
+# kubectl and helm are the lab's own builds.
+image_bats_base() {
+  debootstrap_image bats-base "bash ca-certificates jq yq bc gettext-base parallel procps bats-support bats-assert bats-file"
+}
+
+image_bats() {
+  local rootfs kube=${KUBE_VERSIONS%% *} tgz tag dockerfile
+  rootfs=$(image_bats_base)
+  # kubectl: the node image's own build, else (kind's upstream node image chosen) the host's.
+  local kubectl=$GPULAB_CACHE/bin/kubernetes-$kube/kubectl helm=$GPULAB_CACHE/bin/helm-$HELM_VERSION/helm
+  [[ -x $kubectl ]] || kubectl=$(command -v kubectl) || die "images: bats: no kubectl (neither $GPULAB_CACHE/bin/kubernetes-$kube/kubectl nor on PATH)"
+  [[ -x $helm ]] || die "images: bats: no $helm (clusters/scripts/helm.sh)"
+  local npm=$GPULAB_CACHE/npm
+  tgz=$npm/bats-${BATS_VERSION#v}.tgz
+  if [[ ! -f $tgz ]]; then
+    command -v npm >/dev/null || die "images: bats: no npm on PATH to fetch bats-core $BATS_VERSION"
+    mkdir -p "$npm"
+    (cd "$npm" && npm pack -q "bats@${BATS_VERSION#v}" >/dev/null 2>"$WORK/npm.log") ||
+      die "images: bats: npm pack bats@${BATS_VERSION#v} failed, see $WORK/npm.log"
+  fi
+  dockerfile=$(printf '%s\n' "FROM $rootfs" "COPY bats.tgz kubectl helm /tmp/in/" \
+    "RUN tar -C /tmp/in -xzf /tmp/in/bats.tgz && /tmp/in/package/install.sh /usr/local && mv /tmp/in/kubectl /tmp/in/helm /usr/local/bin/ && rm -rf /tmp/in && mkdir /bats-libraries && for l in support assert file; do ln -s /usr/lib/bats/bats-\$l /bats-libraries/bats-\$l; done")
+  tag=gpulab/bats:${BATS_VERSION#v}-$(inputs_hash "$dockerfile" "$tgz" "$kubectl" "$helm")
+  if ! have "$tag"; then
+    local ctx
+    ctx=$(fresh_tmp "$WORK/bats.ctx")
+    cp "$tgz" "$ctx/bats.tgz"; cp "$kubectl" "$helm" "$ctx/"
+    printf '%s\n' "$dockerfile" >"$ctx/Dockerfile"
+    log "images: bats: docker build $tag"
+    docker_build "$tag" "$ctx" /bin/sh -c "bats --version | grep -q '${BATS_VERSION#v}' && test -f /bats-libraries/bats-assert/load.bash"
+    rm -rf "$ctx"
+  fi
+  echo "$tag"
+}
+
+[[ $# -gt 0 ]] || set -- base gpulab workload nvidia nfd dra bats
 for what in "$@"; do
   case $what in
     base) echo "base=$(image_base)" ;;
@@ -240,6 +293,8 @@ for what in "$@"; do
     nvidia) image_nvidia ;;
     nfd) echo "nfd=$(image_nfd)" ;;
     dra) echo "dra=$(image_dra)" ;;
-    *) die "images: unknown image $what (base, gpulab, workload, nvidia, nfd, dra)" ;;
+    bats-base) echo "bats-base=$(image_bats_base)" ;;
+    bats) echo "bats=$(image_bats)" ;;
+    *) die "images: unknown image $what (base, gpulab, workload, nvidia, nfd, dra, bats-base, bats)" ;;
   esac
 done

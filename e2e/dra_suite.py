@@ -1,0 +1,428 @@
+"""NVIDIA's DRA driver's own test suite run against a gpulab lab: the bats files of the
+driver's Go module (tests/bats), those of its `tests-mock-nvml` target (the tests meant for
+CPU-only nodes and a mock NVML), each installing the driver from the module's own chart as
+upstream's CI does, on the `dra-suite` lab's fake GPUs (clusters/dra-suite.yaml).
+
+The suite runs unchanged, from the module. What gpulab supplies where upstream's runner has
+a registry and the internet (docs/dra-driver.md, "The driver's own suite"):
+- the runner: the `bats` image (clusters/images/build.sh), as the suite's Dockerfile makes
+  it (bats-core, its three libraries at /bats-libraries, jq, yq, kubectl, helm);
+- the chart: the module's, its image values pointed at the driver image `make infra`
+  built (the suite's `TEST_CHART_LOCAL` way, whose images must be on the nodes already);
+- the image the suite's pods name (a shell, `nvidia-smi -L`, `sleep`; nvidia-smi and NVML
+  come from the driver root through the driver's CDI spec): gpulab's Debian base image,
+  loaded into the nodes under the names the suite uses;
+- its setup_suite: the suite's own prerequisite checks (`validate_prerequisites`, sourced
+  from its file), without `helm repo add` of NVIDIA's chart repository, which an offline
+  machine cannot reach and no file run here installs from;
+- the suite's own switches: MOCK_NVML=true (it skips what needs CUDA, MPS daemons, NVLink
+  or IMEX and says why), DISABLE_COMPUTE_DOMAINS=true (gpulab builds the GPU kubelet plugin
+  only: compute domains need IMEX), SKIP_CLEANUP=true (a lab made for the run).
+
+The compute-domain files of that target are not run (no compute-domain binaries: they
+need a fabric manager and IMEX daemons); the table names them. Every test's result is a
+row: passed, skipped by the suite (its reason), or failed, with the cause where known.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import time
+import xml.etree.ElementTree as ET
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import docker
+import yaml
+from rich.console import Console
+from rich.table import Table
+
+from clusters import built, chart, dra, kindconfig
+from clusters.lab import Lab
+
+LAB = "dra-suite"
+TARGET = "tests-mock-nvml"  # the suite's Makefile target for CPU-only nodes and a mock NVML
+SUITE_DIR = "tests/bats"
+# The suite's CI sets these so (its Makefile, CI branch): 20 pods sharing one claim, once.
+STRESS = {"TEST_GPU_STRESS_PODS_N": "20", "TEST_GPU_STRESS_ITERATIONS": "1",
+          "TEST_GPU_STRESS_DELAY": "1"}  # fmt: skip
+# Files of the target not run here, and why (docs/dra-driver.md, "The driver's own suite").
+CD = "compute domains: gpulab's driver image has the GPU kubelet plugin only (no IMEX daemons)"
+NO_CD_SWITCH = ("installs the chart with compute domains on (this file ignores "
+                "DISABLE_COMPUTE_DOMAINS): " + CD)  # fmt: skip
+NOT_RUN = {"test_gpu_stress.bats": NO_CD_SWITCH, "test_gpu_updowngrade.bats": NO_CD_SWITCH}
+
+# Failures whose cause is known, by (file, test), with the evidence in docs/dra-driver.md;
+# a new failure is never one of these by accident.
+NO_PCIE_ROOT = (
+    "lab: no resource.kubernetes.io/pcieRoot. The driver reads it from "
+    "/sys/bus/pci/devices/<bus id> in its pod, which shows the kernel's sysfs, where a fake "
+    "GPU is no PCI device (kind nodes get the fake devices by a bind mount)"
+)
+EXPLAINED: dict[tuple[str, str], str] = {
+    (
+        "test_gpu_basic.bats",
+        "GPUs: inspect device attributes in resource slice (gpu)",
+    ): NO_PCIE_ROOT,
+}
+
+# The release the suite installs and the namespace it creates (its helpers.sh).
+RELEASE, NAMESPACE = "dra-driver-nvidia-gpu-batssuite", "dra-driver-nvidia-gpu"
+
+SETUP_SUITE = """\
+# gpulab's setup_suite for the DRA driver's suite (e2e/dra_suite.py): the suite's own
+# prerequisite checks, without `helm repo add` of NVIDIA's chart repository (offline; no
+# file run here installs from it).
+source /cwd/tests/bats/setup_suite.bash
+setup_suite() {
+    validate_prerequisites
+    HELM_CACHE_HOME=$(mktemp -d -t helm-XXXXX)
+    export HELM_CACHE_HOME
+    export HELM_REPOSITORY_CONFIG=${HELM_CACHE_HOME}/repo.cfg
+}
+"""
+
+
+@dataclass(frozen=True)
+class Row:
+    file: str  # the .bats file's name
+    test: str
+    result: str  # passed, skipped, failed, not run
+    seconds: float
+    why: str = ""  # a skip's reason (the suite's), a failure's cause or first line
+
+    @property
+    def explained(self) -> bool:
+        return self.result != "failed" or (self.file, self.test) in EXPLAINED
+
+
+def module_dir() -> Path:
+    where = chart.module_dir(f"{dra.MODULE}@{dra.version()}")
+    if not (where / SUITE_DIR / "Makefile").is_file():
+        raise built.InfraMissing(f"the DRA driver's suite is not in {where}; {built.MAKE_INFRA}")
+    return where
+
+
+def target_files(src: Path, target: str = TARGET) -> list[str]:
+    """The .bats files (tests/bats/...) the suite's Makefile target runs, in its order."""
+    text = (src / SUITE_DIR / "Makefile").read_text()
+    m = re.search(rf"^{re.escape(target)}:(?!.*:=).*\n((?:\t.*\n)+)", text, re.M)
+    if m is None:
+        raise ValueError(f"the suite's Makefile has no target {target}")
+    return re.findall(r"tests/bats/test_\w+\.bats", m.group(1))
+
+
+def gpu_files(files: list[str]) -> list[str]:
+    """The target's GPU files (compute domains are the other kind)."""
+    return [f for f in files if Path(f).name.startswith("test_gpu_")]
+
+
+def runnable(files: list[str]) -> list[str]:
+    return [f for f in files if Path(f).name not in NOT_RUN]
+
+
+def prepare(work: Path, src: Path, image: str) -> str:
+    """The suite's tree in `work` (what the runner sees as /cwd): its tests/bats, the chart
+    with its image values set to `image`, gpulab's setup_suite. The chart's version."""
+    if work.exists():
+        shutil.rmtree(work)
+    shutil.copytree(src / SUITE_DIR, work / SUITE_DIR)
+    shutil.copytree(src / dra.CHART_DIR, work / "chart")
+    values_path = work / "chart" / "values.yaml"
+    values = yaml.safe_load(values_path.read_text())
+    repo, tag = chart.split_image(image)
+    values["image"] = {**values.get("image", {}), "repository": repo, "tag": tag,
+                       "pullPolicy": "IfNotPresent"}  # fmt: skip
+    values_path.write_text(yaml.safe_dump(values, sort_keys=False))
+    (work / "setup_suite.bash").write_text(SETUP_SUITE)
+    for p in work.rglob("*"):  # the module cache's files are read-only
+        p.chmod(p.stat().st_mode | 0o200)
+    return str(yaml.safe_load((work / "chart" / "Chart.yaml").read_text())["version"])
+
+
+def pod_images(work: Path, files: list[str]) -> set[str]:
+    """The images the files' pods name (inline and in the specs they apply)."""
+    texts = [(work / f).read_text() for f in files]
+    specs = {s for t in texts for s in re.findall(r"tests/bats/specs/[\w./-]+\.yaml", t)}
+    texts += [(work / s).read_text() for s in sorted(specs) if (work / s).is_file()]
+    found = {m for t in texts for m in re.findall(r"^\s*-?\s*image:\s*[\"']?([^\s\"'$]+)", t, re.M)}
+    return {i for i in found if not i.startswith("{")}
+
+
+def load_as(lab: Lab, image: str, names: set[str]) -> None:
+    """`image` into every lab node under each of `names` (for a name the host's engine
+    already has, that image). A tag this call made goes again afterwards."""
+    engine = docker.from_env()
+    made = []
+    for name in sorted(names):
+        try:
+            engine.images.get(name)
+        except docker.errors.ImageNotFound:
+            engine.images.get(image).tag(name)
+            made.append(name)
+    try:
+        lab.host.load(sorted(names), [n.name for n in lab.lab.nodes])
+    finally:
+        for name in made:
+            engine.images.remove(name, noprune=True)
+
+
+def clean(lab: Lab) -> None:
+    """What a run leaves (the suite's own cleanup script needs the internet): its release,
+    and the pods and claims of the lab's default namespace, made by the suite alone."""
+    chart.run(built.helm(), ["uninstall", RELEASE, "--namespace", NAMESPACE, "--wait",
+                             "--ignore-not-found"], lab.kubeconfig)  # fmt: skip
+    lab.core.delete_collection_namespaced_pod("default", grace_period_seconds=0)
+    dra.delete_claims(lab, "default")
+
+
+def environment(chart_version: str) -> dict[str, str]:
+    return {
+        "KUBECONFIG": "/kubeconfig",
+        "TEST_CHART_REPO": "/cwd/chart",
+        "TEST_CHART_VERSION": chart_version,
+        "TEST_NVIDIA_DRIVER_ROOT": kindconfig.DRIVER_ROOT,
+        "TEST_EXPECTED_IMAGE_SPEC_SUBSTRING": dra.version(),
+        "MOCK_NVML": "true",
+        "DISABLE_COMPUTE_DOMAINS": "true",
+        "SKIP_CLEANUP": "true",
+        **STRESS,
+    }
+
+
+def run(lab: Lab, out: Path, console: Console, files: list[str] | None = None) -> list[Row]:
+    """The suite's GPU files of its mock-NVML target (or `files`) against `lab`; the rows
+    (also out/report.json and out/report.md) and bats' own output in out/bats.log.
+
+    A test that fails for no known cause runs once more, alone, after a clean: the suite
+    reads a pod's log as soon as the pod is Ready, which on a busy machine can come before
+    the line its nvidia-smi prints (seen once in three runs here, under load: "pod with two
+    ResourceClaimTemplates" read an empty log 1 s after creation, and its claims, left
+    behind, failed the next test; 26 quiet repetitions of that pod found the line 60-100
+    ms after Ready every time). Its row says it was retried and why it failed first."""
+    src = module_dir()
+    every = target_files(src)
+    files = files if files is not None else runnable(gpu_files(every))
+    images = built.require(["base", "dra", "bats"], lab.lab.kubernetes).images
+    out = out.resolve()  # the engine's bind mounts want absolute paths
+    out.mkdir(parents=True, exist_ok=True)
+    work = out / "work"
+    chart_version = prepare(work, src, images["dra"])
+    clean(lab)
+    lab.host.load([images["dra"]], [n.name for n in lab.lab.nodes])
+    load_as(lab, images["base"], pod_images(work, files))
+    console.print(f"[bold]NVIDIA's DRA driver {dra.version()}: its own suite[/] "
+                  f"({TARGET}'s GPU files: {', '.join(Path(f).stem for f in files)})")  # fmt: skip
+    t0 = time.monotonic()
+    log = out / "bats.log"
+    log.write_text("")
+    try:
+        rows = bats(images["bats"], work, out / "junit", lab, chart_version, files, [], console)
+        again = [r for r in rows if not r.explained]
+        if again:
+            console.print(f"[yellow]![/] {len(again)} failed for no known cause: once more, alone")
+            clean(lab)
+            names = [f"^{re.escape(r.test)}$" for r in again]
+            files_again = [f for f in files if Path(f).name in {r.file for r in again}]
+            retried = bats(images["bats"], work, out / "junit-retry", lab, chart_version,
+                           files_again, ["--filter", "|".join(names)], console)  # fmt: skip
+            second = {(r.file, r.test): r for r in retried}
+            rows = [retry_row(r, second.get((r.file, r.test))) if r in again else r
+                    for r in rows]  # fmt: skip
+    finally:
+        clean(lab)
+    rows += [Row(Path(f).name, "(whole file)", "not run", 0, NOT_RUN.get(Path(f).name, CD))
+             for f in every if f not in files]  # fmt: skip
+    write(out, rows, time.monotonic() - t0)
+    return rows
+
+
+def retry_row(first: Row, second: Row | None) -> Row:
+    if second is None:
+        return first
+    why = f"retried; first: {first.why}" + (f"; then: {second.why}" if second.why else "")
+    return Row(second.file, second.test, second.result, first.seconds + second.seconds, why)
+
+
+def bats(image: str, work: Path, report: Path, lab: Lab, chart_version: str, files: list[str],
+         extra: list[str], console: Console) -> list[Row]:  # fmt: skip
+    """One bats run in the runner image; its rows (JUnit in `report`), its output appended
+    to bats.log beside `report`."""
+    if report.exists():
+        shutil.rmtree(report)
+    report.mkdir()
+    cmd = ["bats", "--setup-suite-file", "/cwd/setup_suite.bash", "--timing",
+           "--print-output-on-failure", "--formatter", "tap", "--report-formatter", "junit",
+           "--output", "/report", *extra, *files]  # fmt: skip
+    container = docker.from_env().containers.run(
+        image, cmd, detach=True, network_mode="host", working_dir="/cwd",
+        environment=environment(chart_version),
+        volumes={str(work): {"bind": "/cwd", "mode": "rw"},
+                 str(report): {"bind": "/report", "mode": "rw"},
+                 str(lab.kubeconfig): {"bind": "/kubeconfig", "mode": "ro"}},
+    )  # fmt: skip
+    try:
+        with (report.parent / "bats.log").open("a") as log:
+            buf = ""
+            for chunk in container.logs(stream=True, follow=True):
+                buf += chunk.decode(errors="replace")
+                *lines, buf = buf.split("\n")
+                for line in lines:
+                    log.write(line + "\n")
+                    log.flush()
+                    progress(console, line)
+        status = container.wait()["StatusCode"]
+    finally:
+        container.remove(force=True)
+    rows = rows_of(report, files)
+    if not rows:
+        raise RuntimeError(
+            f"the suite ran no test (bats exited {status}); see {report.parent}/bats.log"
+        )
+    return rows
+
+
+_TAP = re.compile(r"^(ok|not ok) \d+ (.*?)(?: # skip ?\(?(.*?)\)?)?(?: # in (\d+) ?ms)?$")
+
+
+def progress(console: Console, line: str) -> None:
+    """One line per finished test, as bats' TAP stream reports it."""
+    m = _TAP.match(line)
+    if not m:
+        return
+    ok, name, skip, ms = m.groups()
+    secs = f" [dim]({int(ms) / 1000:.1f}s)[/]" if ms else ""
+    if skip is not None:
+        console.print(f"  [yellow]-[/] {name}{secs} [dim]skipped: {skip}[/]", highlight=False)
+    elif ok == "ok":
+        console.print(f"  [green]✓[/] {name}{secs}", highlight=False)
+    else:
+        console.print(f"  [red]✗[/] {name}{secs}", highlight=False)
+
+
+def rows_of(report: Path, files: list[str]) -> list[Row]:
+    """The rows of bats' JUnit report (one testsuite per file)."""
+    rows = []
+    for xml in sorted(report.glob("*.xml")):
+        for suite in ET.parse(xml).getroot().iter("testsuite"):
+            name = Path(suite.get("name", "")).name
+            for case in suite.iter("testcase"):
+                test, secs = case.get("name", ""), float(case.get("time") or 0)
+                skipped, failure = case.find("skipped"), case.find("failure")
+                if failure is not None:
+                    why = EXPLAINED.get((name, test)) or failed_line(failure.text or "")
+                    rows.append(Row(name, test, "failed", secs, why))
+                elif skipped is not None:
+                    why = skipped.get("message") or (skipped.text or "").strip()
+                    rows.append(Row(name, test, "skipped", secs, why))
+                else:
+                    rows.append(Row(name, test, "passed", secs))
+    order = {Path(f).name: i for i, f in enumerate(files)}
+    return sorted(rows, key=lambda r: order.get(r.file, len(order)))
+
+
+def failed_line(text: str) -> str:
+    """The suite's own words for a failure: bats' "`command' failed" line, else the first
+    line that is not its tags."""
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    failed = [line for line in lines if line.endswith("failed") and line.startswith("`")]
+    rest = [line for line in lines if not line.startswith("tags:")]
+    return (failed or rest or [""])[0]
+
+
+def counts(rows: list[Row]) -> dict[str, int]:
+    out = {k: 0 for k in ("passed", "skipped", "failed", "not run")}
+    for r in rows:
+        out[r.result] += 1
+    return out
+
+
+def table(rows: list[Row]) -> Table:
+    c = counts(rows)
+    t = Table(title=f"NVIDIA's DRA driver {dra.version()}: its own suite on gpulab "
+                    f"({c['passed']} passed, {c['skipped']} skipped by the suite, "
+                    f"{c['failed']} failed, {c['not run']} files not run)")  # fmt: skip
+    for col in ("file", "test", "result", "s", "why"):
+        t.add_column(col, justify="right" if col == "s" else "left")
+    style = {"passed": "green", "skipped": "yellow", "failed": "red", "not run": "dim"}
+    for r in rows:
+        t.add_row(r.file.removesuffix(".bats"), r.test,
+                  f"[{style[r.result]}]{r.result}[/]", f"{r.seconds:.1f}", r.why)  # fmt: skip
+    return t
+
+
+def markdown(rows: list[Row]) -> str:
+    c = counts(rows)
+    lines = [f"NVIDIA's DRA driver {dra.version()}, its own `{TARGET}` suite on gpulab: "
+             f"{c['passed']} passed, {c['skipped']} skipped by the suite, {c['failed']} "
+             f"failed; {c['not run']} files not run.", "",
+             "| file | test | result | s | why |", "|---|---|---|--:|---|"]  # fmt: skip
+    for r in rows:
+        why = r.why.replace("|", "\\|")
+        lines.append(f"| {r.file.removesuffix('.bats')} | {r.test} | {r.result} | "
+                     f"{r.seconds:.1f} | {why} |")  # fmt: skip
+    return "\n".join(lines) + "\n"
+
+
+def per_test(rows: list[Row]) -> str:
+    """The docs' table (docs/dra-driver.md): a row per test, no timings."""
+    lines = ["| file | test | result | why |", "|---|---|---|---|"]
+    for r in rows:
+        # A pass's retry is the run's news (its report), not the docs'.
+        why = "" if r.result == "passed" else r.why.replace("|", "\\|")
+        lines.append(f"| {r.file.removesuffix('.bats')} | {r.test} | {r.result} | {why} |")
+    return "\n".join(lines)
+
+
+def per_file(rows: list[Row]) -> str:
+    """The README's table: a row per GPU file of the target, one for the compute domains'."""
+    lines = ["| file | passed | skipped by the suite | failed |", "|---|--:|--:|--:|"]
+    for file in dict.fromkeys(r.file for r in rows):
+        c = counts([r for r in rows if r.file == file])
+        if file.startswith("test_gpu_"):
+            cells = "| not run |  |  |" if c["not run"] else (
+                f"| {c['passed']} | {c['skipped']} | {c['failed']} |")  # fmt: skip
+            lines.append(f"| {file.removesuffix('.bats')} {cells}")
+    cd = sum(r.file.startswith("test_cd_") for r in rows)
+    lines.append(f"| test_cd_* ({cd} files) | not run |  |  |")
+    return "\n".join(lines)
+
+
+# Where the tables stand, between `<!-- dra-suite:start -->` and `<!-- dra-suite:end -->`.
+TABLES = {"README.md": per_file, "docs/dra-driver.md": per_test}
+_BLOCK = re.compile(r"(<!-- dra-suite:start -->\n).*?(<!-- dra-suite:end -->)", re.S)
+
+
+def block(text: str) -> str:
+    m = _BLOCK.search(text)
+    return m.group(0)[len(m.group(1)) : -len(m.group(2))].strip() if m else ""
+
+
+def write_docs(root: Path, rows: list[Row]) -> None:
+    """The README's and the docs' tables from a run's rows."""
+    for name, render in TABLES.items():
+        path = root / name
+        table = render(rows)
+        path.write_text(_BLOCK.sub(lambda m, t=table: m.group(1) + t + "\n" + m.group(2),
+                                   path.read_text()))  # fmt: skip
+
+
+def load(report: Path) -> list[Row]:
+    return [Row(**r) for r in json.loads(report.read_text())["rows"]]
+
+
+def write(out: Path, rows: list[Row], seconds: float) -> None:
+    doc = {"driver": dra.version(), "target": TARGET, "seconds": round(seconds, 1),
+           "counts": counts(rows), "rows": [asdict(r) for r in rows]}  # fmt: skip
+    (out / "report.json").write_text(json.dumps(doc, indent=2) + "\n")
+    (out / "report.md").write_text(markdown(rows))
+
+
+if __name__ == "__main__":
+    # python -m e2e.dra_suite build/dra-suite/report.json: the README's and the docs'
+    # tables from that run (e2e/test_dra_suite.py checks they show the run it made).
+    import sys
+
+    write_docs(Path.cwd(), load(Path(sys.argv[1])))

@@ -1,0 +1,61 @@
+"""NVIDIA's DRA driver's own test suite on gpulab (e2e/dra_suite.py): the GPU files of its
+`tests-mock-nvml` target, run unchanged from the driver's module against the dra-suite
+lab's fake GPUs. Every test the suite runs here passes, or the suite itself skips it (its
+reason in the table); a failure fails its file's test here with the suite's message. The
+table is printed and written to build/dra-suite/ (report.md, report.json, bats.log)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+
+from clusters.lab import Lab
+from e2e import dra_suite
+from e2e.dra_suite import Row
+
+# The target's GPU files gpulab runs; the first test fails when the driver's Makefile says
+# otherwise (a new file must get its row here or in dra_suite.NOT_RUN, never be dropped).
+FILES = (
+    "tests/bats/test_gpu_basic.bats",
+    "tests/bats/test_gpu_cuda_workloads.bats",
+    "tests/bats/test_gpu_sharing.bats",
+    "tests/bats/test_gpu_robustness.bats",
+    "tests/bats/test_gpu_extres.bats",
+)
+OUT = Path("build/dra-suite")
+
+
+@pytest.fixture(scope="module")
+def dra_suite_rows(labs: Callable[..., Lab]) -> list[Row]:
+    lab = labs(dra_suite.LAB)
+    console = Console(stderr=True, soft_wrap=True)
+    rows = dra_suite.run(lab, OUT, console, files=list(FILES))
+    console.print(dra_suite.table(rows))
+    return rows
+
+
+def test_the_suites_gpu_files_are_the_ones_gpulab_runs() -> None:
+    files = dra_suite.gpu_files(dra_suite.target_files(dra_suite.module_dir()))
+    assert tuple(dra_suite.runnable(files)) == FILES
+    assert {Path(f).name for f in files} - {Path(f).name for f in FILES} == set(dra_suite.NOT_RUN)
+
+
+@pytest.mark.parametrize("file", FILES, ids=[Path(f).stem for f in FILES])
+def test_the_drivers_own_suite_passes_on_fake_gpus(dra_suite_rows: list[Row], file: str) -> None:
+    rows = [r for r in dra_suite_rows if r.file == Path(file).name]
+    assert rows, f"{file}: the suite reported no test of it (build/dra-suite/bats.log)"
+    failed = [f"{r.test}: {r.why}" for r in rows if not r.explained]
+    assert not failed, "\n".join(failed)
+    # What ran is what the suite says it skips on a mock NVML, and nothing more.
+    assert all(r.why for r in rows if r.result == "skipped")
+
+
+@pytest.mark.parametrize("doc", list(dra_suite.TABLES))
+def test_the_readme_and_the_docs_show_this_run(dra_suite_rows: list[Row], doc: str) -> None:
+    """Their tables are this run's (`python -m e2e.dra_suite build/dra-suite/report.json`
+    writes them)."""
+    text = (Path(__file__).resolve().parent.parent / doc).read_text()
+    assert dra_suite.block(text) == dra_suite.TABLES[doc](dra_suite_rows)
