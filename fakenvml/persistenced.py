@@ -29,12 +29,23 @@ def serve(root: Path, state_dir: Path, ready: Path | None = None) -> None:
     if not (state_dir / "state.bin").is_file():
         raise SystemExit(f"fakenvml persistenced: no state in {state_dir} (run `fakenvml init`)")
     path = socket_path(root)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.unlink(missing_ok=True)
-    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as server:
-        server.bind(str(path))
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.unlink(missing_ok=True)
+        # Bound through its directory's descriptor: a socket path is limited to 107 bytes,
+        # which a driver root deep in a temporary directory can pass.
+        where = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            server.bind(f"/proc/self/fd/{where}/{path.name}")
+        finally:
+            os.close(where)
         path.chmod(0o666)  # any container user may ask, as for the real daemon's socket
         server.listen(64)
+    except OSError as e:
+        server.close()
+        raise SystemExit(f"fakenvml persistenced: cannot listen on {path}: {e.strerror}") from None
+    with server:
         if ready is not None:
             ready.touch()
         while True:

@@ -11,6 +11,7 @@ without FAKENVML_STATE_DIR.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import time
@@ -49,12 +50,11 @@ def node(make_state: Callable[..., NodeDir], monkeypatch: pytest.MonkeyPatch) ->
     return d
 
 
-@pytest.fixture
-def daemon(node: NodeDir, tmp_path: Path) -> Iterator[Path]:
-    """`fakenvml persistenced` on a driver root in tmp_path: its socket."""
-    root, ready = tmp_path / "driver-root", tmp_path / "listening"
+@contextlib.contextmanager
+def serving(root: Path, state_dir: Path, ready: Path) -> Iterator[Path]:
+    """`fakenvml persistenced` on driver root `root`, until the block ends: its socket."""
     proc = subprocess.Popen(
-        ["python3", "-m", "fakenvml", "persistenced", str(root), "--state-dir", str(node.path),
+        ["python3", "-m", "fakenvml", "persistenced", str(root), "--state-dir", str(state_dir),
          "--ready", str(ready)], env={**os.environ, "PYTHONPATH": str(Path.cwd())},
     )  # fmt: skip
     try:
@@ -67,6 +67,12 @@ def daemon(node: NodeDir, tmp_path: Path) -> Iterator[Path]:
     finally:
         proc.kill()
         proc.wait()
+
+
+@pytest.fixture
+def daemon(node: NodeDir, tmp_path: Path) -> Iterator[Path]:
+    with serving(tmp_path / "driver-root", node.path, tmp_path / "listening") as sock:
+        yield sock
 
 
 def in_container(
@@ -130,3 +136,29 @@ def test_a_daemon_without_state_says_so_in_one_line(tmp_path: Path) -> None:
         f"fakenvml persistenced: no state in {tmp_path / 'none'} (run `fakenvml init`)"
     ]
     assert not (tmp_path / "root").exists()
+
+
+def test_a_root_where_no_socket_can_be_made_is_one_line(node: NodeDir, tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    root.write_text("a file, not a directory")
+    res = subprocess.run(
+        ["python3", "-m", "fakenvml", "persistenced", str(root), "--state-dir", str(node.path)],
+        capture_output=True, text=True, timeout=30,
+        env={**os.environ, "PYTHONPATH": str(Path.cwd())},
+    )  # fmt: skip
+    assert res.returncode != 0
+    assert res.stderr.strip().splitlines() == [
+        f"fakenvml persistenced: cannot listen on {persistenced.socket_path(root)}: Not a directory"
+    ]
+
+
+def test_a_driver_root_past_the_socket_path_limit_is_served(
+    nvidia_smi: Path, node: NodeDir, tmp_path: Path
+) -> None:
+    """A socket path holds 107 bytes; the daemon binds through its directory instead."""
+    root = tmp_path / ("deep-" * 20) / "driver-root"
+    with serving(root, node.path, tmp_path / "listening") as sock:
+        assert len(str(sock)) > 107
+        g = gpus(node)
+        res = in_container([str(nvidia_smi), "-L"], sock, [g[0].minor])
+        assert res.stdout.splitlines() == [f"GPU 0: {g[0].name} (UUID: {g[0].uuid})"], res.stderr
