@@ -159,7 +159,7 @@ e2e-suites:
 	@echo "==> e2e: cluster-tier suites ($(SUITES)) for $(SUBJECT), Kubernetes $${GPULAB_KUBE_VERSION:-$$($(PY) -c 'from clusters import versions; print(versions.kube_version())')}"
 	@KEEP=$(KEEP) $(PY) -m gpulab test -q --suites $(SUITES) --junitxml=$(E2E_JUNIT) $(E2E_ARGS)
 
-# NVIDIA's DRA driver's own suite (its tests-mock-nvml GPU files) on the dra-suite lab, alone
+# NVIDIA's DRA driver's own suite (its tests-mock-nvml GPU files) on the stock lab, alone
 # (make e2e runs it with the others): a table per test, build/dra-suite/report.md.
 dra-conformance: infra
 	@KEEP=$(KEEP) $(PY) -m gpulab test -q e2e/test_dra_suite.py $(E2E_ARGS)

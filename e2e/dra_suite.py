@@ -1,7 +1,7 @@
 """NVIDIA's DRA driver's own test suite run against a gpulab lab: the bats files of the
 driver's Go module (tests/bats), those of its `tests-mock-nvml` target (the tests meant for
 CPU-only nodes and a mock NVML), each installing the driver from the module's own chart as
-upstream's CI does, on the `dra-suite` lab's fake GPUs (clusters/dra-suite.yaml).
+upstream's CI does, on the `stock` lab's fake GPUs (clusters/stock.yaml).
 
 The suite runs unchanged, from the module. What gpulab supplies where upstream's runner has
 a registry and the internet (docs/dra-driver.md, "The driver's own suite"):
@@ -42,7 +42,7 @@ from rich.table import Table
 from clusters import built, chart, dra, kindconfig
 from clusters.lab import Lab
 
-LAB = "dra-suite"
+LAB = "stock"  # shared with e2e/test_stock.py, which runs after (clusters/stock.yaml)
 TARGET = "tests-mock-nvml"  # the suite's Makefile target for CPU-only nodes and a mock NVML
 SUITE_DIR = "tests/bats"
 # The suite's CI sets these so (its Makefile, CI branch): 20 pods sharing one claim, once.

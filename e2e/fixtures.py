@@ -342,7 +342,7 @@ LAB_FIXTURES = {
     "dra_lab": "dra",
     "dra_mig_lab": "dra-mig",
     "stock": "stock",
-    "dra_suite_rows": "dra-suite",
+    "dra_suite_rows": "stock",
 }
 
 

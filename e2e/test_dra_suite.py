@@ -1,5 +1,5 @@
 """NVIDIA's DRA driver's own test suite on gpulab (e2e/dra_suite.py): the GPU files of its
-`tests-mock-nvml` target, run unchanged from the driver's module against the dra-suite
+`tests-mock-nvml` target, run unchanged from the driver's module against the stock
 lab's fake GPUs. Every test the suite runs here passes, or the suite itself skips it (its
 reason in the table); a failure fails its file's test here with the suite's message. The
 table is printed and written to build/dra-suite/ (report.md, report.json, bats.log)."""

@@ -533,7 +533,7 @@ def test_other_slots_answer_not_supported_and_write_nothing(
     _, table = _table(fake_library)
     device = _device(0)
     buf = (ctypes.c_uint8 * 256)(*([0xAB] * 256))
-    special = {12, 23, 26, 72, 75, 81, 213, 214, 215, 230, 242, 243}
+    special = {12, 23, 26, 72, 75, 81, 192, 213, 214, 215, 230, 242, 243}
     for index in sorted(set(range(1, TABLE_SLOTS)) - special):
         call = _slot(table, index, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_uint)
         assert call(device, ctypes.addressof(buf), 1) == 3, index
@@ -586,3 +586,11 @@ def dra_check(lib: Path, smi: Path) -> list[str]:
 
 def nvidia_smi_535() -> Path:
     return smi_binary(PACKAGES["535"])
+
+
+def test_compute_policy_timeslice_is_accepted(smi: Smi) -> None:
+    """Export-table slot 192: NVIDIA's DRA driver runs this for a claim's TimeSlicing
+    config, and prepares nothing when it fails (docs/dra-driver.md)."""
+    res = smi("compute-policy", "-i", "0", "--set-timeslice", "1")
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "Successfully set timeslice policy with value Short for GPU 0" in res.stdout

@@ -26,6 +26,7 @@ from fakenvml.node import STATE_DIR_ENV, NodeDir
 from .test_nvidia_smi import gpus, legacy_bus_id
 
 NODE = {"gpus": [{"profile": "H100-SXM5-80GB", "count": 4}]}
+SANITIZER_ENV = ("LD_PRELOAD", "ASAN_OPTIONS", "UBSAN_OPTIONS")
 CONTAINER = r"""
 set -e
 mount --make-rprivate /
@@ -80,6 +81,8 @@ def in_container(
 ) -> subprocess.CompletedProcess[str]:
     env = {"PATH": os.environ["PATH"], "LD_LIBRARY_PATH": str(library.path().parent),
            "SOCK": str(sock or ""), "MINORS": " ".join(map(str, minors))}  # fmt: skip
+    # The sanitizer tier's runtime and options (make test-asan), as for every child there.
+    env |= {k: v for k, v in os.environ.items() if k in SANITIZER_ENV}
     return subprocess.run(["unshare", "--mount", "sh", "-c", CONTAINER, "sh", *cmd],
                           env=env, capture_output=True, text=True, timeout=60)  # fmt: skip
 
