@@ -41,6 +41,7 @@ from rich.table import Table
 
 from clusters import built, chart, dra, kindconfig
 from clusters.lab import Lab
+from fakenvml import docblock
 
 LAB = "stock"  # shared with e2e/test_stock.py, which runs after (clusters/stock.yaml)
 TARGET = "tests-mock-nvml"  # the suite's Makefile target for CPU-only nodes and a mock NVML
@@ -390,23 +391,16 @@ def per_file(rows: list[Row]) -> str:
     return "\n".join(lines)
 
 
-# Where the tables stand, between `<!-- dra-suite:start -->` and `<!-- dra-suite:end -->`.
+# The pages whose tables show a run: <!-- dra-suite:start --> ... <!-- dra-suite:end -->.
+BLOCK = "dra-suite"
 TABLES = {"README.md": per_file, "docs/dra-driver.md": per_test}
-_BLOCK = re.compile(r"(<!-- dra-suite:start -->\n).*?(<!-- dra-suite:end -->)", re.S)
-
-
-def block(text: str) -> str:
-    m = _BLOCK.search(text)
-    return m.group(0)[len(m.group(1)) : -len(m.group(2))].strip() if m else ""
 
 
 def write_docs(root: Path, rows: list[Row]) -> None:
     """The README's and the docs' tables from a run's rows."""
     for name, render in TABLES.items():
         path = root / name
-        table = render(rows)
-        path.write_text(_BLOCK.sub(lambda m, t=table: m.group(1) + t + "\n" + m.group(2),
-                                   path.read_text()))  # fmt: skip
+        path.write_text(docblock.rewrite(path.read_text(), BLOCK, render(rows)))
 
 
 def load(report: Path) -> list[Row]:

@@ -15,6 +15,7 @@ from rich.console import Console
 from clusters.lab import Lab
 from e2e import dra_suite
 from e2e.dra_suite import Row
+from fakenvml import docblock
 
 # The target's GPU files gpulab runs; the first test fails when the driver's Makefile says
 # otherwise (a new file must get its row here or in dra_suite.NOT_RUN, never be dropped).
@@ -58,4 +59,4 @@ def test_the_readme_and_the_docs_show_this_run(dra_suite_rows: list[Row], doc: s
     """Their tables are this run's (`python -m e2e.dra_suite build/dra-suite/report.json`
     writes them)."""
     text = (Path(__file__).resolve().parent.parent / doc).read_text()
-    assert dra_suite.block(text) == dra_suite.TABLES[doc](dra_suite_rows)
+    assert docblock.between(text, dra_suite.BLOCK) == dra_suite.TABLES[doc](dra_suite_rows)

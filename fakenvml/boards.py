@@ -11,7 +11,6 @@ fakenvml.walk walks a real GPU (~830 calls).
 from __future__ import annotations
 
 import os
-import re
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -19,14 +18,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from fakenvml import branches, families, inventory, profiles
+from fakenvml import branches, docblock, families, inventory, profiles
 from fakenvml.model import Gpu, Node
 
 REPO = Path(__file__).resolve().parents[1]
 DOC = REPO / "docs" / "fakenvml.md"
 PAGES = (DOC, REPO / "README.md")  # the guide, and the front page's summary of it
-START, END = "<!-- boards:start -->", "<!-- boards:end -->"
-_BLOCK = re.compile(re.escape(START) + r".*?" + re.escape(END), re.S)
+BLOCK = "boards"  # the pages' <!-- boards:start --> ... <!-- boards:end -->
 SUCCESS = "SUCCESS"
 
 
@@ -110,7 +108,6 @@ def rows(where: Path) -> list[Row]:
 def table(rows: list[Row]) -> str:
     branch = branches.R580
     lines = [
-        START,
         "| profile | family | SUCCESS of the walk | the family's calls answered "
         "| board values sourced / unsourced | family values sourced / unsourced |",
         "|---|---|---|---|---|---|",
@@ -124,7 +121,6 @@ def table(rows: list[Row]) -> str:
         f"Driver layer (R{branch.major}, every profile): {len(branch.rejected_fields)} rejected "
         f"field-id ranges, {len(branch.refusals)} captured argument refusals, "
         f"{len(branch.unsourced)} unsourced values.",
-        END,
     ]
     return "\n".join(lines)
 
@@ -136,17 +132,16 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="fakenvml-boards-") as tmp:
         block = table(rows(Path(tmp)))
     for page in PAGES:
-        text = page.read_text()
-        if not _BLOCK.search(text):
-            raise SystemExit(f"{page}: no {START} ... {END} block to rewrite")
-        page.write_text(_BLOCK.sub(lambda _: block, text))
+        try:
+            page.write_text(docblock.rewrite(page.read_text(), BLOCK, block))
+        except ValueError as e:
+            raise SystemExit(f"{page}: {e} to rewrite") from None
         print(f"{page.relative_to(REPO)}: the table of {len(profiles.PROFILES)} profiles rewritten")
 
 
 def listed(text: str) -> str | None:
     """The table a page (docs/fakenvml.md, the README) holds now, or None."""
-    m = _BLOCK.search(text)
-    return m.group(0) if m else None
+    return docblock.between(text, BLOCK)
 
 
 if __name__ == "__main__":

@@ -146,6 +146,14 @@ busybox_deb() {
   echo "${debs[0]}"
 }
 
+# busybox_to DEB FILE: the package's busybox binary as FILE.
+busybox_to() {
+  local x
+  x=$(mktemp -d "$WORK/busybox.x.XXXXXX")
+  dpkg-deb -x "$1" "$x" && mv "$x/bin/busybox" "$2"
+  rm -rf "$x"
+}
+
 image_workload() {
   local deb tag
   deb=$(busybox_deb)
@@ -153,9 +161,8 @@ image_workload() {
   if ! have "$tag"; then
     local root
     root=$(fresh_tmp "$WORK/workload")
-    mkdir -p "$root/x" "$root/rootfs/bin"
-    dpkg-deb -x "$deb" "$root/x"
-    cp "$root/x/bin/busybox" "$root/rootfs/bin/busybox"
+    mkdir -p "$root/rootfs/bin"
+    busybox_to "$deb" "$root/rootfs/bin/busybox"
     for app in sh env sleep cat ls; do ln -s busybox "$root/rootfs/bin/$app"; done
     install -m 0755 "$here/workload.sh" "$root/rootfs/bin/workload"
     tar_image "$tag" "$root/rootfs" --change 'ENTRYPOINT ["/bin/workload"]'
@@ -236,7 +243,7 @@ image_dra() {
     local ctx
     ctx=$(fresh_tmp "$WORK/dra.ctx")
     cp "$dir/gpu-kubelet-plugin" "$dir/nvidia-cdi-hook" "$src/hack/kubelet-plugin-prestart.sh" "$ctx/"
-    mkdir "$ctx/x" && dpkg-deb -x "$deb" "$ctx/x" && mv "$ctx/x/bin/busybox" "$ctx/busybox" && rm -rf "$ctx/x"
+    busybox_to "$deb" "$ctx/busybox"
     printf '%s\n' "$dockerfile" >"$ctx/Dockerfile"
     log "images: dra: docker build $tag"
     docker_build "$tag" "$ctx" /bin/sh -c "gpu-kubelet-plugin --version | grep -q '$DRA_DRIVER_VERSION'"

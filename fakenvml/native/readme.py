@@ -10,12 +10,13 @@ import re
 import subprocess
 from pathlib import Path
 
+from fakenvml import docblock
+
 REPO = Path(__file__).resolve().parents[2]
 IMPLEMENTED = REPO / "build" / "gen" / "implemented.txt"
 # The page that lists them ("Implemented NVML functions: N functions").
 DOC = REPO / "docs" / "fakenvml.md"
-START, END = "<!-- implemented:start -->", "<!-- implemented:end -->"
-_BLOCK = re.compile(re.escape(START) + r".*?" + re.escape(END), re.S)
+BLOCK = "implemented"  # its <!-- implemented:start --> ... <!-- implemented:end -->
 _COUNT_PREFIX = "## Implemented NVML functions: "
 _COUNT = re.compile(re.escape(_COUNT_PREFIX) + r"\d+ functions")
 
@@ -25,20 +26,18 @@ def implemented() -> list[str]:
 
 
 def block(names: list[str]) -> str:
-    return f"{START}\n```\n" + "\n".join(names) + f"\n```\n{END}"
+    return "```\n" + "\n".join(names) + "\n```"
 
 
 def listed(doc: str) -> list[str]:
-    m = _BLOCK.search(doc)
-    if not m:
-        return []
-    return [ln for ln in m.group(0).splitlines()[1:-1] if ln.startswith("nvml")]
+    inner = docblock.between(doc, BLOCK) or ""
+    return [ln for ln in inner.splitlines() if ln.startswith("nvml")]
 
 
 def main() -> None:
     text = DOC.read_text()
     names = implemented()
-    text = _BLOCK.sub(lambda _: block(names), text)
+    text = docblock.rewrite(text, BLOCK, block(names))
     text = _COUNT.sub(f"{_COUNT_PREFIX}{len(names)} functions", text)
     DOC.write_text(text)
     print(f"{DOC.relative_to(REPO)} lists {len(names)} implemented functions")
