@@ -66,24 +66,29 @@ def test_a_node_file_reads_through_the_engine(seed: Lab) -> None:
         seed.node_read("seed-worker", "/etc")
 
 
-def test_a_stalled_label_wait_restarts_nfd_master_and_gfd(seed: Lab) -> None:
-    """nfd-master frozen (SIGSTOP) and a worker's GFD label removed: nothing puts it back
-    until the wait's stall restarts nfd-master and GFD; it says so on the console."""
+def test_a_stalled_label_wait_says_which_side_and_restarts_nfd_and_gfd(seed: Lab) -> None:
+    """nfd-master frozen (SIGSTOP) and a worker's GFD and PCI labels removed: nothing puts
+    them back until the wait's stall restarts NFD and GFD; it says so on the console, with
+    the worker's NodeFeature still carrying the PCI label (the master's side stalled)."""
     (master,) = seed.kube.pods(features.NAMESPACE, features.MASTER)
     seed.node_exec(master.spec.node_name, "pkill", "-STOP", "-x", "nfd-master")
-    seed.core.patch_node("seed-worker", {"metadata": {"labels": {features.LABEL: None}}})
+    gone = {features.LABEL: None, features.PCI_LABEL: None}
+    seed.core.patch_node("seed-worker", {"metadata": {"labels": gone}})
     out, console = io.StringIO(), seed.console
     seed.console = Console(file=out, width=1000)
     try:
         features.wait_labels(seed.ctx, "none", deadline_s=150, stall_s=10)
     finally:
         seed.console = console
-    assert "seed-worker': None" in out.getvalue()
-    assert out.getvalue().rstrip().endswith("restarting nfd-master and GFD")
-    assert "nfd-node-feature-discovery-master" in out.getvalue()  # the diagnosis names it
+    text = out.getvalue()
+    assert "seed-worker': None" in text
+    assert text.rstrip().endswith("restarting nfd-master, nfd-worker, GFD")
+    assert "nfd-node-feature-discovery-master" in text  # the diagnosis names it
+    assert "seed-worker (PCI label: true)" in text  # the worker's side had done its part
     (now,) = seed.kube.pods(features.NAMESPACE, features.MASTER)
     assert now.metadata.uid != master.metadata.uid
-    assert seed.core.read_node("seed-worker").metadata.labels[features.LABEL] == "10"
+    labels = seed.core.read_node("seed-worker").metadata.labels
+    assert (labels[features.LABEL], labels[features.PCI_LABEL]) == ("10", "true")
 
 
 @pytest.mark.parametrize("subject", ["gpulab", "nvidia"])
