@@ -235,8 +235,8 @@ def test_a_failed_up_deletes_the_cluster_it_created_unless_retained(
     capsys: pytest.CaptureFixture[str],
     retain: bool,
 ) -> None:
-    """kind's Retain rule: an action failing after `kind create` (here the deploy: the API
-    server refuses to apply, by the test's hand) leaves no half-made cluster behind, unless
+    """kind's Retain rule: an action failing after `kind create` (here the first one, the
+    image load, refused by the test's hand) leaves no half-made cluster behind, unless
     KEEP=1 asks to keep it."""
     path = tmp_path / "failup.yaml"
     path.write_text(
@@ -245,15 +245,15 @@ def test_a_failed_up_deletes_the_cluster_it_created_unless_retained(
     )
     lab = Lab(path, subject="gpulab", retain=retain)
 
-    def refuse(doc: dict, namespace: str = "default") -> None:
-        raise StepError("deploy refused by the test")
+    def refuse(images: list[str], nodes: list[str]) -> None:
+        raise StepError("image load refused by the test")
 
-    monkeypatch.setattr(lab.kube, "apply", refuse)
+    monkeypatch.setattr(lab.host, "load", refuse)
     try:
-        with pytest.raises(StepError, match="deploy refused by the test"):
+        with pytest.raises(StepError, match="image load refused by the test"):
             lab.up()
         err = capsys.readouterr().err
-        assert "✗ failup: Deploy gpulab" in err
+        assert "✗ failup: Load images into the nodes" in err
         assert lab.exists() is retain
         assert ("deleting the half-made cluster failup" in err) is not retain
     finally:
