@@ -87,10 +87,22 @@ nvmlReturn_t nvmlDeviceSetMigMode(nvmlDevice_t device, unsigned int mode,
     if (!d->mig_count) return fnv_leave(NVML_ERROR_NOT_SUPPORTED);
     uint32_t gpu = (uint32_t)(d - fnv_g->devices);
     nvmlReturn_t ret = change(gpu, &(fnv_record){.kind = FNV_MIG_MODE, .data = mode});
-    /* The mode is pending until a GPU reset (`fakenvml reset`), as on boards whose
-       driver cannot reset the GPU itself while it is in use. */
-    *activationStatus = NVML_ERROR_RESET_REQUIRED;
-    return fnv_leave(ret);
+    if (ret != NVML_SUCCESS) return fnv_leave(ret);
+    /* nvml.h: the call "may unbind or reset the device to activate the requested mode";
+     * where the platform exposes no reset (pass-through virtualization: the H100 capture's
+     * VM) activationStatus is RESET_REQUIRED and the mode stays pending until one
+     * (`fakenvml reset`); a device that is not idle answers IN_USE ("the caller ... is
+     * expected to idle the device and retry"). A platform rule, not a board's: on bare
+     * metal the driver resets an idle GPU itself and the mode is current at once. */
+    if (fnv_g->mig[gpu].current == (mode ? NVML_DEVICE_MIG_ENABLE : NVML_DEVICE_MIG_DISABLE))
+        *activationStatus = NVML_SUCCESS; /* already so: nothing to activate, nothing reset */
+    else if (fnv_g->header.platform == FNV_PLATFORM_VM_PASSTHROUGH)
+        *activationStatus = NVML_ERROR_RESET_REQUIRED;
+    else if (fnv_g->live[gpu].nprocs)
+        *activationStatus = NVML_ERROR_IN_USE;
+    else
+        *activationStatus = change(gpu, &(fnv_record){.kind = FNV_GPU_RESET});
+    return fnv_leave(NVML_SUCCESS);
 }
 
 nvmlReturn_t nvmlDeviceGetMaxMigDeviceCount(nvmlDevice_t device, unsigned int *count) {

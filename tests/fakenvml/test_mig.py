@@ -35,19 +35,50 @@ def enable(state: NodeDir, gpu: int = 0) -> None:
     plan.write()
 
 
-def test_enabling_is_pending_until_a_gpu_reset(nvml: object, state: NodeDir) -> None:
+def test_in_a_vm_enabling_is_pending_until_a_gpu_reset(
+    fake_library: object, make_state: Callable[..., NodeDir]
+) -> None:
+    """Pass-through virtualization exposes no reset (nvml.h): RESET_REQUIRED, as the H100
+    capture's VM; the mode is current after `fakenvml reset`."""
+    state = make_state({"platform": "vm-passthrough",
+                        "gpus": [{"profile": "H100-SXM5-80GB", "count": 1}]})  # fmt: skip
+    nv.nvmlInit()
+    try:
+        h = nv.nvmlDeviceGetHandleByIndex(0)
+        assert nv.nvmlDeviceGetMigMode(h) == [0, 0]
+        on = nv.NVML_DEVICE_MIG_ENABLE
+        assert nv.nvmlDeviceSetMigMode(h, on) == nv.NVML_ERROR_RESET_REQUIRED
+        assert nv.nvmlDeviceGetMigMode(h) == [0, 1]  # pending
+        assert nv.nvmlDeviceGetMaxMigDeviceCount(h) == 0
+        with pytest.raises(nv.NVMLError_NotSupported):  # instances need MIG enabled now
+            nv.nvmlDeviceCreateGpuInstance(h, 19)
+        plan = mig.Plan(state)
+        plan.reset(plan.gpu(0))
+        plan.write()
+        assert nv.nvmlDeviceGetMigMode(h) == [1, 1]
+        assert nv.nvmlDeviceGetMaxMigDeviceCount(h) == 7
+    finally:
+        nv.nvmlShutdown()
+
+
+def test_on_bare_metal_the_driver_resets_an_idle_gpu_and_the_mode_is_current(
+    nvml: object, state: NodeDir
+) -> None:
+    """nvml.h: SetMigMode may reset the device to activate the mode; one that is not idle
+    answers IN_USE, its mode pending. Asking for the current mode resets nothing."""
     h = nv.nvmlDeviceGetHandleByIndex(0)
-    assert nv.nvmlDeviceGetMigMode(h) == [0, 0]
-    assert nv.nvmlDeviceSetMigMode(h, nv.NVML_DEVICE_MIG_ENABLE) == nv.NVML_ERROR_RESET_REQUIRED
-    assert nv.nvmlDeviceGetMigMode(h) == [0, 1]  # pending
-    assert nv.nvmlDeviceGetMaxMigDeviceCount(h) == 0
-    with pytest.raises(nv.NVMLError_NotSupported):  # instances need MIG enabled now
-        nv.nvmlDeviceCreateGpuInstance(h, 19)
-    plan = mig.Plan(state)
-    plan.reset(plan.gpu(0))
-    plan.write()
+    on, off = nv.NVML_DEVICE_MIG_ENABLE, nv.NVML_DEVICE_MIG_DISABLE
+    assert nv.nvmlDeviceSetMigMode(h, on) == nv.NVML_SUCCESS
     assert nv.nvmlDeviceGetMigMode(h) == [1, 1]
-    assert nv.nvmlDeviceGetMaxMigDeviceCount(h) == 7
+    gid = nv.nvmlGpuInstanceGetInfo(nv.nvmlDeviceCreateGpuInstance(h, 19)).id
+    assert nv.nvmlDeviceSetMigMode(h, on) == nv.NVML_SUCCESS  # already on
+    assert nv.nvmlGpuInstanceGetInfo(nv.nvmlDeviceGetGpuInstanceById(h, gid)).id == gid
+    assert nv.nvmlDeviceSetMigMode(h, off) == nv.NVML_SUCCESS
+    assert nv.nvmlDeviceGetMigMode(h) == [0, 0]
+    busy = nv.nvmlDeviceGetHandleByIndex(1)
+    state.add_process(1, pid=4242, used=100 << 20)
+    assert nv.nvmlDeviceSetMigMode(busy, on) == nv.NVML_ERROR_IN_USE
+    assert nv.nvmlDeviceGetMigMode(busy) == [0, 1]
 
 
 def test_a_board_without_mig_says_not_supported(
