@@ -88,15 +88,14 @@ nvmlReturn_t nvmlDeviceSetMigMode(nvmlDevice_t device, unsigned int mode,
     uint32_t gpu = (uint32_t)(d - fnv_g->devices);
     nvmlReturn_t ret = change(gpu, &(fnv_record){.kind = FNV_MIG_MODE, .data = mode});
     if (ret != NVML_SUCCESS) return fnv_leave(ret);
-    /* nvml.h: the call "may unbind or reset the device to activate the requested mode";
-     * where the platform exposes no reset (pass-through virtualization: the H100 capture's
-     * VM) activationStatus is RESET_REQUIRED and the mode stays pending until one
-     * (`fakenvml reset`); a device that is not idle answers IN_USE ("the caller ... is
-     * expected to idle the device and retry"). A platform rule, not a board's: on bare
-     * metal the driver resets an idle GPU itself and the mode is current at once. */
+    /* A family rule. Hopper and later toggle MIG mode without a GPU reset; on Ampere the
+     * call only sets the pending mode, which a GPU reset activates (`fakenvml reset`):
+     * NVIDIA's DRA driver, cmd/gpu-kubelet-plugin/nvlib.go supportsMIGModeToggle, which
+     * builds DynamicMIG on it. A device that is not idle answers IN_USE, its mode pending
+     * (nvml.h: "the caller ... is expected to idle the device and retry"). */
     if (fnv_g->mig[gpu].current == (mode ? NVML_DEVICE_MIG_ENABLE : NVML_DEVICE_MIG_DISABLE))
         *activationStatus = NVML_SUCCESS; /* already so: nothing to activate, nothing reset */
-    else if (fnv_g->header.platform == FNV_PLATFORM_VM_PASSTHROUGH)
+    else if (!fnv_arch_since(d, NVML_DEVICE_ARCH_HOPPER))
         *activationStatus = NVML_ERROR_RESET_REQUIRED;
     else if (fnv_g->live[gpu].nprocs)
         *activationStatus = NVML_ERROR_IN_USE;

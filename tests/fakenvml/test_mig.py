@@ -35,13 +35,12 @@ def enable(state: NodeDir, gpu: int = 0) -> None:
     plan.write()
 
 
-def test_in_a_vm_enabling_is_pending_until_a_gpu_reset(
+def test_on_ampere_enabling_is_pending_until_a_gpu_reset(
     fake_library: object, make_state: Callable[..., NodeDir]
 ) -> None:
-    """Pass-through virtualization exposes no reset (nvml.h): RESET_REQUIRED, as the H100
-    capture's VM; the mode is current after `fakenvml reset`."""
-    state = make_state({"platform": "vm-passthrough",
-                        "gpus": [{"profile": "H100-SXM5-80GB", "count": 1}]})  # fmt: skip
+    """Ampere toggles MIG mode only through a GPU reset (NVIDIA's DRA driver builds on it):
+    RESET_REQUIRED, the mode current after `fakenvml reset`."""
+    state = make_state({"gpus": [{"profile": "A100-SXM4-80GB", "count": 1}]})
     nv.nvmlInit()
     try:
         h = nv.nvmlDeviceGetHandleByIndex(0)
@@ -61,18 +60,18 @@ def test_in_a_vm_enabling_is_pending_until_a_gpu_reset(
         nv.nvmlShutdown()
 
 
-def test_on_bare_metal_the_driver_resets_an_idle_gpu_and_the_mode_is_current(
-    nvml: object, state: NodeDir
-) -> None:
-    """nvml.h: SetMigMode may reset the device to activate the mode; one that is not idle
-    answers IN_USE, its mode pending. Asking for the current mode resets nothing."""
+def test_hopper_toggles_mig_mode_at_once_on_an_idle_gpu(nvml: object, state: NodeDir) -> None:
+    """Hopper and later toggle MIG mode without a reset; a GPU that is not idle answers
+    IN_USE (nvml.h), its mode pending. Asking for the mode it has changes nothing."""
     h = nv.nvmlDeviceGetHandleByIndex(0)
     on, off = nv.NVML_DEVICE_MIG_ENABLE, nv.NVML_DEVICE_MIG_DISABLE
     assert nv.nvmlDeviceSetMigMode(h, on) == nv.NVML_SUCCESS
     assert nv.nvmlDeviceGetMigMode(h) == [1, 1]
-    gid = nv.nvmlGpuInstanceGetInfo(nv.nvmlDeviceCreateGpuInstance(h, 19)).id
+    gi = nv.nvmlDeviceCreateGpuInstance(h, 19)
+    gid = nv.nvmlGpuInstanceGetInfo(gi).id
     assert nv.nvmlDeviceSetMigMode(h, on) == nv.NVML_SUCCESS  # already on
     assert nv.nvmlGpuInstanceGetInfo(nv.nvmlDeviceGetGpuInstanceById(h, gid)).id == gid
+    nv.nvmlGpuInstanceDestroy(gi)  # as NVIDIA's DRA driver does before it turns MIG off
     assert nv.nvmlDeviceSetMigMode(h, off) == nv.NVML_SUCCESS
     assert nv.nvmlDeviceGetMigMode(h) == [0, 0]
     busy = nv.nvmlDeviceGetHandleByIndex(1)
