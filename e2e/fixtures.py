@@ -17,7 +17,7 @@ from __future__ import annotations
 import contextlib
 import os
 import time
-from collections.abc import Callable, Container, Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
@@ -389,11 +389,8 @@ class LabPool:
     unless kept. kind create and image loads mostly wait, so a lab comes up beside the
     suites of the one before it."""
 
-    def __init__(self, order: list[str], last: dict[str, str], keep: bool | Container[str],
-                 live: int) -> None:  # fmt: skip
-        """keep: True keeps every lab; a collection of names keeps those."""
-        self.order, self.last, self.live = order, last, live
-        self.keep = (lambda name: True) if keep is True else (lambda name: name in (keep or ()))
+    def __init__(self, order: list[str], last: dict[str, str], keep: bool, live: int) -> None:
+        self.order, self.last, self.keep, self.live = order, last, keep, live
         # Two bring-ups at a time: a third beside them slowed the first lab the suites
         # wait for (the load average passed 30); the third starts when one is up.
         self.pool = ThreadPoolExecutor(max_workers=max(min(live, 2), 1))
@@ -429,7 +426,7 @@ class LabPool:
     def _release(self, name: str) -> None:
         self.done.add(name)
         f = self.coming.get(name)
-        if not self.keep(name) and f is not None and f.done() and not f.exception():
+        if not self.keep and f is not None and f.done() and not f.exception():
             self.deleting.submit(f.result().down)
 
     def close(self) -> None:
@@ -444,10 +441,6 @@ _POOL = pytest.StashKey[LabPool]()
 # Labs up or coming up at once: the --lab lab and hetero (their suites alternate), and the
 # next one coming up beside them.
 LIVE_LABS = int(os.environ.get("GPULAB_LIVE_LABS", "3"))
-# Labs left up after their last test, by name: `make test` hands the seed lab to the action
-# tier next (its suites run on seed), which reuses it instead of creating it again, as the
-# cluster tier reuses the unit tier's (GPULAB_KEEP_SEED).
-KEEP_LABS = frozenset(n for n in os.environ.get("GPULAB_KEEP_LABS", "").split(",") if n)
 
 
 @pytest.fixture(scope="session")
@@ -456,8 +449,8 @@ def labs(request: pytest.FixtureRequest) -> Iterator[Callable[..., Lab]]:
     `subject`; the labs come and go as LabPool says."""
     items = request.session.items
     last = {n: item.nodeid for item in items for n in labs_of(item, request.config)}
-    keep = request.config.getoption("--keep-lab") or KEEP_LABS
-    pool = LabPool(labs_wanted(items, request.config), last, keep=keep, live=LIVE_LABS)
+    pool = LabPool(labs_wanted(items, request.config), last,
+                   keep=request.config.getoption("--keep-lab"), live=LIVE_LABS)  # fmt: skip
     request.config.stash[_POOL] = pool
     yield pool.get
     del request.config.stash[_POOL]

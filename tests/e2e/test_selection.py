@@ -214,23 +214,6 @@ def test_a_kept_pool_takes_nothing_down(monkeypatch: pytest.MonkeyPatch) -> None
     assert rec.events == ["up seed"]
 
 
-def test_a_pool_keeps_the_labs_it_is_told_to_and_drops_the_rest(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """GPULAB_KEEP_LABS=seed (`make test`'s cluster tier: the action tier reuses seed)."""
-    rec = Recorder()
-    monkeypatch.setattr(fixtures, "Lab", rec.lab)
-    monkeypatch.setattr(fixtures, "bring_up", rec.bring_up)
-    pool = fixtures.LabPool(["seed", "hetero"], {"seed": "t1", "hetero": "t2"},
-                            keep=frozenset({"seed"}), live=3)  # fmt: skip
-    pool.get("seed")
-    pool.get("hetero")
-    pool.finished("t1")
-    pool.finished("t2")
-    pool.close()
-    assert sorted(rec.events) == ["down hetero", "up hetero", "up seed"]
-
-
 def test_a_subject_run_leaves_gpulabs_own_suites_out() -> None:
     """`make e2e SUBJECT=mine` (`gpulab test --suites subject`): the suites that test the
     subject, not gpulab's DRA, chart-on-a-plain-cluster or experiment suites."""
