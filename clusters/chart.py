@@ -77,33 +77,23 @@ def values_file(values: dict[str, Any], where: Path) -> Path:
     return path
 
 
-def post_renderer(argv: list[str] | None) -> list[str]:
-    """helm's flags for a post-renderer command line (an executable and its arguments)."""
-    if not argv:
-        return []
-    return ["--post-renderer", argv[0], *(a for arg in argv[1:]
-                                          for a in ("--post-renderer-args", arg))]  # fmt: skip
-
-
 def install(helm: str, chart: Path, release: str, namespace: str, values: dict[str, Any],
-            kubeconfig: Path, timeout_s: int, post: list[str] | None = None) -> str:  # fmt: skip
-    """`helm upgrade --install --wait` of the chart as a release (namespace created), its
-    manifests passed through the `post` command when given."""
+            kubeconfig: Path, timeout_s: int) -> str:  # fmt: skip
+    """`helm upgrade --install --wait` of the chart as a release (namespace created)."""
     with tempfile.TemporaryDirectory(prefix="gpulab-values-") as tmp:
         args = ["upgrade", "--install", release, str(chart), "--namespace", namespace,
                 "--create-namespace", "--values", str(values_file(values, Path(tmp))),
-                "--wait", "--timeout", f"{timeout_s}s", *post_renderer(post)]  # fmt: skip
+                "--wait", "--timeout", f"{timeout_s}s"]  # fmt: skip
         return run(helm, args, kubeconfig, timeout_s + 30)
 
 
 def template(helm: str, chart: Path, release: str, namespace: str, values: dict[str, Any],
-             kube_version: str, include_crds: bool = False,
-             post: list[str] | None = None) -> str:  # fmt: skip
+             kube_version: str, include_crds: bool = False) -> str:  # fmt: skip
     """`helm template` of the chart: the manifests as one YAML stream."""
     with tempfile.TemporaryDirectory(prefix="gpulab-values-") as tmp:
         args = ["template", release, str(chart), "--namespace", namespace,
                 "--kube-version", kube_version, "--values", str(values_file(values, Path(tmp))),
-                *(["--include-crds"] if include_crds else []), *post_renderer(post)]  # fmt: skip
+                *(["--include-crds"] if include_crds else [])]  # fmt: skip
         try:
             return run(helm, args)
         except ChartError as e:

@@ -18,28 +18,25 @@ evidence for each):
   at its own gpulab.dev/fake-gpus label instead.
 Compute domains (IMEX over NVLink fabric) are turned off: they need a fabric manager.
 
-Static MIG (a lab whose spec puts a GPU in MIG mode): preparing a claim for a MIG device
-reads the device's two capability files at /proc/driver/nvidia/capabilities/gpu<minor>/mig/
-gi<N>[/ci<M>]/access (a path fixed in the binary) and the nvidia-caps major from
-/proc/devices. On a GPU host the kernel shows both in every container's /proc; here the fake
-driver root holds them (`fakenvml install-driver`), a volume cannot put them under /proc
-(runc refuses any mount inside /proc), so in such labs the kubelet plugin's own command
-bind-mounts the root's proc/driver over /proc/driver before the unchanged binary starts
-(what the nvidia-mig subject does for NVIDIA's device plugin; here a Helm post-renderer of
-the release, clusters/post_render.py), and the driver's own ALT_PROC_DEVICES_PATH points
-at the root's proc/devices.
+MIG claims (static, and DynamicMIG's): preparing one reads the MIG device's two capability
+files at /proc/driver/nvidia/capabilities/gpu<minor>/mig/gi<N>[/ci<M>]/access (a path fixed
+in the binary) and the nvidia-caps major from /proc/devices. On a GPU host the kernel shows
+both in every container's /proc; here the fake driver root holds them (`fakenvml
+install-driver`), and gpulab's driver image runs the unchanged binary behind a wrapper of
+its name (clusters/images/dra-kubelet-plugin.sh) that bind-mounts the root's proc/driver
+over /proc/driver and points the driver's own ALT_PROC_DEVICES_PATH at the root's
+proc/devices: whoever installs the chart (a lab, the driver's own suite) gets it.
 """
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
 
 from kubernetes import client
 
-from clusters import actions, built, chart, kindconfig, post_render, spec, versions
+from clusters import actions, built, chart, kindconfig, spec, versions
 from clusters.actions import Action
 from clusters.context import Context
 from clusters.kube import Kube
@@ -68,32 +65,20 @@ def chart_dir() -> Path:
     return where
 
 
-# Static MIG labs: the driver root's procfs files where the kubelet plugin reads them.
-PROC_DEVICES = f"{CONTAINER_DRIVER_ROOT}/proc/devices"
-MOUNT_PROC_DRIVER = f"mount --bind {CONTAINER_DRIVER_ROOT}/proc/driver /proc/driver"
-
-
-def has_mig(lab: spec.Lab) -> bool:
-    """Whether the lab's spec puts a GPU in MIG mode (its inventory's `mig:`)."""
-    return any(g.mig_layout for n in lab.gpu_nodes if n.gpu_node for g in n.gpu_node.gpus)
-
-
-def values(image: str, feature_gates: dict[str, bool], static_mig: bool = False,
-           library: str = "") -> dict[str, Any]:  # fmt: skip
+def values(image: str, feature_gates: dict[str, bool], library: str = "") -> dict[str, Any]:
     """The chart's values. `library`: the gpulab image whose fakenvml the driver root holds,
     as a pod annotation, so a new library rolls the kubelet plugins (a running one keeps
     the library it loaded: a lab reused after `make infra` tested the old one)."""
     repo, tag = chart.split_image(image)
-    fake_gpus = {"key": f"{kindconfig.LABEL_PREFIX}/fake-gpus", "operator": "In",
-                 "values": ["true"]}  # fmt: skip
+    # The lab's fake-GPU nodes where the plugin label is on (as a device plugin's DaemonSet
+    # selects): DraDriver.set_on stops and starts it on one node.
+    on = [{"key": f"{kindconfig.LABEL_PREFIX}/{label}", "operator": "In", "values": ["true"]}
+          for label in ("fake-gpus", "plugin")]  # fmt: skip
     plugin: dict[str, Any] = {"affinity": {"nodeAffinity": {
         "requiredDuringSchedulingIgnoredDuringExecution": {
-            "nodeSelectorTerms": [{"matchExpressions": [fake_gpus]}]}}}}  # fmt: skip
+            "nodeSelectorTerms": [{"matchExpressions": on}]}}}}  # fmt: skip
     if library:
         plugin["podAnnotations"] = {f"{kindconfig.LABEL_PREFIX}/fakenvml": library}
-    if static_mig:
-        plugin["containers"] = {CONTAINER: {"env": [
-            {"name": "ALT_PROC_DEVICES_PATH", "value": PROC_DEVICES}]}}  # fmt: skip
     return {
         "image": {"repository": repo, "tag": tag, "pullPolicy": "IfNotPresent"},
         "nvidiaDriverRoot": kindconfig.DRIVER_ROOT,
@@ -105,19 +90,11 @@ def values(image: str, feature_gates: dict[str, bool], static_mig: bool = False,
     }
 
 
-def install(kubeconfig: Path, image: str, feature_gates: dict[str, bool],
-            static_mig: bool = False, library: str = "", timeout_s: int = 240) -> str:  # fmt: skip
+def install(kubeconfig: Path, image: str, feature_gates: dict[str, bool], library: str = "",
+            timeout_s: int = 240) -> str:  # fmt: skip
     return chart.install(built.helm(), chart_dir(), RELEASE, NAMESPACE,
-                         values(image, feature_gates, static_mig, library), kubeconfig,
-                         timeout_s, renderer(static_mig))  # fmt: skip
-
-
-def renderer(static_mig: bool) -> list[str] | None:
-    """In static-MIG labs, the helm post-renderer that makes the kubelet plugin's command
-    bind-mount the root's proc/driver over /proc/driver before the plugin starts."""
-    if not static_mig:
-        return None
-    return [sys.executable, str(Path(post_render.__file__)), CONTAINER, MOUNT_PROC_DRIVER]
+                         values(image, feature_gates, library), kubeconfig,
+                         timeout_s)  # fmt: skip
 
 
 class Cluster(Protocol):
@@ -332,8 +309,7 @@ class DraDriver(Serving):
         ]
 
     def deploy(self, ctx: Context) -> None:
-        install(ctx.kubeconfig, ctx.images["dra"], self.feature_gates, has_mig(ctx.lab),
-                ctx.images["gpulab"])  # fmt: skip
+        install(ctx.kubeconfig, ctx.images["dra"], self.feature_gates, ctx.images["gpulab"])
 
     def pods(self, ctx: Context, node: str | None = None) -> list[client.V1Pod]:
         return ctx.kube.pods(NAMESPACE, POD_LABELS, node)
@@ -346,7 +322,27 @@ class DraDriver(Serving):
     def forget(self, ctx: Context) -> None:
         ctx.kube.restart_pods(NAMESPACE, POD_LABELS, DAEMONSET)
 
+    def set_on(self, ctx: Context, node: str, on: bool, deadline_s: float = 120) -> None:
+        """Start or stop the kubelet plugin on `node` and wait until the node's devices are
+        published, or gone: the kubelet removes a stopped plugin's ResourceSlices 30 s after
+        it unregistered (defaultWipingDelay, pkg/kubelet/cm/dra/manager.go), and until then
+        the scheduler may still allocate them."""
+        ctx.kube.label_node(node, {f"{kindconfig.LABEL_PREFIX}/plugin": "true" if on else None})
+        if on:
+            wait_slices(ctx, deadline_s)
+            return
+
+        def gone(found: dict[str, client.V1ResourceSlice]) -> tuple[bool, str]:
+            left = sum(len(s.spec.devices or []) for s in found.values())
+            return not found, f"{len(found)} slices, {left} devices"
+
+        fields = f"spec.driver={DRIVER},spec.nodeName={node}"
+        ctx.kube.watch_until(f"{DRIVER} ResourceSlices of {node} gone",
+                             api(ctx).list_resource_slice, gone, deadline_s,
+                             field_selector=fields)  # fmt: skip
+
     def heal(self, ctx: Context, disturbed: bool) -> str:
+        self.back_on(ctx)
         if disturbed or taints(slices(ctx)):
             self.restart(ctx)
         wait_slices(ctx, 60, untainted=True)

@@ -243,8 +243,9 @@ class Lab:
         return self.kube.pod_log(pods[0], timestamps) if pods else None
 
     def set_plugin_on(self, node: str, on: bool, deadline_s: float = 120) -> None:
-        """Start or stop the plugin DaemonSet's pod on `node` and wait for it."""
-        self.plugin.set_on(self.ctx, node, on, deadline_s)
+        """Start or stop what serves the GPUs on `node` (a device plugin's pod, the DRA
+        driver's kubelet plugin) and wait for it."""
+        self.serving.set_on(self.ctx, node, on, deadline_s)
 
     def restart_plugin(self) -> None:
         """What serves the GPUs restarted, back when its health signal shows every device

@@ -85,6 +85,20 @@ class Serving(ABC):
         Returns "" or, where it came back only after an unplanned restart, why."""
         return ""
 
+    def set_on(self, ctx: Context, node: str, on: bool, deadline_s: float = 120) -> None:
+        """Start or stop its pod on `node` (the gpulab.dev/plugin label its pods need) and
+        wait until what it serves there is back, or gone."""
+        raise NotImplementedError(f"{self.words}: nothing runs on a node to start or stop")
+
+    def back_on(self, ctx: Context) -> None:
+        """On again wherever a suite or an experiment stopped it on a node whose spec starts
+        it (a heal's first step)."""
+        label = f"{kindconfig.LABEL_PREFIX}/plugin"
+        for n in ctx.lab.gpu_nodes:
+            labels = ctx.core.read_node(n.name).metadata.labels or {}
+            if n.spec.plugin.start and labels.get(label) != "true":
+                self.set_on(ctx, n.name, True)
+
     def taints(self, api: client.ApiClient) -> dict[str, dict[str, list[str]]]:
         """node -> device -> its taints, where its health signal is taints."""
         return {}
@@ -268,11 +282,7 @@ class DevicePlugin(Serving):
         delete_subjects(ctx, keep=None)  # the deploy that follows starts fresh pods
 
     def heal(self, ctx: Context, disturbed: bool) -> str:
-        label = f"{kindconfig.LABEL_PREFIX}/plugin"
-        for n in ctx.lab.gpu_nodes:  # an experiment may have stopped it on a node
-            labels = ctx.core.read_node(n.name).metadata.labels or {}
-            if n.spec.plugin.start and labels.get(label) != "true":
-                self.set_on(ctx, n.name, True)
+        self.back_on(ctx)
         restarted = False
         if disturbed and self.subject.spec.expects.recovers is not True:
             self.restart(ctx)  # e.g. NVIDIA's never returns a GPU to Healthy

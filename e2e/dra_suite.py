@@ -39,7 +39,7 @@ import yaml
 from rich.console import Console
 from rich.table import Table
 
-from clusters import built, chart, dra, kindconfig
+from clusters import built, chart, dra, fakegpus, kindconfig
 from clusters.lab import Lab
 from fakenvml import docblock
 
@@ -53,7 +53,16 @@ STRESS = {"TEST_GPU_STRESS_PODS_N": "20", "TEST_GPU_STRESS_ITERATIONS": "1",
 CD = "compute domains: gpulab's driver image has the GPU kubelet plugin only (no IMEX daemons)"
 NO_CD_SWITCH = ("installs the chart with compute domains on (this file ignores "
                 "DISABLE_COMPUTE_DOMAINS): " + CD)  # fmt: skip
-NOT_RUN = {"test_gpu_stress.bats": NO_CD_SWITCH, "test_gpu_updowngrade.bats": NO_CD_SWITCH}
+# The module's MIG files, which the target leaves out ("MIG hardware"): gpulab's fake GPUs
+# have MIG, so they are candidates here too.
+MIG_FILES = ("tests/bats/test_gpu_mig.bats", "tests/bats/test_gpu_dynmig.bats")
+NODE_NAMED_WORKER = (
+    "the suite's assumption: each test picks the node named *worker* (`kubectl get nodes | "
+    "grep worker`) for nvidia-smi; the stock lab is one control-plane node, as the "
+    "robustness file's whole-cluster device count needs"
+)
+NOT_RUN = {"test_gpu_stress.bats": NO_CD_SWITCH, "test_gpu_updowngrade.bats": NO_CD_SWITCH,
+           "test_gpu_mig.bats": NODE_NAMED_WORKER}  # fmt: skip
 
 # Failures whose cause is known, by (file, test), with the evidence in docs/dra-driver.md;
 # a new failure is never one of these by accident.
@@ -63,11 +72,39 @@ NO_PCIE_ROOT = (
     "GPU is no PCI device (kind nodes get the fake devices by a bind mount)"
 )
 EXPLAINED: dict[tuple[str, str], str] = {
-    (
-        "test_gpu_basic.bats",
-        "GPUs: inspect device attributes in resource slice (gpu)",
-    ): NO_PCIE_ROOT,
-}
+    ("test_gpu_basic.bats", "GPUs: inspect device attributes in resource slice (gpu)"):
+        NO_PCIE_ROOT,
+    ("test_gpu_dynmig.bats", "DynMIG: inspect device attributes in resource slice (gpu)"):
+        NO_PCIE_ROOT,
+    ("test_gpu_dynmig.bats", "DynMIG: inspect device attributes in resource slice (mig)"):
+        NO_PCIE_ROOT,
+}  # fmt: skip
+
+# What the suite runs on a node's GPUs, `nvmm <node hint|all> <command...>` (its lib/nvmm:
+# `kubectl exec` into the GPU operator's mig-manager pod on the node, where the driver's
+# nvidia-smi runs; helpers.sh puts $NVMM_PATH first in PATH, as upstream's single-node CI
+# does with its own). gpulab's runs it in the node's fakenvml pod (the fake-gpus chart),
+# with the node's driver root: NVIDIA's nvidia-smi and the node's libnvidia-ml. "all": each
+# node's output after a `-- <node>` line, as upstream's.
+NVMM = f"""#!/usr/bin/env bash
+# gpulab's nvmm (e2e/dra_suite.py): nvidia-smi and the like in the node's fakenvml pod.
+set -o errexit -o nounset -o pipefail
+hint=${{1:?usage: nvmm <node-hint> [command...]}}
+shift
+root={kindconfig.DRIVER_ROOT}
+kubectl -n {fakegpus.NAMESPACE} get pods -l app.kubernetes.io/name=fakenvml \\
+    -o jsonpath='{{range .items[*]}}{{.spec.nodeName}} {{.metadata.name}}{{"\\n"}}{{end}}' |
+  while read -r node pod; do
+    if [ "$hint" = all ]; then
+      echo "-- $node"
+    elif [[ "$node" != *"$hint"* ]]; then
+      continue
+    fi
+    kubectl -n {fakegpus.NAMESPACE} exec "$pod" -c fakenvml -- env \\
+      PATH="$root/usr/bin:/usr/local/bin:/usr/bin:/bin" \\
+      LD_LIBRARY_PATH="$root/usr/lib/x86_64-linux-gnu" "$@" </dev/null
+  done
+"""
 
 # The release the suite installs and the namespace it creates (its helpers.sh).
 RELEASE, NAMESPACE = "dra-driver-nvidia-gpu-batssuite", "dra-driver-nvidia-gpu"
@@ -115,6 +152,11 @@ def target_files(src: Path, target: str = TARGET) -> list[str]:
     return re.findall(r"tests/bats/test_\w+\.bats", m.group(1))
 
 
+def candidates(src: Path) -> list[str]:
+    """The files gpulab considers: the target's, then the module's MIG files."""
+    return target_files(src) + [f for f in MIG_FILES if (src / f).is_file()]
+
+
 def gpu_files(files: list[str]) -> list[str]:
     """The target's GPU files (compute domains are the other kind)."""
     return [f for f in files if Path(f).name.startswith("test_gpu_")]
@@ -138,6 +180,10 @@ def prepare(work: Path, src: Path, image: str) -> str:
                        "pullPolicy": "IfNotPresent"}  # fmt: skip
     values_path.write_text(yaml.safe_dump(values, sort_keys=False))
     (work / "setup_suite.bash").write_text(SETUP_SUITE)
+    nvmm = work / "gpulab-bin" / "nvmm"
+    nvmm.parent.mkdir()
+    nvmm.write_text(NVMM)
+    nvmm.chmod(0o755)
     for p in work.rglob("*"):  # the module cache's files are read-only
         p.chmod(p.stat().st_mode | 0o200)
     return str(yaml.safe_load((work / "chart" / "Chart.yaml").read_text())["version"])
@@ -189,6 +235,7 @@ def environment(chart_version: str) -> dict[str, str]:
         "MOCK_NVML": "true",
         "DISABLE_COMPUTE_DOMAINS": "true",
         "SKIP_CLEANUP": "true",
+        "NVMM_PATH": "/cwd/gpulab-bin",
         **STRESS,
     }
 
@@ -204,7 +251,7 @@ def run(lab: Lab, out: Path, console: Console, files: list[str] | None = None) -
     behind, failed the next test; 26 quiet repetitions of that pod found the line 60-100
     ms after Ready every time). Its row says it was retried and why it failed first."""
     src = module_dir()
-    every = target_files(src)
+    every = candidates(src)
     files = files if files is not None else runnable(gpu_files(every))
     images = built.require(["base", "dra", "bats"], lab.lab.kubernetes).images
     out = out.resolve()  # the engine's bind mounts want absolute paths

@@ -2,7 +2,8 @@
 lab's fake GPUs (hetero's three products: H100 x4 on dra-worker, T4 x2 on dra-worker2,
 A100 80 GB x8 on dra-worker3), Kubernetes v1.37: the
 ResourceSlices it publishes against each node's fake GPUs, ResourceClaims from pods
-(one GPU, by attribute, unsatisfiable, shared), and health as device taints: an Xid 79
+(one GPU, by attribute, unsatisfiable, shared), pods asking `nvidia.com/gpu` served by the
+driver (extended resources, the seeds' scenario), and health as device taints: an Xid 79
 taints the device (NVMLDeviceHealthCheck) and new claims avoid it.
 
 v0.4.1 never lifts a taint it set (docs/dra-driver.md): after `fakenvml recover` the
@@ -28,6 +29,8 @@ from fakenvml.node import NodeDir
 
 H100_NODE, T4_NODE, A100_NODE = "dra-worker", "dra-worker2", "dra-worker3"
 XID_TAINT = f"{dra.DRIVER}/xid"
+# What the scheduler annotates a claim it made for a pod's extended resources with.
+EXTENDED_RESOURCE_CLAIM = "resource.kubernetes.io/extended-resource-claim"
 # How long a pod with a claim may take to run: about a second on a quiet machine. The 70-90 s
 # seen in CI were force-deleted pods' devices handed on before their node let go of them
 # (test_a_force_deleted_claim_pods_device_is_refused_to_the_next_claim); the suites now
@@ -71,6 +74,10 @@ def allocated(lab: Lab, pods: Pods, name: str) -> list[tuple[str, str]]:
 
 def uuid_of(lab: Lab, node: str, device: str) -> str:
     return str(dra.attribute(dra.devices(lab, node)[device], "uuid"))
+
+
+def uuids(lab: Lab, node: str) -> set[str]:
+    return {g.uuid for g in lab.fake_gpus(node).node().gpus}
 
 
 def seen_gpus(lab: Lab, pods: Pods, name: str) -> list[str]:
@@ -199,6 +206,45 @@ def test_two_pods_share_one_claim_and_its_gpu(dra_lab: Lab, dpods: Pods) -> None
     assert len(gpus) == 1 and seen_gpus(dra_lab, dpods, b) == gpus
     claim = dra.api(dra_lab).read_namespaced_resource_claim("shared", NAMESPACE)
     assert {r.name for r in claim.status.reserved_for} == {a, b}
+
+
+def test_the_seeds_pods_asking_nvidia_com_gpu_are_served_by_the_driver(
+    dra_lab: Lab, dpods: Pods, verdict: Verdict
+) -> None:
+    """Extended resources served by DRA (KEP-5004, GA in 1.37): the seeds' scenario with the
+    seeds' own pods, which ask `nvidia.com/gpu` as of a device plugin, on nodes where only
+    the driver serves GPUs (its DeviceClass names nvidia.com/gpu). Its kubelet plugin
+    stopped on the H100 node: gpu-8 runs on the A100 node's eight, gpu-3 is Pending (two
+    T4s are all that is left); the plugin started there, gpu-3 runs on three of its H100s.
+    Each pod's devices come in a claim the scheduler made from the class."""
+    verdict.expect("gpu-8 on the A100 node (8 GPUs); gpu-3 Pending, then on the H100 node (3)")
+    dra_lab.set_plugin_on(H100_NODE, False)
+    try:
+        pod8 = dpods.wait_running(dpods.create("test-gpu-8"), deadline_s=START_S)
+        got8 = seen_gpus(dra_lab, dpods, "test-gpu-8")
+        verdict.saw(f"gpu-8 on {pod8.spec.node_name} ({len(set(got8))} GPUs)")
+        assert pod8.spec.node_name == A100_NODE
+        assert len(set(got8)) == 8 and set(got8) <= uuids(dra_lab, A100_NODE)
+
+        dpods.create("test-gpu-3")
+        msg = dpods.wait_failed_scheduling("test-gpu-3", "nodes are available")
+        verdict.saw(f"gpu-3 Pending ({msg})")
+        assert dpods.get("test-gpu-3").status.phase == "Pending"
+    finally:
+        dra_lab.set_plugin_on(H100_NODE, True)
+    pod3 = dpods.wait_running("test-gpu-3", deadline_s=START_S)
+    got3 = seen_gpus(dra_lab, dpods, "test-gpu-3")
+    verdict.saw(f"then on {pod3.spec.node_name} ({len(set(got3))} GPUs)")
+    assert pod3.spec.node_name == H100_NODE
+    assert len(set(got3)) == 3 and set(got3) <= uuids(dra_lab, H100_NODE)
+    for pod, node, n in ((pod8, A100_NODE, 8), (pod3, H100_NODE, 3)):
+        made = pod.status.extended_resource_claim_status
+        assert made is not None, f"{pod.metadata.name}: no extended-resource claim"
+        name = made.resource_claim_name
+        claim = dra.api(dra_lab).read_namespaced_resource_claim(name, NAMESPACE)
+        assert claim.metadata.annotations[EXTENDED_RESOURCE_CLAIM] == "true"
+        results = claim.status.allocation.devices.results
+        assert [(r.driver, r.pool) for r in results] == [(dra.DRIVER, node)] * n
 
 
 def test_a_force_deleted_claim_pods_device_is_refused_to_the_next_claim(

@@ -11,6 +11,7 @@
  * instance) for as long as the instance exists. MIG devices' handles are core.c's. */
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "fake.h"
 #include "getters.h"
@@ -409,6 +410,31 @@ nvmlReturn_t nvmlComputeInstanceGetInfo(nvmlComputeInstance_t computeInstance,
 
 /* ---- MIG devices ---- */
 
+/* The driver's fixed table of capability minors (fakenvml/driver.py cap_minor, NVIDIA's MIG
+ * user guide: "gpu0/gi0/access 3 ... gpu31/gi14/ci7/access 4322"): a GPU instance's access
+ * minor, and its compute instances' after it. */
+static uint32_t cap_minor(uint32_t gpu_minor, uint32_t gi, int ci) {
+    uint32_t base = 3 + (gpu_minor * 15 + gi) * 9;
+    return ci < 0 ? base : base + 1 + (uint32_t)ci;
+}
+
+static int has_cap(uint32_t minor) {
+    char path[48];
+    struct stat sb;
+    snprintf(path, sizeof path, "/dev/nvidia-caps/nvidia-cap%u", minor);
+    return stat(path, &sb) == 0 && S_ISCHR(sb.st_mode);
+}
+
+/* Whether this process sees the MIG device: on a node, every one; in a workload container
+ * (the state came through the persistenced socket), as the kernel driver decides there,
+ * those whose GPU-instance and compute-instance access nodes it has (what a device plugin
+ * or the DRA driver's CDI spec hands a container with its MIG device). */
+static int mig_visible(uint32_t gpu, uint32_t gi, uint32_t ci) {
+    if (!fnv_g->contained) return 1;
+    uint32_t m = fnv_g->devices[gpu].minor;
+    return has_cap(cap_minor(m, gi, -1)) && has_cap(cap_minor(m, gi, (int)ci));
+}
+
 nvmlReturn_t nvmlDeviceGetMigDeviceHandleByIndex(nvmlDevice_t device, unsigned int index,
                                                  nvmlDevice_t *migDevice) {
     if (!migDevice) return NVML_ERROR_INVALID_ARGUMENT;
@@ -418,11 +444,12 @@ nvmlReturn_t nvmlDeviceGetMigDeviceHandleByIndex(nvmlDevice_t device, unsigned i
     /* MIG off: no MIG device at any index (NOT_FOUND, as the H100 capture answers). */
     if (!MIG_ENABLED(&fnv_g->mig[gpu])) return fnv_leave(NVML_ERROR_NOT_FOUND);
     if (index >= fnv_mig_max_slices(d)) return fnv_leave(NVML_ERROR_INVALID_ARGUMENT);
-    /* The index-th MIG device, by GPU instance id then compute instance id. */
+    /* The index-th MIG device this process sees, by GPU instance id then compute instance
+     * id. */
     unsigned k = 0;
     for (uint32_t i = 0; i < FNV_MIG_GIS; i++)
         for (uint32_t c = 0; fnv_gi_live(gpu, i) && c < FNV_MIG_CIS; c++)
-            if (fnv_g->mig[gpu].gi[i].ci[c].used && k++ == index) {
+            if (fnv_g->mig[gpu].gi[i].ci[c].used && mig_visible(gpu, i, c) && k++ == index) {
                 *migDevice = fnv_mig_device(gpu, i, c);
                 return fnv_leave(NVML_SUCCESS);
             }
@@ -486,7 +513,7 @@ static unsigned mig_index(uint32_t gpu, uint32_t gi, uint32_t ci) {
     for (uint32_t i = 0; i < FNV_MIG_GIS; i++)
         for (uint32_t c = 0; fnv_gi_live(gpu, i) && c < FNV_MIG_CIS; c++) {
             if (i == gi && c == ci) return k;
-            k += fnv_g->mig[gpu].gi[i].ci[c].used != 0;
+            k += fnv_g->mig[gpu].gi[i].ci[c].used && mig_visible(gpu, i, c);
         }
     return k;
 }

@@ -3,13 +3,14 @@ the real helm from the release's own chart (clusters/dra.py)."""
 
 from __future__ import annotations
 
-import subprocess
 from pathlib import Path
 
+import docker
 import pytest
 import yaml
 
-from clusters import built, chart, dra, kindconfig, post_render, spec
+from clusters import built, chart, dra, kindconfig, spec
+from fakenvml import driver, inventory
 from fakenvml.node import NodeDir
 
 IMAGE = "gpulab/dra-driver-nvidia-gpu:v0.4.1-abc"
@@ -65,7 +66,8 @@ def test_the_kubelet_plugin_gets_the_fake_driver_root_gate_image_and_nodes(
     assert gpus["image"] == IMAGE and gpus["imagePullPolicy"] == "IfNotPresent"
     terms = pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
     assert terms["nodeSelectorTerms"] == [{"matchExpressions": [
-        {"key": "gpulab.dev/fake-gpus", "operator": "In", "values": ["true"]}]}]  # fmt: skip
+        {"key": "gpulab.dev/fake-gpus", "operator": "In", "values": ["true"]},
+        {"key": "gpulab.dev/plugin", "operator": "In", "values": ["true"]}]}]  # fmt: skip
     selector = ds["spec"]["selector"]["matchLabels"]
     assert ",".join(f"{k}={v}" for k, v in selector.items()) == dra.POD_LABELS
 
@@ -76,76 +78,40 @@ def test_the_dra_mig_lab_has_a_whole_gpu_beside_one_in_mig_mode() -> None:
     (node,) = lab.gpu_nodes
     assert node.name == "dra-mig-worker"
     assert [g.mig_layout for g in node.gpu_node.gpus] == ["", "3g.40gb,2g.20gb,1g.10gb"]
-    assert dra.has_mig(lab) and not dra.has_mig(spec.load("dra"))
 
 
-@pytest.fixture(scope="module")
-def rendered_mig() -> list[dict]:
-    built.require(())
-    values = dra.values(IMAGE, {"NVMLDeviceHealthCheck": True}, static_mig=True)
-    text = chart.template(built.helm(), dra.chart_dir(), dra.RELEASE, dra.NAMESPACE, values,
-                          "v1.37.0", post=dra.renderer(static_mig=True))  # fmt: skip
-    return [d for d in yaml.safe_load_all(text) if d]
-
-
-def test_a_mig_lab_points_the_plugin_at_the_roots_proc_devices(
-    rendered: list[dict], rendered_mig: list[dict]
+def test_the_plugin_runs_by_name_privileged_with_the_driver_root_where_the_wrapper_looks(
+    rendered: list[dict],
 ) -> None:
-    """ALT_PROC_DEVICES_PATH (the driver's knob for hosts without NVIDIA's majors) names the
-    fake root's proc/devices in MIG labs only; the rest of the container is unchanged."""
-
-    def gpus(docs: list[dict]) -> dict:
-        ds = next(d for d in docs if d["kind"] == "DaemonSet")
-        return next(c for c in ds["spec"]["template"]["spec"]["containers"]
-                    if c["name"] == dra.CONTAINER)  # fmt: skip
-
-    plain, mig = gpus(rendered), gpus(rendered_mig)
-    env = {e["name"]: e.get("value") for e in mig["env"]}
-    assert env["ALT_PROC_DEVICES_PATH"] == "/driver-root/proc/devices"
-    assert "ALT_PROC_DEVICES_PATH" not in {e["name"] for e in plain["env"]}
-    assert [e for e in mig["env"] if e["name"] != "ALT_PROC_DEVICES_PATH"] == plain["env"]
-    # The chart mounts nvidiaDriverRoot where dra.py's paths say.
-    mounts = {m["name"]: m["mountPath"] for m in mig["volumeMounts"]}
-    assert mounts["driver-root"] == dra.CONTAINER_DRIVER_ROOT
+    """What the image's wrapper (clusters/images/dra-kubelet-plugin.sh) relies on in the
+    chart: the script runs `gpu-kubelet-plugin` by name (the wrapper is first in PATH), the
+    container may mount, and the driver root is at /driver-root."""
+    ds = next(d for d in rendered if d["kind"] == "DaemonSet")
+    (gpus,) = [c for c in ds["spec"]["template"]["spec"]["containers"] if c["name"] == "gpus"]
+    assert gpus["command"] == ["bash", "-c"]
+    assert gpus["args"][0].rstrip().endswith("\ngpu-kubelet-plugin -v $(LOG_VERBOSITY)")
+    assert gpus["securityContext"]["privileged"] is True
+    mounts = {m["name"]: m["mountPath"] for m in gpus["volumeMounts"]}
+    assert mounts["driver-root"] == dra.CONTAINER_DRIVER_ROOT == "/driver-root"
 
 
-def test_the_plugins_command_mounts_the_roots_proc_driver_first_and_once(
-    rendered: list[dict], rendered_mig: list[dict]
-) -> None:
-    """The release's own manifests (helm's post-renderer, so an upgrade keeps it): the MIG
-    lab's plugin script is the chart's with the bind mount first; a plain lab's is the
-    chart's."""
-
-    def gpus(docs: list[dict]) -> dict:
-        ds = next(d for d in docs if d["kind"] == "DaemonSet")
-        (c,) = [c for c in ds["spec"]["template"]["spec"]["containers"] if c["name"] == "gpus"]
-        return c
-
-    plain, mig = gpus(rendered), gpus(rendered_mig)
-    assert mig["command"] == plain["command"] == ["bash", "-c"]
-    first, rest = mig["args"][0].split("\n", 1)
-    assert first == "mount --bind /driver-root/proc/driver /proc/driver"
-    assert rest == plain["args"][0]
-    assert rest.rstrip().endswith("gpu-kubelet-plugin -v $(LOG_VERBOSITY)")
-    assert mig["args"][1:] == plain["args"][1:]
-    assert not plain["args"][0].startswith("mount")
-
-
-def test_the_post_renderer_adds_its_line_once_and_refuses_a_chart_without_the_container(
-    tmp_path: Path,
-) -> None:
-    docs = [{"kind": "DaemonSet", "spec": {"template": {"spec": {"containers": [
-        {"name": "gpus", "command": ["bash", "-c"], "args": ["exec plugin\n"]}]}}}}]  # fmt: skip
-    assert post_render.render(docs, "gpus", "mount x") == 1
-    assert post_render.render(docs, "gpus", "mount x") == 1
-    (gpus,) = docs[0]["spec"]["template"]["spec"]["containers"]
-    assert gpus["args"] == ["mount x\nexec plugin\n"]
-    # Run as helm runs it: a file, manifests on stdin; a missing container fails the render.
-    script = dra.renderer(static_mig=True)
-    assert script is not None and dra.renderer(static_mig=False) is None
-    res = subprocess.run([script[0], script[1], "other", "mount x"], input=yaml.safe_dump_all(docs),
-                         capture_output=True, text=True, cwd=tmp_path, check=False)  # fmt: skip
-    assert res.returncode == 1 and "no `bash -c` container 'other'" in res.stderr
+def test_the_driver_image_shows_the_fake_roots_proc_driver_as_the_kernels(tmp_path: Path) -> None:
+    """The image's `gpu-kubelet-plugin` on a fake host: the root's proc/driver over
+    /proc/driver, then the unchanged binary; with no root, /proc/driver is the kernel's."""
+    image = built.require(["dra"]).images["dra"]
+    root = tmp_path / "root"
+    node = inventory.from_dict({"gpus": [{"profile": "H100-SXM5-80GB", "count": 1}]}, "n")
+    driver.install(root, node)
+    cap = "/proc/driver/nvidia/capabilities/gpu0/mig/gi1/access"
+    script = f"gpu-kubelet-plugin --version && cat {cap}"
+    engine = docker.from_env()
+    mounts = {str(root): {"bind": "/driver-root", "mode": "ro"}}
+    out = engine.containers.run(image, ["sh", "-c", script], privileged=True, remove=True,
+                                volumes=mounts)  # fmt: skip
+    assert dra.version() in out.decode()
+    assert "DeviceFileMinor:" in out.decode()
+    with pytest.raises(docker.errors.ContainerError):
+        engine.containers.run(image, ["sh", "-c", script], privileged=True, remove=True)
 
 
 def test_the_lab_waits_for_each_mig_device_in_place_of_its_gpu(tmp_path: Path) -> None:

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from fakenvml import library, persistenced
+from fakenvml import driver, library, mig, persistenced
 from fakenvml.node import STATE_DIR_ENV, NodeDir
 
 from .test_nvidia_smi import gpus, legacy_bus_id
@@ -39,6 +39,8 @@ fi
 mount -t tmpfs tmpfs /dev
 mknod -m 666 /dev/null c 1 3
 for m in $MINORS; do mknod -m 666 /dev/nvidia$m c 195 $m; done
+mkdir /dev/nvidia-caps
+for m in $CAPS; do mknod -m 444 /dev/nvidia-caps/nvidia-cap$m c 508 $m; done
 mount -t tmpfs tmpfs /var/lib
 exec "$@"
 """
@@ -77,10 +79,11 @@ def daemon(node: NodeDir, tmp_path: Path) -> Iterator[Path]:
 
 
 def in_container(
-    cmd: list[str], sock: Path | None, minors: list[int]
+    cmd: list[str], sock: Path | None, minors: list[int], caps: tuple[int, ...] = ()
 ) -> subprocess.CompletedProcess[str]:
     env = {"PATH": os.environ["PATH"], "LD_LIBRARY_PATH": str(library.path().parent),
-           "SOCK": str(sock or ""), "MINORS": " ".join(map(str, minors))}  # fmt: skip
+           "SOCK": str(sock or ""), "MINORS": " ".join(map(str, minors)),
+           "CAPS": " ".join(map(str, caps))}  # fmt: skip
     # The sanitizer tier's runtime and options (make test-asan), as for every child there.
     env |= {k: v for k, v in os.environ.items() if k in SANITIZER_ENV}
     return subprocess.run(["unshare", "--mount", "sh", "-c", CONTAINER, "sh", *cmd],
@@ -99,6 +102,29 @@ def test_a_container_sees_only_its_gpus_renumbered(
                         "--format=csv,noheader"], daemon, [g[2].minor, g[3].minor])  # fmt: skip
     assert res.returncode == 0, res.stdout + res.stderr
     assert res.stdout.strip().upper() == f"1, {g[3].uuid}, {g[3].bus_id}".upper()
+
+
+def test_a_container_sees_only_the_mig_devices_whose_capabilities_it_has(
+    nvidia_smi: Path, node: NodeDir, daemon: Path
+) -> None:
+    """Two MIG devices on one GPU; the container has the GPU's node and one device's
+    GPU-instance and compute-instance access nodes (what a CDI spec or a device plugin
+    hands it with that device): the GPU and that MIG device alone, as the driver shows."""
+    mig.configure(node, 1, "3g.40gb,1g.10gb")
+    g, devices = gpus(node), mig.devices(node)
+    assert len(devices) == 2
+    for want in devices:
+        caps = (driver.cap_minor(g[1].minor, want.gi),
+                driver.cap_minor(g[1].minor, want.gi, want.ci))  # fmt: skip
+        res = in_container([str(nvidia_smi), "-L"], daemon, [g[1].minor], caps)
+        assert res.returncode == 0, res.stdout + res.stderr
+        lines = res.stdout.splitlines()
+        assert lines[0] == f"GPU 0: {g[1].name} (UUID: {g[1].uuid})"
+        assert len(lines) == 2 and lines[1].endswith(f"(UUID: {want.uuid})"), lines
+    # The GPU-instance node alone is not enough.
+    caps = (driver.cap_minor(g[1].minor, devices[0].gi),)
+    res = in_container([str(nvidia_smi), "-L"], daemon, [g[1].minor], caps)
+    assert res.stdout.splitlines() == [f"GPU 0: {g[1].name} (UUID: {g[1].uuid})"]
 
 
 def test_another_containers_gpu_is_not_found_by_uuid_or_bus_id(

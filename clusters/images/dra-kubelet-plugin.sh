@@ -1,0 +1,22 @@
+#!/bin/sh
+# gpulab's DRA driver image: what NVIDIA's chart runs as `gpu-kubelet-plugin` (this file,
+# first in PATH), before the unchanged binary (/usr/bin/gpu-kubelet-plugin).
+#
+# On a GPU host the kernel module shows every container /proc/driver/nvidia (the MIG
+# capability files a claim's prepare reads at a fixed path) and the nvidia-caps major in
+# /proc/devices. A fake host's kernel has neither: fakenvml's driver root has both
+# (`fakenvml install-driver`), and a volume cannot put them under /proc (runc refuses any
+# mount inside /proc), so the privileged container bind-mounts the root's proc/driver over
+# /proc/driver itself and points the driver's own knob for CPU-only nodes,
+# ALT_PROC_DEVICES_PATH, at the root's proc/devices. Where a real driver answers (its
+# /proc/driver/nvidia exists) nothing changes. Whoever installs the chart gets this: a
+# gpulab lab, NVIDIA's own test suite, a user's helm install (docs/dra-driver.md).
+set -eu
+root=/driver-root  # where the chart mounts nvidiaDriverRoot
+if [ ! -e /proc/driver/nvidia ] && [ -d "$root/proc/driver/nvidia" ]; then
+  mount --bind "$root/proc/driver" /proc/driver
+  if [ -z "${ALT_PROC_DEVICES_PATH:-}" ] && [ -f "$root/proc/devices" ]; then
+    export ALT_PROC_DEVICES_PATH="$root/proc/devices"
+  fi
+fi
+exec /usr/bin/gpu-kubelet-plugin "$@"
