@@ -1,0 +1,62 @@
+"""How e2e/dra_suite.py reads bats' JUnit and retries what failed for no known cause, with
+bats and the lab's clean stood in for (the suite itself runs in e2e/test_dra_suite.py)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+
+from e2e import dra_suite
+from e2e.dra_suite import Row
+
+SETUP_FAILURE = """<?xml version="1.0"?>
+<testsuites><testsuite name="setup_suite" tests="1" failures="1">
+<testcase classname="setup_suite" name="setup_file failed" time="0"><failure type="failure">
+(from function `iupgrade_wait' in file tests/bats/helpers.sh, line 89,
+ from function `setup_file' in test file tests/bats/test_gpu_dynmig.bats, line 19)
+  `iupgrade_wait "${TEST_CHART_REPO}" "${TEST_CHART_VERSION}" _iargs' failed
+</failure></testcase></testsuite></testsuites>"""
+FILES = ["tests/bats/test_gpu_basic.bats", "tests/bats/test_gpu_dynmig.bats"]
+
+
+def test_a_failed_setup_file_is_the_row_of_the_file_its_message_names(tmp_path: Path) -> None:
+    """bats reports it under `setup_suite`; the row names the file, so a retry finds it."""
+    (tmp_path / "report.xml").write_text(SETUP_FAILURE)
+    (row,) = dra_suite.rows_of(tmp_path, FILES)
+    assert (row.file, row.test, row.result) == ("test_gpu_dynmig.bats", "setup_file failed",
+                                                "failed")  # fmt: skip
+    assert row.why.startswith("`iupgrade_wait") and not row.explained
+
+
+def test_a_failed_test_runs_again_alone_and_a_failed_setup_file_runs_its_whole_file(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    calls: list[tuple[list[str], list[str]]] = []
+
+    def bats(image: str, work: Path, report: Path, lab: object, version: str,
+             files: list[str], extra: list[str], console: Console) -> list[Row]:  # fmt: skip
+        calls.append((files, extra))
+        if files == [FILES[1]]:
+            return [Row("test_gpu_dynmig.bats", "DynMIG: 1 pod, 1 MIG", "passed", 3.0)]
+        return [Row("test_gpu_basic.bats", "GPUs: 1 pod(s), 1 full GPU", "passed", 2.0)]
+
+    monkeypatch.setattr(dra_suite, "bats", bats)
+    monkeypatch.setattr(dra_suite, "clean", lambda lab: None)
+    rows = [
+        Row("test_gpu_basic.bats", "GPUs: 1 pod(s), 1 full GPU", "failed", 1.0, "empty log"),
+        Row("test_gpu_basic.bats", "GPUs: 2 pod(s), 1 full GPU each", "passed", 4.0),
+        Row("test_gpu_dynmig.bats", "setup_file failed", "failed", 0.0, "iupgrade_wait"),
+    ]
+    got = dra_suite.retry_unexplained(rows, "img", Path("w"), Path("o"), object(), "0.4.1",
+                                      FILES, Console(quiet=True))  # fmt: skip
+    assert calls == [([FILES[0]], ["--filter", "^GPUs:\\ 1\\ pod\\(s\\),\\ 1\\ full\\ GPU$"]),
+                     ([FILES[1]], [])]  # fmt: skip
+    assert [(r.file, r.test, r.result) for r in got] == [
+        ("test_gpu_basic.bats", "GPUs: 2 pod(s), 1 full GPU each", "passed"),
+        ("test_gpu_basic.bats", "GPUs: 1 pod(s), 1 full GPU", "passed"),
+        ("test_gpu_dynmig.bats", "DynMIG: 1 pod, 1 MIG", "passed"),
+    ]
+    assert got[1].why == "retried; first: empty log"
+    assert got[2].why == "retried; first: iupgrade_wait"
