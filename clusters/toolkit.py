@@ -68,17 +68,24 @@ def prepare(out: Path, node_image: str, toolkit: str) -> None:
 
 
 def generate_args(root: str = kindconfig.DRIVER_ROOT, dev_root: str = "/",
-                  ctk: str = CTK) -> list[str]:  # fmt: skip
-    """`nvidia-ctk cdi generate` for fakenvml's driver root, to stdout as JSON (both name
-    strategies, index and uuid, as its defaults: NVIDIA's plugin hands uuids). The toolkit
+                  ctk: str = CTK, output: str = "") -> list[str]:  # fmt: skip
+    """`nvidia-ctk cdi generate` for fakenvml's driver root, as JSON to stdout or to
+    `output` (both name strategies, index and uuid, as its defaults: NVIDIA's plugin hands
+    uuids). The toolkit
     reads the MIG capability minors from /proc/driver/nvidia-caps/mig-minors, which a real
     driver's kernel module makes and no kind node has: it runs in a mount namespace of its
     own with the driver root's proc/driver over /proc/driver (the node's stays as it is)."""
     generate = [ctk, "cdi", "generate", "--driver-root", root,
                 "--dev-root", dev_root, f"--nvidia-cdi-hook-path={NODE_DIR}/nvidia-cdi-hook",
-                "--format", "json", "--quiet"]  # fmt: skip
+                "--format", "json", "--quiet",
+                *(["--output", output] if output else [])]  # fmt: skip
     proc = 'mount --bind "$1/proc/driver" /proc/driver && shift && exec "$@"'
     return ["unshare", "--mount", "sh", "-c", proc, "sh", root, *generate]
+
+
+# Where a node's spec is generated before it is read back: on the node's /var (a volume the
+# archive API reads), not under its tmpfs /run.
+GENERATED = "/var/lib/gpulab-cdi-generated.json"
 
 
 def with_state_mount(spec: dict) -> dict:
@@ -94,8 +101,12 @@ def with_state_mount(spec: dict) -> dict:
 
 
 def refresh_node(ctx: Context, node: str) -> dict:
-    """The node's CDI spec generated again from its fake GPUs as they are now; the spec."""
-    out = ctx.node_exec(node, *generate_args())
+    """The node's CDI spec generated again from its fake GPUs as they are now; the spec.
+    Written to a file in the node and read back through the engine's archive API: the
+    engine once handed an exec's stdout back empty under CI load (exit 0, the spec lost;
+    the same loss Host.read works around)."""
+    ctx.node_exec(node, *generate_args(output=GENERATED))
+    out = ctx.host.read(node, GENERATED)
     try:
         spec = with_state_mount(json.loads(out))
     except ValueError as e:

@@ -75,9 +75,10 @@ def test_a_mig_driver_roots_spec_names_every_slice_by_index_and_uuid(tmp_path: P
                    check=True, capture_output=True)  # fmt: skip
     (root / "var/lib").mkdir(parents=True)
     (root / "var/lib/fakenvml").symlink_to(state)  # where the library looks, as on nodes
-    args = toolkit.generate_args(str(root), str(root), f"{p.toolkit}/nvidia-ctk")
-    out = subprocess.run(args, check=True, capture_output=True, text=True, timeout=60).stdout
-    names = {d["name"] for d in json.loads(out)["devices"]}
+    spec = tmp_path / "spec.json"  # where labs have it written, to read it back
+    args = toolkit.generate_args(str(root), str(root), f"{p.toolkit}/nvidia-ctk", str(spec))
+    subprocess.run(args, check=True, capture_output=True, text=True, timeout=60)
+    names = {d["name"] for d in json.loads(spec.read_text())["devices"]}
     slices = mig.devices(NodeDir(state))
     assert len(slices) == 14
     # <GPU index>:<MIG device index>, as NVIDIA's index strategy names them, and MIG UUIDs.
