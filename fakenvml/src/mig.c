@@ -412,9 +412,9 @@ nvmlReturn_t nvmlComputeInstanceGetInfo(nvmlComputeInstance_t computeInstance,
 
 /* The driver's fixed table of capability minors (fakenvml/driver.py cap_minor, NVIDIA's MIG
  * user guide: "gpu0/gi0/access 3 ... gpu31/gi14/ci7/access 4322"): a GPU instance's access
- * minor, and its compute instances' after it. */
+ * minor, and its compute instances' after it; the table spans the state's instance ids. */
 static uint32_t cap_minor(uint32_t gpu_minor, uint32_t gi, int ci) {
-    uint32_t base = 3 + (gpu_minor * 15 + gi) * 9;
+    uint32_t base = 3 + (gpu_minor * FNV_MIG_GIS + gi) * (1 + FNV_MIG_CIS);
     return ci < 0 ? base : base + 1 + (uint32_t)ci;
 }
 
