@@ -259,7 +259,11 @@ def test_a_force_deleted_claim_pods_device_is_refused_to_the_next_claim(
     first = claim_pod(dpods, "dra-first", template="t4-0")
     dpods.wait_running(first, deadline_s=START_S)
     dpods.delete(first)  # the suites' grace period
-    second = claim_pod(dpods, "dra-second", template="t4-0")
+    # A workload slow to stop, as most are: sleep as PID 1 ignores SIGTERM, so the node is
+    # still busy with it when the next claim comes (the workload's own entry ends at once).
+    doc = dra.pod("dra-second", dpods.image, "t4-0")
+    doc["spec"]["containers"][0]["command"] = ["sleep", "2147483647"]
+    second = dpods.create(doc)
     dpods.wait_running(second, deadline_s=30)
     dra_lab.core.delete_namespaced_pod(second, NAMESPACE, grace_period_seconds=0)
     third = claim_pod(dpods, "dra-third", template="t4-0")

@@ -49,6 +49,21 @@ def test_default_values_one_pool_a_gpulab_plugin_and_a_test_pod() -> None:
     assert all(d["metadata"].get("namespace") == "gpu" for d in docs)
 
 
+def test_no_container_runs_an_exec_probe_for_its_whole_life() -> None:
+    """Exec probes only until started: a periodic one is a runc exec on every GPU node each
+    period for as long as the pod lives (two a second cost a node ~7 % of a core)."""
+    nvidia = {"kind": "nvidia", "image": {"repository": "nvidia/k8s-device-plugin", "tag": "v"}}
+    for values in ({}, {"plugin": nvidia}):
+        for ds in by_kind(render(values), "DaemonSet").values():
+            for c in ds["spec"]["template"]["spec"]["containers"]:
+                for probe in ("readinessProbe", "livenessProbe"):
+                    assert "exec" not in c.get(probe, {}), (ds["metadata"]["name"], c["name"])
+    fakenvml = by_kind(render({}), "DaemonSet")["fakenvml-default"]["spec"]["template"]["spec"]
+    started = {c["name"]: c["startupProbe"]["exec"]["command"] for c in fakenvml["containers"]}
+    assert started == {"fakenvml": ["test", "-e", "/tmp/driver-installed"],
+                       "persistenced": ["test", "-e", "/tmp/listening"]}  # fmt: skip
+
+
 def test_a_labs_values_give_each_gpu_node_its_own_pool_and_inventory() -> None:
     lab = spec.load("hetero")
     docs = render(fakegpus.lab_values(lab, IMAGE), namespace=fakegpus.NAMESPACE)
