@@ -342,6 +342,7 @@ LAB_FIXTURES = {
     "dra_lab": "dra",
     "dra_mig_lab": "dra-mig",
     "stock": "stock",
+    "dynmig": "stock",
     "dra_suite_rows": "stock",
 }
 
