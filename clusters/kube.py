@@ -9,7 +9,7 @@ next tick of a poll) and lists again when the stream drops.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from pathlib import Path
 from typing import Any
 
@@ -144,21 +144,28 @@ class Kube:
             return [f"unreadable ({e.__class__.__name__})"]
         return text.strip().splitlines()
 
-    def restart_pods(self, namespace: str, labels: str, what: str, deadline_s: float = 180) -> None:
-        """Delete the pods (their controller recreates them) and wait for as many *new*
-        pods, Ready (a DaemonSet's status still counts the old ones for a moment).
-        Gracefully, as `kubectl delete pod` does: a force delete lets the replacement start
-        while the old container still runs, and a gRPC server shutting down unlinks its
-        socket path even when the successor already serves there
+    def restart_pods(self, namespace: str, labels: str, what: str, deadline_s: float = 180,
+                     nodes: Collection[str] | None = None) -> None:  # fmt: skip
+        """Delete the pods (of `nodes` only, if given; their controller recreates them) and
+        wait for as many *new* pods, Ready (a DaemonSet's status still counts the old ones
+        for a moment). Gracefully, as `kubectl delete pod` does: a force delete lets the
+        replacement start while the old container still runs, and a gRPC server shutting
+        down unlinks its socket path even when the successor already serves there
         (docs/faults-and-experiments.md, "The suites")."""
-        old = {p.metadata.uid for p in self.pods(namespace, labels)}
-        self.core.delete_collection_namespaced_pod(namespace, label_selector=labels)
+        old = [p for p in self.pods(namespace, labels)
+               if nodes is None or p.spec.node_name in nodes]  # fmt: skip
+        uids, where = {p.metadata.uid for p in old}, {p.spec.node_name for p in old}
+        if nodes is None:
+            self.core.delete_collection_namespaced_pod(namespace, label_selector=labels)
+        for p in old if nodes is not None else ():
+            self.core.delete_namespaced_pod(p.metadata.name, namespace)
 
         def new_ready(pods: dict[str, client.V1Pod]) -> tuple[bool, str]:
-            fresh = [p for p in pods.values() if p.metadata.uid not in old]
-            up = ready(fresh)
-            return (len(up) == len(old) == len(pods),
-                    f"{len(up)}/{len(old)} new pods ready, {len(pods)} pods")  # fmt: skip
+            left = [p for p in pods.values() if p.metadata.uid in uids]
+            up = ready([p for p in pods.values()
+                        if p.metadata.uid not in uids and p.spec.node_name in where])  # fmt: skip
+            return (len(up) == len(old) and not left,
+                    f"{len(up)}/{len(old)} new pods ready, {len(left)} old left")  # fmt: skip
 
         self.watch_until(f"{what} pods restarted", self.core.list_namespaced_pod, new_ready,
                          deadline_s, namespace=namespace, label_selector=labels)  # fmt: skip

@@ -15,6 +15,7 @@ would not by itself, and wait until its health signal shows every device again.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -70,8 +71,9 @@ class Serving(ABC):
         """Its pods (on `node` only, if given): what restarts and logs."""
         return []
 
-    def restart(self, ctx: Context) -> None:
-        """Its pods deleted; back when the health signal shows every device."""
+    def restart(self, ctx: Context, nodes: Collection[str] | None = None) -> None:
+        """Its pods deleted (on `nodes` only, if given); back when the health signal shows
+        every device."""
         return None  # no pods: nothing to restart
 
     def forget(self, ctx: Context) -> None:
@@ -79,10 +81,11 @@ class Serving(ABC):
         without waiting (the deploy's own waits follow)."""
         return None  # nothing that saw them
 
-    def heal(self, ctx: Context, disturbed: bool) -> str:
+    def heal(self, ctx: Context, disturbed: frozenset[str]) -> str:
         """Until the health signal shows every device, restarting it where it will not come
-        back by itself (`disturbed`: a fault happened since the lab was last healthy).
-        Returns "" or, where it came back only after an unplanned restart, why."""
+        back by itself (`disturbed`: the nodes where a fault happened since the lab was last
+        healthy; only their pods restart). Returns "" or, where it came back only after an
+        unplanned restart, why."""
         return ""
 
     def set_on(self, ctx: Context, node: str, on: bool, deadline_s: float = 120) -> None:
@@ -134,19 +137,21 @@ class Serving(ABC):
         return None  # pods only
 
 
-def recover(ctx: Context, since: dict[str, int] | None = None) -> tuple[int, bool]:
-    """Every faulted GPU of the lab recovered; (how many, whether any GPU had a fault since
-    `since` — node -> journal position, as `NodeDir.position()` gave it — even one
-    recovered meanwhile: a plugin that never re-adds a device still holds it)."""
-    recovered, disturbed = 0, False
+def recover(ctx: Context, since: dict[str, int] | None = None) -> tuple[int, frozenset[str]]:
+    """Every faulted GPU of the lab recovered; (how many, the nodes where one was recovered
+    or, with `since` — node -> journal position, as `NodeDir.position()` gave it — any GPU
+    had a fault since, even one recovered meanwhile: a plugin that never re-adds a device
+    still holds it)."""
+    recovered, disturbed = 0, set()
     for n in ctx.lab.gpu_nodes:
         d = ctx.fake_gpus(n.name)
         for gpu in sorted(d.faulted()):
             d.recover(gpu)
             recovered += 1
-        if since is not None and n.name in since:
-            disturbed = disturbed or bool(d.faulted(since[n.name], recovered_too=True))
-    return recovered, disturbed or recovered > 0
+            disturbed.add(n.name)
+        if since is not None and n.name in since and d.faulted(since[n.name], recovered_too=True):
+            disturbed.add(n.name)
+    return recovered, frozenset(disturbed)
 
 
 @dataclass(frozen=True)
@@ -256,11 +261,11 @@ class DevicePlugin(Serving):
         capacity.wait_capacity(ctx, self.subject, lambda node: self.pods(ctx, node),
                                deadline_s, since)  # fmt: skip
 
-    def restart(self, ctx: Context) -> None:
+    def restart(self, ctx: Context, nodes: Collection[str] | None = None) -> None:
         """NVIDIA's plugin only forgets an Unhealthy device when it restarts."""
         since = self.mark_plugin(ctx)
         s = self.subject
-        ctx.kube.restart_pods(s.namespace, s.selector, s.daemonset_name)
+        ctx.kube.restart_pods(s.namespace, s.selector, s.daemonset_name, nodes=nodes)
         self.wait_capacity(ctx, since=since)
 
     def set_on(self, ctx: Context, node: str, on: bool, deadline_s: float = 120) -> None:
@@ -281,11 +286,13 @@ class DevicePlugin(Serving):
     def forget(self, ctx: Context) -> None:
         delete_subjects(ctx, keep=None)  # the deploy that follows starts fresh pods
 
-    def heal(self, ctx: Context, disturbed: bool) -> str:
+    def heal(self, ctx: Context, disturbed: frozenset[str]) -> str:
         self.back_on(ctx)
         restarted = False
         if disturbed and self.subject.spec.expects.recovers is not True:
-            self.restart(ctx)  # e.g. NVIDIA's never returns a GPU to Healthy
+            # e.g. NVIDIA's never returns a GPU to Healthy. Only where a fault was: the
+            # other nodes' pods restarting too cost every heal a few seconds under load.
+            self.restart(ctx, disturbed)
             restarted = True
         try:
             self.wait_capacity(ctx, deadline_s=HEAL_WAIT_S)
