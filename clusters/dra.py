@@ -137,24 +137,28 @@ def attribute(device: client.V1Device, name: str) -> object:
 CLAIM = "gpu"  # the name a pod gives its one claim (pod.spec.resourceClaims[].name)
 
 
-def request(selector: str | None = None, count: int = 1,
-            device_class: str = DEVICE_CLASS) -> dict:  # fmt: skip
+def request(selector: str | None = None, count: int = 1, device_class: str = DEVICE_CLASS,
+            same: str | None = None) -> dict:  # fmt: skip
     """A claim spec: `count` devices of `device_class` (whole GPUs unless named), matching
-    the CEL `selector`."""
+    the CEL `selector`, all with one value of the attribute `same` if given."""
     exactly: dict = {"deviceClassName": device_class, "count": count}
     if selector:
         exactly["selectors"] = [{"cel": {"expression": selector}}]
-    return {"devices": {"requests": [{"name": "gpu", "exactly": exactly}]}}
+    devices: dict = {"requests": [{"name": "gpu", "exactly": exactly}]}
+    if same:
+        devices["constraints"] = [{"matchAttribute": same}]
+    return {"devices": devices}
 
 
 def create_template(lab: Cluster, namespace: str, name: str, selector: str | None = None,
-                    count: int = 1, device_class: str = DEVICE_CLASS) -> None:  # fmt: skip
+                    count: int = 1, device_class: str = DEVICE_CLASS,
+                    same: str | None = None) -> None:  # fmt: skip
     """A ResourceClaimTemplate `name` (made again if one is left from an earlier run). Give
     each selector a name of its own: the claim controller makes claims from its cached copy,
     which can still hold the template deleted a moment ago under the same name."""
     body = {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate",
             "metadata": {"name": name},
-            "spec": {"spec": request(selector, count, device_class)}}  # fmt: skip
+            "spec": {"spec": request(selector, count, device_class, same)}}  # fmt: skip
     try:
         api(lab).delete_namespaced_resource_claim_template(name, namespace)
     except client.ApiException as e:

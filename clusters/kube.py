@@ -155,9 +155,7 @@ class Kube:
         old = [p for p in self.pods(namespace, labels)
                if nodes is None or p.spec.node_name in nodes]  # fmt: skip
         uids, where = {p.metadata.uid for p in old}, {p.spec.node_name for p in old}
-        if nodes is None:
-            self.core.delete_collection_namespaced_pod(namespace, label_selector=labels)
-        for p in old if nodes is not None else ():
+        for p in old:
             self.core.delete_namespaced_pod(p.metadata.name, namespace)
 
         def new_ready(pods: dict[str, client.V1Pod]) -> tuple[bool, str]:

@@ -25,7 +25,7 @@ from clusters.lab import Lab
 from clusters.serving import recover
 from e2e.fixtures import NAMESPACE
 from e2e.pods import Pods
-from e2e.test_dra_mig import MIG_CLASS, profile_selector
+from e2e.test_dra_mig import MIG_CLASS, minor, profile_selector
 from e2e.verdict import Verdict
 from fakenvml import library, mig, paths
 from fakenvml.model import Gpu
@@ -126,12 +126,8 @@ def mig_claim(lab: Lab, pods: Pods, name: str, profile: str, count: int = 1,
               same_gpu: bool = False, command: list[str] | None = None) -> str:  # fmt: skip
     """A pod with a claim for `count` MIG devices of `profile` (all on one GPU if
     `same_gpu`)."""
-    spec = dra.request(profile_selector(profile), count, MIG_CLASS)
-    if same_gpu:
-        spec["devices"]["constraints"] = [{"matchAttribute": f"{dra.DRIVER}/parentUUID"}]
-    body = {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate",
-            "metadata": {"name": name}, "spec": {"spec": spec}}  # fmt: skip
-    dra.api(lab).create_namespaced_resource_claim_template(NAMESPACE, body)
+    same = f"{dra.DRIVER}/parentUUID" if same_gpu else None
+    dra.create_template(lab, NAMESPACE, name, profile_selector(profile), count, MIG_CLASS, same)
     doc = dra.pod(name, lab.images["gpulab"] if command else pods.image, template=name)
     if command:
         doc["spec"]["containers"][0]["command"] = command
@@ -166,9 +162,8 @@ def test_a_claim_makes_its_mig_device_and_its_release_destroys_it(
     # GPU instance there, on that GPU.
     ((_, device),) = dra.allocated(dynmig, NAMESPACE, dpods.get(name))
     ((gpu, gi),) = [(m.gpu, g) for m in mig.layout(state(dynmig)) for g in m.gis.values()]
-    minor = gpu.minor if gpu.minor >= 0 else gpu.index
     profile = mig.short(gi.prof.name).replace(".", "")
-    assert device == f"gpu-{minor}-mig-{profile}-{gi.prof.id}-{gi.start}"
+    assert device == f"gpu-{minor(gpu)}-mig-{profile}-{gi.prof.id}-{gi.start}"
     t1 = time.monotonic()
     dpods.delete(name)
     end = time.monotonic() + 30
