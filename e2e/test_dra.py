@@ -24,6 +24,7 @@ from clusters.lab import Lab
 from e2e.fixtures import NAMESPACE, namespaced_pods, recovering_gpus
 from e2e.pods import DEVICE_NODE, Pods
 from e2e.verdict import Verdict
+from fakenvml import driver
 from fakenvml.model import Gpu
 from fakenvml.node import NodeDir
 
@@ -109,7 +110,12 @@ def wait_taints(lab: Lab, node: str, check: Callable[[dict], bool], what: str,
         time.sleep(0.2)
 
 
-def expected_attributes(gpu: Gpu, driver_version: str) -> dict[str, object]:
+def pcie_root(gpus: list[Gpu], gpu: Gpu) -> str:
+    """The root complex the fake's topology puts the GPU under (its host bridge's)."""
+    return driver.pcie_paths(gpus)[driver.pci_address(gpu)].split("/")[0]
+
+
+def expected_attributes(gpu: Gpu, gpus: list[Gpu], driver_version: str) -> dict[str, object]:
     major, minor, patch = (int(p) for p in driver_version.split("."))
     return {
         "type": "gpu",
@@ -119,9 +125,11 @@ def expected_attributes(gpu: Gpu, driver_version: str) -> dict[str, object]:
         "cudaComputeCapability": f"{gpu.cc_major}.{gpu.cc_minor}.0",
         # semver: 580.159.04 -> 580.159.4
         "driverVersion": f"{major}.{minor}.{patch}",
-        "resource.kubernetes.io/pciBusID":
-            f"{gpu.pci_domain:04x}:{gpu.pci_bus:02x}:{gpu.pci_device:02x}.{gpu.pci_function:x}",
-    }  # fmt: skip
+        "resource.kubernetes.io/pciBusID": driver.pci_address(gpu),
+        # From the kernel's link /sys/bus/pci/devices/<bus id> in the driver's pod (gpulab's
+        # image shows the fake GPUs there, clusters/images/dra-kubelet-plugin.sh).
+        "resource.kubernetes.io/pcieRoot": pcie_root(gpus, gpu),
+    }
 
 
 # -- ResourceSlices
@@ -137,7 +145,7 @@ def test_resource_slices_list_the_nodes_fake_gpus_with_their_attributes(
     by_uuid = {str(dra.attribute(d, "uuid")): d for d in published.values()}
     for gpu in state.gpus:
         device = by_uuid[gpu.uuid]
-        want = expected_attributes(gpu, state.driver_version)
+        want = expected_attributes(gpu, state.gpus, state.driver_version)
         got = {k: dra.attribute(device, k) for k in want}
         assert got == want, device.name
         # Memory as NVML's total, a capacity the scheduler compares quantities against.
@@ -192,6 +200,31 @@ def test_a_claim_no_gpu_satisfies_stays_pending_with_the_reason(
     msg = dpods.wait_failed_scheduling(name, "cannot allocate all claims")
     verdict.saw(msg)
     assert dpods.get(name).status.phase == "Pending"
+
+
+def test_a_claim_for_gpus_on_one_pcie_root_gets_gpus_behind_one_host_bridge(
+    dra_lab: Lab, dpods: Pods, verdict: Verdict
+) -> None:
+    """pcieRoot as a claim uses it (KEP-4381's standard attribute: devices under one root
+    complex, e.g. GPUs beside a NIC): on the A100 node, eight GPUs behind two host bridges,
+    five on one root can never be had and stay Pending with the reason; four are, all under
+    one host bridge of the fake's topology."""
+    a100 = "device.attributes['gpu.nvidia.com'].productName == 'NVIDIA A100-SXM4-80GB'"
+    root = "resource.kubernetes.io/pcieRoot"
+    dra.create_template(dra_lab, NAMESPACE, "root-5", a100, count=5, same=root)
+    dra.create_template(dra_lab, NAMESPACE, "root-4", a100, count=4, same=root)
+    five = claim_pod(dpods, "dra-root-5", template="root-5")
+    verdict.saw(dpods.wait_failed_scheduling(five, "cannot allocate all claims"))
+    four = claim_pod(dpods, "dra-root-4", template="root-4")
+    dpods.wait_running(four, deadline_s=START_S)
+    got = allocated(dra_lab, dpods, four)
+    assert len(got) == 4 and {pool for pool, _ in got} == {A100_NODE}
+    gpus = dra_lab.fake_gpus(A100_NODE).node().gpus
+    by_uuid = {g.uuid: g for g in gpus}
+    held = [by_uuid[uuid_of(dra_lab, A100_NODE, device)] for _, device in got]
+    assert len({g.host_bridge for g in held}) == 1
+    assert sorted(seen_gpus(dra_lab, dpods, four)) == sorted(g.uuid for g in held)
+    assert dpods.get(five).status.phase == "Pending"
 
 
 def test_two_pods_share_one_claim_and_its_gpu(dra_lab: Lab, dpods: Pods) -> None:

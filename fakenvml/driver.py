@@ -17,6 +17,8 @@
     (nvidia, nvidia-uvm, nvidia-caps) added to its character devices
     <root>/sys/bus/pci/devices/<address>/: vendor, device, class, subsystem ids, numa_node,
     resource per GPU: what go-nvlib's nvpci reads (GFD's nvidia.com/gpu.mode label)
+    <root>/sys/devices/pci<domain>:<bus>/<root port>/<address>/: the same files where the
+    kernel keeps them, under the GPU's PCIe root complex (see `pcie_paths`)
     <root>/usr/bin/nvidia-smi: NVIDIA's real one, when given (`--nvidia-smi PATH`): a
     driver root has it, and NVIDIA's DRA driver refuses a root without it (its init
     container runs `nvidia-smi --version` there, with the root's libnvidia-ml preloaded)
@@ -29,7 +31,11 @@ with a cdi-* device list strategy, nvidia-ctk) reads the driver version from the
 libraries' file suffix (libcuda's, for toolkit 1.17, which NVIDIA's plugin v0.17 uses) and
 finds each GPU as a character device under the dev root; without them it writes no spec.
 Labs bind-mount <root>/sys/bus/pci/devices over /sys/bus/pci/devices in the containers
-that read PCI sysfs (gpu-feature-discovery); the host's sysfs is never written.
+that read PCI sysfs (gpu-feature-discovery); the host's sysfs is never written. That view
+holds directories, not the kernel's links into /sys/devices, because a bind mount cannot
+take a container's /sys/devices along; a reader of the link itself (NVIDIA's DRA driver: a
+GPU's pcieRoot attribute) gets the kernel's layout from the sys/devices tree (gpulab's DRA
+image overlays it on the kernel's sysfs).
 NVIDIA's plugin reads mig-minors at /proc/driver/nvidia-caps (for every MIG device it
 serves, or it refuses the device), nvidia-container-toolkit under the driver root; a pod
 sees the root's proc/driver at /proc/driver when the lab bind-mounts it there. NVIDIA's DRA
@@ -91,6 +97,7 @@ GPU_DEVICE_RENAMED = (550, 40)
 # it does (NVIDIA's MIG user guide: "config 1" ... "gpu31/gi14/ci7/access 4322").
 CAPS_GPUS, CAPS_GIS, CAPS_CIS = 32, 15, 8
 PCI_DEVICES = Path("sys/bus/pci/devices")
+PCI_TREE = Path("sys/devices")  # the kernel's device tree: root complexes, ports, devices
 PCI_VENDOR = 0x10DE
 # PCI classes: data-center boards are 3D controllers (GFD: gpu.mode=compute); boards with
 # display outputs (Quadro/RTX workstation and GeForce brands) are VGA controllers.
@@ -341,21 +348,54 @@ def _pci_config(gpu: Gpu, pci_class: int) -> bytes:
     return bytes(cfg)
 
 
+def pcie_paths(gpus: list[Gpu]) -> dict[str, str]:
+    """Each GPU's directory under /sys/devices, as the kernel lays the tree out from the
+    fake's PCIe topology: a root complex per host bridge (`pci<domain>:<bus>`, the GPUs
+    behind one bridge are NVML_TOPOLOGY_HOSTBRIDGE apart), in it a root port per upper
+    switch (the topmost switch hangs off one root port), then the GPU. The root complex is
+    named after the lowest bus behind it, and the switch levels are not drawn: nothing reads
+    them from sysfs (NVML's topology answers carry them) and the fake's bus numbers (one
+    GPU per bus from 01) leave no room for the bridges' own buses."""
+    by_bridge: dict[int, list[Gpu]] = {}
+    for gpu in gpus:
+        by_bridge.setdefault(gpu.host_bridge, []).append(gpu)
+    paths = {}
+    for members in by_bridge.values():
+        first = min(members, key=lambda g: (g.pci_domain, g.pci_bus))
+        bus = f"{first.pci_domain:04x}:{first.pci_bus:02x}"
+        uppers = sorted({g.pcie_upper_switch for g in members})
+        for gpu in members:
+            port = f"{bus}:{uppers.index(gpu.pcie_upper_switch) + 1:02x}.0"
+            paths[pci_address(gpu)] = f"pci{bus}/{port}/{pci_address(gpu)}"
+    return paths
+
+
 def _write_pci_sysfs(root: Path, node: Node) -> None:
-    """One directory per GPU; directories of GPUs the state no longer has are removed."""
-    devices = root / PCI_DEVICES
+    """One directory per GPU in both views (PCI_DEVICES, PCI_TREE); what the state no
+    longer has is removed."""
+    devices, tree = root / PCI_DEVICES, root / PCI_TREE
     devices.mkdir(parents=True, exist_ok=True)
     wanted = {pci_address(g): g for g in node.gpus}
     for old in devices.iterdir():
         if old.name not in wanted and old.is_dir() and not old.is_symlink():
             shutil.rmtree(old)
+    paths = pcie_paths(node.gpus)
+    leaves = {tree / p for p in paths.values()}
+    on_the_way = {d for leaf in leaves for d in leaf.parents}
+    for dirpath, dirnames, _ in os.walk(tree):
+        for name in list(dirnames):
+            d = Path(dirpath) / name
+            if d in leaves or d not in on_the_way:
+                dirnames.remove(name)  # a GPU's directory stays (rewritten below)
+                if d not in leaves:  # ... anything else off the GPUs' paths goes
+                    shutil.rmtree(d)
     for address, gpu in wanted.items():
-        d = devices / address
-        d.mkdir(exist_ok=True)
         files = _pci_files(gpu)
-        for name, text in files.items():
-            (d / name).write_text(text + "\n")
-        (d / "config").write_bytes(_pci_config(gpu, int(files["class"], 16)))
+        for d in (devices / address, tree / paths[address]):
+            d.mkdir(parents=True, exist_ok=True)
+            for name, text in files.items():
+                (d / name).write_text(text + "\n")
+            (d / "config").write_bytes(_pci_config(gpu, int(files["class"], 16)))
 
 
 def install(root: Path, node: Node | None = None, nvidia_smi: Path | None = None,

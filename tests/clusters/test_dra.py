@@ -3,6 +3,7 @@ the real helm from the release's own chart (clusters/dra.py)."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import docker
@@ -112,6 +113,35 @@ def test_the_driver_image_shows_the_fake_roots_proc_driver_as_the_kernels(tmp_pa
     assert "DeviceFileMinor:" in out.decode()
     with pytest.raises(docker.errors.ContainerError):
         engine.containers.run(image, ["sh", "-c", script], privileged=True, remove=True)
+
+
+def test_the_driver_image_shows_the_fake_gpus_in_the_kernels_pci_tree(tmp_path: Path) -> None:
+    """The image's `gpu-kubelet-plugin` on a fake host: each fake GPU's
+    /sys/bus/pci/devices entry is the kernel's link into /sys/devices under its root
+    complex, the form NVIDIA's DRA driver reads pcieRoot from (k8s.io/dynamic-resource-
+    allocation deviceattribute: the link, relative to bus/pci/devices, must lead to
+    devices/pci.../<bus id>); the files behind it read; the host's devices are still there."""
+    image = built.require(["dra"]).images["dra"]
+    root = tmp_path / "root"
+    node = inventory.from_dict({"gpus": [{"profile": "H100-SXM5-80GB", "count": 4}]}, "n")
+    driver.install(root, node)
+    host = sorted(p.name for p in Path("/sys/bus/pci/devices").iterdir())
+    fakes = [driver.pci_address(g) for g in node.gpus]
+    script = ("gpu-kubelet-plugin --version >/dev/null && cd /sys/bus/pci/devices && "
+              "for d in *; do echo \"$d $(readlink $d) $(cat $d/numa_node)\"; done")  # fmt: skip
+    engine = docker.from_env()
+    mounts = {str(root): {"bind": "/driver-root", "mode": "ro"}}
+    out = engine.containers.run(image, ["sh", "-c", script], privileged=True, remove=True,
+                                volumes=mounts).decode()  # fmt: skip
+    seen = {line.split()[0]: line.split()[1:] for line in out.splitlines()}
+    assert sorted(seen) == sorted(host + fakes)
+    paths = driver.pcie_paths(node.gpus)
+    for gpu, address in zip(node.gpus, fakes, strict=True):
+        link, numa = seen[address]
+        target = os.path.normpath(os.path.join("bus/pci/devices", link))
+        assert target == f"devices/{paths[address]}" and target.startswith("devices/pci")
+        assert numa == str(gpu.numa_node)
+    assert len({paths[a].split("/")[0] for a in fakes}) == 2  # two sockets, two roots
 
 
 def test_the_lab_waits_for_each_mig_device_in_place_of_its_gpu(tmp_path: Path) -> None:

@@ -650,6 +650,39 @@ def test_install_driver_lists_the_drivers_majors_in_proc_devices(
     assert "nvidia" not in block
 
 
+def test_install_driver_keeps_the_kernels_pci_tree_one_root_complex_per_host_bridge(
+    tmp_path: Path, node: Path, run: Run
+) -> None:
+    """sys/devices: each GPU where the kernel keeps it, under its root complex, with the
+    same files as the flat sys/bus/pci/devices view; GPUs share a root complex exactly when
+    the fake's topology puts them behind one host bridge (NVML_TOPOLOGY_HOSTBRIDGE)."""
+    code, _, err = run("install-driver", tmp_path / "driver", "--state-dir", node)
+    assert code == 0, err
+    sysfs = tmp_path / "driver/sys"
+    gpus = NodeDir(node).node().gpus
+    root_of = {}
+    for gpu in gpus:
+        bus_id = gpu.bus_id.lower()[4:]  # sysfs: 4-digit domain
+        (leaf,) = (sysfs / "devices").glob(f"pci*/*/{bus_id}")
+        flat = sysfs / "bus/pci/devices" / bus_id
+        assert sorted(p.name for p in leaf.iterdir()) == sorted(p.name for p in flat.iterdir())
+        assert (leaf / "numa_node").read_text() == f"{gpu.numa_node}\n"
+        root, port = leaf.relative_to(sysfs / "devices").parts[:2]
+        assert re.fullmatch(r"pci[0-9a-f]{4}:[0-9a-f]{2}", root) and port.startswith(root[3:])
+        root_of[gpu.index] = root
+    by_bridge = {g.index: g.host_bridge for g in gpus}
+    assert len(set(root_of.values())) == len(set(by_bridge.values())) == 2  # two sockets
+    assert all((root_of[a] == root_of[b]) == (by_bridge[a] == by_bridge[b])
+               for a in root_of for b in root_of)  # fmt: skip
+    # A state with fewer GPUs: the tree loses the rest.
+    one = tmp_path / "one"
+    (tmp_path / "one.yaml").write_text("gpus: [{profile: H100-SXM5-80GB}]\n")
+    assert run("init", tmp_path / "one.yaml", "--node", "n", "--state-dir", one)[0] == 0
+    assert run("install-driver", tmp_path / "driver", "--state-dir", one)[0] == 0
+    leaves = [p.parent for p in (sysfs / "devices").rglob("vendor")]
+    assert len(leaves) == 1 and len(list((sysfs / "devices").iterdir())) == 1
+
+
 def test_proc_devices_names_the_gpu_device_as_the_drivers_branch_does() -> None:
     from fakenvml import driver, inventory
 
