@@ -1,10 +1,10 @@
-"""NVIDIA's DRA driver's own test suite on gpulab (e2e/dra_suite.py): the GPU files of its
-`tests-mock-nvml` target and its DynamicMIG file (which the target leaves out for MIG
-hardware), run unchanged from the driver's module against the stock lab's fake GPUs. Every
-test the suite runs here passes, or the suite itself skips it (its reason in the table), or
-fails with its cause written (dra_suite.EXPLAINED); any other failure fails its file's test
-here with the suite's message. The table is printed and written to build/dra-suite/
-(report.md, report.json, bats.log)."""
+"""NVIDIA's DRA driver's own test suite on gpulab (e2e/dra_suite.py): every file of its
+`tests-mock-nvml` target (GPU and compute-domain files) and its two MIG files (which the
+target leaves out for MIG hardware), run unchanged from the driver's module against the
+stock lab's fake GPUs. Every test the suite runs here passes, or the suite itself skips it
+(its reason in the table), or fails with its cause written (dra_suite.EXPLAINED); any other
+failure fails its file's test here with the suite's message. The table is printed and
+written to build/dra-suite/ (report.md, report.json, bats.log)."""
 
 from __future__ import annotations
 
@@ -19,15 +19,26 @@ from e2e import dra_suite
 from e2e.dra_suite import Row
 from fakenvml import docblock
 
-# The target's GPU files gpulab runs; the first test fails when the driver's Makefile says
-# otherwise (a new file must get its row here or in dra_suite.NOT_RUN, never be dropped).
+# The target's files gpulab runs, in its order, then the module's MIG files; the first test
+# fails when the driver's Makefile says otherwise (a new file must get its row here or in
+# dra_suite.NOT_RUN, never be dropped).
 FILES = (
     "tests/bats/test_gpu_basic.bats",
     "tests/bats/test_gpu_cuda_workloads.bats",
     "tests/bats/test_gpu_sharing.bats",
     "tests/bats/test_gpu_robustness.bats",
     "tests/bats/test_gpu_extres.bats",
-    "tests/bats/test_gpu_dynmig.bats",  # beyond the target: MIG the fake GPUs have
+    "tests/bats/test_gpu_stress.bats",
+    "tests/bats/test_gpu_updowngrade.bats",
+    "tests/bats/test_cd_imex_chan_inject.bats",
+    "tests/bats/test_cd_misc.bats",
+    "tests/bats/test_cd_logging.bats",
+    "tests/bats/test_cd_failover.bats",
+    "tests/bats/test_cd_mnnvl_workload.bats",
+    "tests/bats/test_cd_updowngrade.bats",
+    "tests/bats/test_cd_leader_election.bats",
+    "tests/bats/test_gpu_mig.bats",  # beyond the target: MIG the fake GPUs have
+    "tests/bats/test_gpu_dynmig.bats",
 )
 OUT = Path("build/dra-suite")
 
@@ -41,8 +52,8 @@ def dra_suite_rows(labs: Callable[..., Lab]) -> list[Row]:
     return rows
 
 
-def test_the_suites_gpu_files_are_the_ones_gpulab_runs() -> None:
-    files = dra_suite.gpu_files(dra_suite.candidates(dra_suite.module_dir()))
+def test_the_suites_files_are_the_ones_gpulab_runs() -> None:
+    files = dra_suite.candidates(dra_suite.module_dir())
     assert tuple(dra_suite.runnable(files)) == FILES
     assert {Path(f).name for f in files} - {Path(f).name for f in FILES} == set(dra_suite.NOT_RUN)
 

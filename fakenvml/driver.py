@@ -14,7 +14,8 @@
     each `DeviceFileMinor`, `DeviceFileMode`, `DeviceFileModify` as the kernel module
     prints them, for every instance that could exist on each MIG-capable GPU
     <root>/proc/devices: the kernel's /proc/devices with the majors the driver registers
-    (nvidia, nvidia-uvm, nvidia-caps) added to its character devices
+    (nvidia, nvidia-uvm, nvidia-caps, and from R550 nvidia-caps-imex-channels) added to its
+    character devices
     <root>/sys/bus/pci/devices/<address>/: vendor, device, class, subsystem ids, numa_node,
     resource per GPU: what go-nvlib's nvpci reads (GFD's nvidia.com/gpu.mode label)
     <root>/sys/devices/pci<domain>:<bus>/<root port>/<address>/: the same files where the
@@ -82,6 +83,12 @@ CTL_MINOR = 255
 # unused ones will do.
 UVM_MAJOR = 509
 CAPS_MAJOR = 508
+# The driver registers nvidia-caps-imex-channels too (NVIDIA's IMEX guide: "cat /proc/devices
+# | grep nvidia-caps-imex-channels"; a dynamic major), since IMEX channels came with R550;
+# NVIDIA's DRA driver's compute-domain plugin reads it at startup. No channel node is made:
+# the administrator makes them (mknod), and a fake has no IMEX domain to give them meaning.
+IMEX_MAJOR = 507
+IMEX_CHANNELS = (550, 0)
 CAPS_DIR = "nvidia-caps"
 REAL_DRIVER = Path("/proc/driver/nvidia/version")
 MIG_MINORS = Path("proc/driver/nvidia-caps/mig-minors")
@@ -288,6 +295,8 @@ def proc_devices(node: Node, kernel: str) -> str:
     version = tuple(int(p) for p in node.driver_version.split(".")[:2] if p.isdigit())
     gpu = "nvidia" if version >= GPU_DEVICE_RENAMED else "nvidia-frontend"
     ours = {GPU_MAJOR: gpu, UVM_MAJOR: "nvidia-uvm", CAPS_MAJOR: "nvidia-caps"}
+    if version >= IMEX_CHANNELS:
+        ours[IMEX_MAJOR] = "nvidia-caps-imex-channels"
     head, sep, block = kernel.partition("\nBlock devices:")
     chars: list[tuple[int, str]] = []
     for line in head.splitlines()[1:]:

@@ -231,20 +231,21 @@ image_dra() {
   base=$(image_base)
   out=$("$here/../scripts/dra-driver.sh") || die "images: building NVIDIA's DRA driver failed"
   dir=$(sed -n 1p <<<"$out") src=$(sed -n 2p <<<"$out")
-  # As upstream's image: the plugin, the CDI hook it copies to the host, and the init
-  # container's driver check (from the release's source), on a glibc base with bash; and
+  # As upstream's image: the plugin, the compute-domain controller and kubelet plugin, the
+  # CDI hook it copies to the host, and the init container's driver check (from the
+  # release's source), on a glibc base with bash; and
   # busybox's wget, as its distroless `debug` base has (the driver's own suite fetches the
   # plugin's metrics with it from inside the container). First in PATH under the plugin's
   # name, dra-kubelet-plugin.sh: the kernel's /proc/driver/nvidia from the fake driver root
   # (MIG claims), then the unchanged binary.
   local deb wrapper=$here/dra-kubelet-plugin.sh
   deb=$(busybox_deb)
-  dockerfile=$(printf 'FROM %s\nCOPY gpu-kubelet-plugin nvidia-cdi-hook kubelet-plugin-prestart.sh /usr/bin/\nCOPY busybox /usr/local/bin/\nRUN ln -s busybox /usr/local/bin/wget\nCOPY dra-kubelet-plugin.sh /usr/local/bin/gpu-kubelet-plugin\n' "$base")
-  tag=gpulab/dra-driver-nvidia-gpu:$DRA_DRIVER_VERSION-$(inputs_hash "$dockerfile" "$dir/gpu-kubelet-plugin" "$dir/nvidia-cdi-hook" "$src/hack/kubelet-plugin-prestart.sh" "$deb" "$wrapper")
+  dockerfile=$(printf 'FROM %s\nCOPY gpu-kubelet-plugin compute-domain-controller compute-domain-kubelet-plugin nvidia-cdi-hook kubelet-plugin-prestart.sh /usr/bin/\nCOPY busybox /usr/local/bin/\nRUN ln -s busybox /usr/local/bin/wget\nCOPY dra-kubelet-plugin.sh /usr/local/bin/gpu-kubelet-plugin\n' "$base")
+  tag=gpulab/dra-driver-nvidia-gpu:$DRA_DRIVER_VERSION-$(inputs_hash "$dockerfile" "$dir/gpu-kubelet-plugin" "$dir/compute-domain-controller" "$dir/compute-domain-kubelet-plugin" "$dir/nvidia-cdi-hook" "$src/hack/kubelet-plugin-prestart.sh" "$deb" "$wrapper")
   if ! have "$tag"; then
     local ctx
     ctx=$(fresh_tmp "$WORK/dra.ctx")
-    cp "$dir/gpu-kubelet-plugin" "$dir/nvidia-cdi-hook" "$src/hack/kubelet-plugin-prestart.sh" "$wrapper" "$ctx/"
+    cp "$dir/gpu-kubelet-plugin" "$dir/compute-domain-controller" "$dir/compute-domain-kubelet-plugin" "$dir/nvidia-cdi-hook" "$src/hack/kubelet-plugin-prestart.sh" "$wrapper" "$ctx/"
     busybox_to "$deb" "$ctx/busybox"
     printf '%s\n' "$dockerfile" >"$ctx/Dockerfile"
     log "images: dra: docker build $tag"

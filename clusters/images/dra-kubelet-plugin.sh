@@ -31,7 +31,7 @@ fi
 tree=$root/sys/devices
 if [ -d "$tree" ]; then
   links=$(mktemp -d)
-  for vendor in $(find "$tree" -path "$tree/pci*" -name vendor -type f); do
+  find "$tree" -path "$tree/pci*" -name vendor -type f | while read -r vendor; do
     dir=${vendor%/vendor}
     [ -e "/sys/bus/pci/devices/${dir##*/}" ] && continue  # the kernel's own device
     ln -s "../../../devices/${dir#"$tree"/}" "$links/${dir##*/}"

@@ -1,16 +1,22 @@
 #!/usr/bin/env bash
 # Builds NVIDIA's DRA driver for GPUs (sigs.k8s.io/dra-driver-nvidia-gpu, the pinned
 # DRA_DRIVER_VERSION) from the Go module proxy into a cache outside the repository:
-#   $GPULAB_CACHE/dra-driver/<version>/gpu-kubelet-plugin   the kubelet plugin (the driver)
+#   $GPULAB_CACHE/dra-driver/<version>/gpu-kubelet-plugin   the GPU kubelet plugin (the driver)
+#   $GPULAB_CACHE/dra-driver/<version>/compute-domain-controller, compute-domain-kubelet-plugin
+#                                                           the chart's compute-domain parts
 #   $GPULAB_CACHE/dra-driver/<version>/nvidia-cdi-hook      the CDI hook its specs name, from
 #                                                           the nvidia-container-toolkit its go.mod requires
 # and prints the directory, then the module's source directory (its Helm chart and the
 # init container's prestart script are used from there, as released).
 #
-# Only gpu-kubelet-plugin: the compute-domain controller and daemons need IMEX (NVLink
-# fabric management), which a fake has no use for; labs deploy with computeDomains off.
+# The compute-domain controller and kubelet plugin are what the chart runs with compute
+# domains on (its default, and what the driver's own suite installs in several files); they
+# start against a mock NVML (IMEX channels from the driver root's proc/devices). Not
+# compute-domain-daemon: it runs NVIDIA's IMEX daemon for a ComputeDomain, which no fake
+# host has, and every test that makes one skips under the suite's MOCK_NVML.
 # `go install` cannot be used (the proxy refuses the version list it asks for; see
-# nvidia-plugin.sh): the module version is downloaded and built as the main module.
+# nvidia-plugin.sh): the module version is downloaded and built as the main module, the
+# binaries in one `go build` (they share most packages).
 # Idempotent: a version whose binaries exist is not rebuilt.
 set -euo pipefail
 # shellcheck source=../nodeimage/lib.sh
@@ -25,7 +31,9 @@ command -v gcc >/dev/null || die "dra-driver: no gcc on PATH (cgo needs it); ins
 
 dir=$GPULAB_CACHE/dra-driver/$VERSION
 src=$(moddir "$MODULE@$VERSION") || die "dra-driver: the Go module proxy does not serve $MODULE@$VERSION"
-if [[ -x $dir/gpu-kubelet-plugin && -x $dir/nvidia-cdi-hook ]]; then
+BINARIES=(gpu-kubelet-plugin compute-domain-controller compute-domain-kubelet-plugin)
+built() { local b; for b in "${BINARIES[@]}" "$@"; do [[ -x $dir/$b ]] || return 1; done; }
+if built nvidia-cdi-hook; then
   log "dra-driver $VERSION: cached in $dir"
 else
   mkdir -p "$dir"
@@ -33,13 +41,13 @@ else
   tmp=$(mktemp -d "$dir/.build.XXXXXX")
   trap 'rm -rf "$tmp"' EXIT
   start=$SECONDS
-  if [[ ! -x $dir/gpu-kubelet-plugin ]]; then
-    log "dra-driver $VERSION: go build ./cmd/gpu-kubelet-plugin ($(go env GOVERSION); about 7 min cold, 1 min warm)"
+  if ! built; then
+    log "dra-driver $VERSION: go build ${BINARIES[*]} ($(go env GOVERSION); about 8 min cold, 1 min warm)"
     # The version the driver reports (upstream's Makefile sets the same variable).
-    (cd "$src" && with_ticker "gpu-kubelet-plugin $VERSION" gobuild -mod=mod \
+    (cd "$src" && with_ticker "dra-driver $VERSION" gobuild -mod=mod \
       -ldflags "-s -w -X $MODULE/internal/info.version=$VERSION" \
-      -o "$tmp/gpu-kubelet-plugin" ./cmd/gpu-kubelet-plugin) || die "dra-driver $VERSION: go build failed (see above)"
-    mv "$tmp/gpu-kubelet-plugin" "$dir/gpu-kubelet-plugin"
+      -o "$tmp/" "${BINARIES[@]/#/./cmd/}") || die "dra-driver $VERSION: go build failed (see above)"
+    for b in "${BINARIES[@]}"; do mv "$tmp/$b" "$dir/$b"; done
   fi
   if [[ ! -x $dir/nvidia-cdi-hook ]]; then
     ctk=$(awk -v m="$TOOLKIT" '$1 == m { print $2; exit }' "$src/go.mod")

@@ -30,6 +30,28 @@ def test_a_failed_setup_file_is_the_row_of_the_file_its_message_names(tmp_path: 
     assert row.why.startswith("`iupgrade_wait") and not row.explained
 
 
+MIG_FAILURE = """<?xml version="1.0"?>
+<testsuites><testsuite name="test_gpu_mig.bats" tests="1" failures="1">
+<testcase classname="test_gpu_mig.bats" name="StaticMIG: allocate (1 cnt)" time="2">
+<failure type="failure">(from function `{where}' in file tests/bats/helpers.sh, line 379,
+ in test file tests/bats/test_gpu_mig.bats, line 58)
+  `{where} "$node"' failed with status 2
+</failure></testcase></testsuite></testsuites>"""
+
+
+@pytest.mark.parametrize(("where", "explained"), [
+    ("mig_create_1g0_on_node", True),  # where the evidence says it fails
+    ("iupgrade_wait", False),  # the same test failing elsewhere: news, not the known cause
+])  # fmt: skip
+def test_a_known_failure_is_explained_only_where_the_evidence_says(
+    tmp_path: Path, where: str, explained: bool
+) -> None:
+    (tmp_path / "report.xml").write_text(MIG_FAILURE.format(where=where))
+    (row,) = dra_suite.rows_of(tmp_path, ["tests/bats/test_gpu_mig.bats"])
+    assert row.result == "failed" and row.explained == explained
+    assert (row.why == dra_suite.NO_1G_PROFILE.why) == explained
+
+
 def test_a_failed_test_runs_again_alone_and_a_failed_setup_file_runs_its_whole_file(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

@@ -683,7 +683,7 @@ def test_install_driver_keeps_the_kernels_pci_tree_one_root_complex_per_host_bri
     assert len(leaves) == 1 and len(list((sysfs / "devices").iterdir())) == 1
 
 
-def test_proc_devices_names_the_gpu_device_as_the_drivers_branch_does() -> None:
+def test_proc_devices_names_the_gpu_device_and_imex_channels_as_the_drivers_branch_does() -> None:
     from fakenvml import driver, inventory
 
     kernel = "Character devices:\n  1 mem\n203 cpu/cpuid\n\nBlock devices:\n  7 loop\n"
@@ -694,6 +694,8 @@ def test_proc_devices_names_the_gpu_device_as_the_drivers_branch_does() -> None:
         "509 nvidia-uvm\n\nBlock devices:\n  7 loop\n"
     )
     assert "\n195 nvidia\n203 cpu/cpuid\n" in driver.proc_devices(new, kernel)
+    # IMEX channels (R550 on): what NVIDIA's DRA driver's compute-domain plugin looks up.
+    assert "\n507 nvidia-caps-imex-channels\n508 nvidia-caps\n" in driver.proc_devices(new, kernel)
     # Installed again over its own output: the same list, no second copy.
     once = driver.proc_devices(new, kernel)
     assert driver.proc_devices(new, once) == once
