@@ -158,11 +158,12 @@ def test_slices_list_the_whole_gpu_and_each_mig_device_not_the_mig_mode_gpu(
 
 def test_each_mig_device_has_its_profile_parent_and_capacities(dra_mig_lab: Lab) -> None:
     state = dra_mig_lab.fake_gpus(NODE)
-    driver_version = state.node().driver_version
+    node = state.node()
     published = dra.devices(dra_mig_lab, NODE)
     for name, e in expected_migs(state).items():
         device = published[name]
-        want = {**expected_attributes(e.gpu, driver_version), "type": "mig",
+        # The parent GPU's attributes, its pcieRoot included.
+        want = {**expected_attributes(e.gpu, node.gpus, node.driver_version), "type": "mig",
                 "uuid": e.device.uuid, "parentUUID": e.gpu.uuid,
                 "profile": e.device.profile}  # fmt: skip
         got = {k: dra.attribute(device, k) for k in want}

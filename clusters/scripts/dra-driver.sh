@@ -42,7 +42,7 @@ else
   trap 'rm -rf "$tmp"' EXIT
   start=$SECONDS
   if ! built; then
-    log "dra-driver $VERSION: go build ${BINARIES[*]} ($(go env GOVERSION); about 8 min cold, 1 min warm)"
+    log "dra-driver $VERSION: go build ${BINARIES[*]} ($(go env GOVERSION); a minute or two cold, after the Kubernetes builds)"
     # The version the driver reports (upstream's Makefile sets the same variable).
     (cd "$src" && with_ticker "dra-driver $VERSION" gobuild -mod=mod \
       -ldflags "-s -w -X $MODULE/internal/info.version=$VERSION" \

@@ -4,6 +4,7 @@ the real helm from the release's own chart (clusters/dra.py)."""
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
 
 import docker
@@ -142,6 +143,31 @@ def test_the_driver_image_shows_the_fake_gpus_in_the_kernels_pci_tree(tmp_path: 
         assert target == f"devices/{paths[address]}" and target.startswith("devices/pci")
         assert numa == str(gpu.numa_node)
     assert len({paths[a].split("/")[0] for a in fakes}) == 2  # two sockets, two roots
+
+
+def test_the_driver_starts_without_pcie_root_where_sysfs_cannot_be_overlaid(
+    tmp_path: Path,
+) -> None:
+    """No right to mount (an unprivileged container): the driver still starts, the wrapper
+    says why there is no pcieRoot, and /sys is the kernel's."""
+    image = built.require(["dra"]).images["dra"]
+    root = tmp_path / "root"
+    node = inventory.from_dict({"gpus": [{"profile": "H100-SXM5-80GB", "count": 1}]}, "n")
+    driver.install(root, node)
+    shutil.rmtree(root / "proc/driver/nvidia")  # the /proc/driver mount is MIG's, not this
+    address = driver.pci_address(node.gpus[0])
+    script = f"gpu-kubelet-plugin --version && ls /sys/bus/pci/devices/{address} || echo absent"
+    mounts = {str(root): {"bind": "/driver-root", "mode": "ro"}}
+    container = docker.from_env().containers.run(image, ["sh", "-c", script], detach=True,
+                                                 volumes=mounts)  # fmt: skip
+    try:
+        assert container.wait()["StatusCode"] == 0
+        out = container.logs(stdout=True, stderr=False).decode()
+        err = container.logs(stdout=False, stderr=True).decode()
+    finally:
+        container.remove(force=True)
+    assert dra.version() in out and out.rstrip().endswith("absent")
+    assert "cannot show the fake GPUs in /sys (no pcieRoot attribute)" in err
 
 
 def test_the_lab_waits_for_each_mig_device_in_place_of_its_gpu(tmp_path: Path) -> None:

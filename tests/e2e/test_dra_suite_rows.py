@@ -52,6 +52,20 @@ def test_a_known_failure_is_explained_only_where_the_evidence_says(
     assert (row.why == dra_suite.NO_1G_PROFILE.why) == explained
 
 
+SKIP = 'if [ "${MOCK_NVML:-}" = "true" ]; then skip "requires IMEX daemon"; fi'
+
+
+@pytest.mark.parametrize(("text", "all_skip"), [
+    (f'@test "a" {{\n  {SKIP}\n  run x\n}}\n@test "b" {{\n  # why\n\n  {SKIP}\n}}\n', True),
+    (f'@test "a" {{\n  {SKIP}\n}}\n@test "b" {{\n  kubectl apply -f x\n  {SKIP}\n}}\n', False),
+    ("setup_file() {\n  true\n}\n", False),  # no test at all
+])  # fmt: skip
+def test_a_file_counts_as_all_skipped_only_when_every_test_starts_with_the_skip(
+    text: str, all_skip: bool
+) -> None:
+    assert dra_suite.all_skip(text) == all_skip
+
+
 def test_a_failed_test_runs_again_alone_and_a_failed_setup_file_runs_its_whole_file(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
