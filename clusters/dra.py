@@ -30,6 +30,7 @@ proc/devices: whoever installs the chart (a lab, the driver's own suite) gets it
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Collection
 from pathlib import Path
 from typing import Any, Protocol
@@ -42,12 +43,14 @@ from clusters.context import Context
 from clusters.kube import Kube
 from clusters.serving import Serving
 from fakenvml import mig
+from fakenvml.model import Gpu
 
 MODULE = "sigs.k8s.io/dra-driver-nvidia-gpu"
 CHART_DIR = "deployments/helm/dra-driver-nvidia-gpu"
 RELEASE = NAMESPACE = "nvidia-dra-driver-gpu"  # as in the driver's install docs
 DRIVER = "gpu.nvidia.com"  # its driver name: ResourceSlices, DeviceClass, taint keys
 DEVICE_CLASS = "gpu.nvidia.com"
+MIG_CLASS = "mig.nvidia.com"  # the chart's class for its type 'mig' devices
 DAEMONSET = "dra-driver-nvidia-gpu-kubelet-plugin"  # <chart name>-kubelet-plugin
 POD_LABELS = "dra-driver-nvidia-gpu-component=kubelet-plugin"  # its pods' selector
 CONTAINER = "gpus"  # the kubelet plugin's container (the chart's `gpus` resources)
@@ -238,19 +241,66 @@ def gpu_uuid(device: client.V1Device) -> str | None:
 # -- the driver as what serves a lab's GPUs
 
 
-def expected_devices(lab: Context, node: str) -> int:
-    """How many devices the driver publishes for `node`, by its fake state: a GPU in MIG
-    mode as its MIG devices (v0.4.1 without DynamicMIG: the statically made ones, and
-    nothing for one with none), any other GPU as itself."""
+def minor(gpu: Gpu) -> int:
+    """The GPU's device minor (the driver names devices by it: gpu-<minor>), its index
+    where the fake leaves it unset."""
+    return gpu.minor if gpu.minor >= 0 else gpu.index
+
+
+def mig_device_name(gpu: Gpu, profile: str, gi_profile_id: int, start: int) -> str:
+    """The name the driver publishes a MIG device under (v0.4.1 mig.go's canonical name):
+    gpu-<parent minor>-mig-<profile without dots>-<GI profile id>-<placement start>."""
+    return f"gpu-{minor(gpu)}-mig-{profile.replace('.', '')}-{gi_profile_id}-{start}"
+
+
+def profile_selector(profile: str) -> str:
+    """CEL for the MIG devices of one profile (`1g.10gb`)."""
+    return f"device.attributes['{DRIVER}'].profile == '{profile}'"
+
+
+def dynamic_placements(gpu: Gpu) -> Counter[str]:
+    """What the driver with DynamicMIG publishes for a GPU out of MIG mode: the GPU, and a
+    MIG device per possible placement of each GPU-instance profile it reports (an H100
+    80GB: 1 + 25), by profile (`gpu` for the whole GPU)."""
+    out: Counter[str] = Counter({"gpu": 1})
+    for p in gpu.mig_profiles:
+        out[mig.short(p.name)] += len(p.placement_starts)
+    return out
+
+
+def made_mig_devices(node_dir: mig.StateDir) -> dict[str, int]:
+    """The MIG devices that exist in a node's fake state, by the name the driver gives them
+    (a compute instance smaller than its GPU instance: `<slices>c.<profile>`), each to its
+    GPU's index."""
+    out = {}
+    for m in mig.layout(node_dir):
+        for g in m.gis.values() if m.current else ():
+            for c in g.cis.values():
+                profile = mig.short(g.prof.name)
+                if c.slices != g.prof.slice_count:
+                    profile = f"{c.slices}c.{profile}"
+                out[mig_device_name(m.gpu, profile, g.prof.id, g.start)] = m.gpu.index
+    return out
+
+
+def expected_devices(lab: Context, node: str, dynamic_mig: bool = False) -> int:
+    """How many devices the driver publishes for `node`, by its fake state. With
+    DynamicMIG, every GPU and its every placement, whatever instances claims made (the
+    driver publishes what could be made; a claim's instance consumes the GPU's counters).
+    Without: a GPU in MIG mode as its MIG devices (the statically made ones, and nothing
+    for one with none), any other GPU as itself."""
+    if dynamic_mig:
+        return sum(sum(dynamic_placements(g).values()) for g in lab.fake_gpus(node).node().gpus)
     return sum(sum(1 for gi in m.gis.values() for _ in gi.cis) if m.current else 1
                for m in mig.layout(lab.fake_gpus(node)))  # fmt: skip
 
 
-def wait_slices(lab: Context, deadline_s: float = 180, untainted: bool = False) -> None:
+def wait_slices(lab: Context, deadline_s: float = 180, untainted: bool = False,
+                dynamic_mig: bool = False) -> None:  # fmt: skip
     """Until every GPU node's slices publish as many devices as its fake GPUs make (and,
     with `untainted`, none of them has a taint: a restarted driver's slices replace the
     old ones, and between the two a node may have none, which is not "untainted")."""
-    want = {n.name: expected_devices(lab, n.name) for n in lab.lab.gpu_nodes}
+    want = {n.name: expected_devices(lab, n.name, dynamic_mig) for n in lab.lab.gpu_nodes}
 
     def published(found: dict[str, client.V1ResourceSlice]) -> tuple[bool, str]:
         got: dict[str, int] = {}
@@ -290,6 +340,8 @@ class DraDriver(Serving):
 
     def __init__(self, dra: spec.DraSpec) -> None:
         self.feature_gates = dra.feature_gates
+        # MIG devices made per claim: what the driver publishes differs (expected_devices).
+        self.dynamic_mig = dra.feature_gates.get("DynamicMIG", False)
         self.words = f"NVIDIA's DRA driver {version()}"
 
     @property
@@ -309,8 +361,11 @@ class DraDriver(Serving):
                 "Wait for the DRA driver's kubelet plugin pods",
                 lambda ctx: ctx.kube.wait_daemonset(DAEMONSET, NAMESPACE),
             ),
-            Action("Wait for every GPU node's ResourceSlices", wait_slices),
+            Action("Wait for every GPU node's ResourceSlices", self.wait_slices),
         ]
+
+    def wait_slices(self, ctx: Context, deadline_s: float = 180, untainted: bool = False) -> None:
+        wait_slices(ctx, deadline_s, untainted, self.dynamic_mig)
 
     def deploy(self, ctx: Context) -> None:
         install(ctx.kubeconfig, ctx.images["dra"], self.feature_gates, ctx.images["gpulab"])
@@ -321,7 +376,7 @@ class DraDriver(Serving):
     def restart(self, ctx: Context, nodes: Collection[str] | None = None) -> None:
         """A restart is what clears v0.4.1's taints: until every node publishes again."""
         ctx.kube.restart_pods(NAMESPACE, POD_LABELS, DAEMONSET, nodes=nodes)
-        wait_slices(ctx)
+        self.wait_slices(ctx)
 
     def forget(self, ctx: Context) -> None:
         ctx.kube.restart_pods(NAMESPACE, POD_LABELS, DAEMONSET)
@@ -333,7 +388,7 @@ class DraDriver(Serving):
         the scheduler may still allocate them."""
         ctx.kube.label_node(node, {f"{kindconfig.LABEL_PREFIX}/plugin": "true" if on else None})
         if on:
-            wait_slices(ctx, deadline_s)
+            self.wait_slices(ctx, deadline_s)
             return
 
         def gone(found: dict[str, client.V1ResourceSlice]) -> tuple[bool, str]:
@@ -351,7 +406,7 @@ class DraDriver(Serving):
         # meanwhile): the other nodes' plugins restarting too made each heal ~5 s longer.
         if nodes := disturbed | set(taints(slices(ctx))):
             self.restart(ctx, nodes)
-        wait_slices(ctx, 60, untainted=True)
+        self.wait_slices(ctx, 60, untainted=True)
         return ""
 
     def taints(self, api_client: client.ApiClient) -> dict[str, dict[str, list[str]]]:
@@ -360,8 +415,11 @@ class DraDriver(Serving):
         return taints(found)
 
     def ask(self, ctx: Context, namespace: str, name: str, selector: str | None,
-            gpus: int) -> None:  # fmt: skip
-        create_template(ctx, namespace, name, selector, gpus)  # each pod gets its own claim
+            gpus: int, mig: str | None = None) -> None:  # fmt: skip
+        if mig:  # MIG devices of one profile, and of the selector's if one is given too
+            selector = profile_selector(mig) + (f" && ({selector})" if selector else "")
+        create_template(ctx, namespace, name, selector, gpus,  # each pod gets its own claim
+                        MIG_CLASS if mig else DEVICE_CLASS)  # fmt: skip
 
     def request(self, doc: dict, name: str, gpus: int | None) -> dict:
         if not doc["spec"].get("resourceClaims"):  # an inline pod may bring its own
@@ -374,6 +432,9 @@ class DraDriver(Serving):
             d = devices(ctx, node).get(device)
             out.append((d and gpu_uuid(d)) or f"{node}/{device}")
         return out
+
+    def claimed(self, ctx: Context, namespace: str, pod: client.V1Pod) -> list[str]:
+        return [device for _, device in allocated(ctx, namespace, pod)]
 
     def devices(self, ctx: Context, node: str, uuids: list[str]) -> dict[str, int] | None:
         return {name: uuids.index(u) for name, d in devices(ctx, node).items()

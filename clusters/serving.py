@@ -109,9 +109,9 @@ class Serving(ABC):
     # -- workloads: how a pod asks for GPUs, and what it got
 
     def ask(self, ctx: Context, namespace: str, name: str, selector: str | None,
-            gpus: int) -> None:  # fmt: skip
-        """Before pods named by `name` ask for `gpus`: whatever they refer to (a claim
-        template)."""
+            gpus: int, mig: str | None = None) -> None:  # fmt: skip
+        """Before pods named by `name` ask for `gpus` (MIG devices of profile `mig`, if
+        given): whatever they refer to (a claim template)."""
         return None  # a pod names what it asks for itself
 
     def request(self, doc: dict, name: str, gpus: int | None) -> dict:
@@ -126,6 +126,11 @@ class Serving(ABC):
         """The UUIDs of the GPUs a running pod was given where the API says it (claims), or
         None where only the pod's own environment says it."""
         return None
+
+    def claimed(self, ctx: Context, namespace: str, pod: client.V1Pod) -> list[str]:
+        """The names of the devices a pod's claim was allocated (none where pods ask for an
+        extended resource)."""
+        return []
 
     def devices(self, ctx: Context, node: str, uuids: list[str]) -> dict[str, int] | None:
         """Its device names on `node` -> the GPU index they are on, where it names devices

@@ -16,11 +16,12 @@
 
 Actions (`do:`): xid, ecc, lost, recover, create_pod, delete_pod, restart_kubelet,
 stop_plugin / start_plugin (on a node), restart_plugin. Checks (`check:`): allocatable,
-capacity, changes, plugin_log, pod, devices_healthy, taints.
+capacity, changes, plugin_log, pod, devices_healthy, taints, mig_devices.
 
 A lab with `dra:` (clusters/dra.yaml) runs NVIDIA's DRA driver instead of a device plugin
 (`subject:` is not used): `create_pod` makes a ResourceClaimTemplate of `gpus` GPUs (1 by
-default) matching the CEL `selector:`, and the pod uses a claim from it; `restart_plugin`
+default) matching the CEL `selector:`, or with `mig: <profile>` (`1g.10gb`) of `gpus` MIG
+devices of that profile, and the pod uses a claim from it; `restart_plugin`
 restarts the driver's kubelet plugins; the sampler reads every device's taints from the
 ResourceSlices, which `taints` (and `changes` `of: tainted`) check. Checks on extended
 resources (allocatable, capacity, plugin_log, devices_healthy) have nothing to read there
@@ -46,7 +47,7 @@ from clusters import spec as labspec
 from clusters.serving import NoPlugin
 from clusters.subject import SubjectName
 from e2e.pods import SPECS
-from fakenvml import yamlmodel
+from fakenvml import mig, yamlmodel
 from fakenvml.yamlmodel import Duration, LoadError, Strict, seconds
 
 EXPERIMENTS = Path(__file__).resolve().parent / "experiments"
@@ -138,6 +139,7 @@ class CreatePod(_Action):
     gpus: int | None = Field(default=None, ge=0)
     count: int = Field(default=1, ge=1, le=100)
     selector: str | None = Field(default=None, min_length=1)  # CEL, on a DRA lab's claim
+    mig: str | None = Field(default=None, min_length=1)  # MIG devices of this profile (DRA)
 
     @model_validator(mode="after")
     def _one_source(self) -> CreatePod:
@@ -152,7 +154,10 @@ class CreatePod(_Action):
         return [f"{self.name}-{i}" for i in range(1, self.count + 1)]
 
     def describe(self) -> str:
+        n = 1 if self.gpus is None else self.gpus
         gpus = f" ({self.gpus} GPUs)" if self.gpus is not None else ""
+        if self.mig:
+            gpus = f" ({n}x MIG {self.mig})"
         where = f" on {self.node}" if self.node else ""
         which = f" where {self.selector}" if self.selector else ""
         return f"create pod {', '.join(self.names)}{gpus}{where}{which}"
@@ -297,10 +302,10 @@ class Changes(_Count):
 
     check: Literal["changes"]
     node: str
-    of: Literal["allocatable", "capacity", "tainted"] = "allocatable"
+    of: Literal["allocatable", "capacity", "tainted", "mig_devices"] = "allocatable"
 
     def describe(self) -> str:
-        of = "tainted devices" if self.of == "tainted" else self.of
+        of = {"tainted": "tainted devices", "mig_devices": "MIG devices"}.get(self.of, self.of)
         return f"{of} of {self.node} changes {self.bound()} times"
 
 
@@ -361,8 +366,22 @@ class Taints(_Check):
         return f"tainted {what} of {self.node}{key} = {self.equals} {self.when()}"
 
 
+class MigDevices(_Check):
+    """How many MIG devices exist on `node` (on its GPU `gpu`, if given) in its fake state:
+    what the MIG mode and the GPU and compute instances made through NVML add up to."""
+
+    check: Literal["mig_devices"]
+    node: str
+    gpu: int | None = Field(default=None, ge=0)
+    equals: int = Field(ge=0)
+
+    def describe(self) -> str:
+        where = f"{self.node} GPU {self.gpu}" if self.gpu is not None else self.node
+        return f"MIG devices on {where} = {self.equals} {self.when()}"
+
+
 Expectation = Annotated[
-    Allocatable | Capacity | Changes | PluginLog | PodPhase | DevicesHealthy | Taints,
+    Allocatable | Capacity | Changes | PluginLog | PodPhase | DevicesHealthy | Taints | MigDevices,
     Field(discriminator="check"),
 ]
 
@@ -404,6 +423,14 @@ class Experiment(Strict):
         """The timeline in time order (stable for equal times)."""
         return sorted(self.timeline, key=lambda a: a.at)
 
+    @property
+    def uses_mig(self) -> bool:
+        """It asks for MIG devices or checks them: the run samples the fake MIG state."""
+        return any(isinstance(a, CreatePod) and a.mig for a in self.timeline) or any(
+            isinstance(e, MigDevices) or (isinstance(e, Changes) and e.of == "mig_devices")
+            for e in self.expect
+        )
+
 
 def from_dict(data: object, source: str = "experiment") -> Experiment:
     return yamlmodel.validate(Experiment, data, source, error=ExperimentError)
@@ -434,8 +461,13 @@ def check_lab(exp: Experiment, source: str = "experiment") -> labspec.Lab:
                 f"(GPU nodes: {', '.join(sorted(gpus))})",
             )
 
+    profiles = {mig.short(p.name) for n in lab.gpu_nodes for g in n.gpu_node.gpus  # type: ignore[union-attr]
+                for p in g.mig_profiles}  # fmt: skip
     for i, a in enumerate(exp.timeline):
         where = f"timeline[{i}] ({a.do})"
+        if isinstance(a, CreatePod) and a.mig and a.mig not in profiles:
+            fail(where, f"no GPU of lab {exp.lab} has MIG profile {a.mig!r} "
+                        f"({', '.join(sorted(profiles)) or 'none is MIG-capable'})")  # fmt: skip
         if isinstance(a, FAULTS):
             gpu_node(where, a.node)
             if a.gpu >= gpus[a.node]:
@@ -454,9 +486,9 @@ def check_lab(exp: Experiment, source: str = "experiment") -> labspec.Lab:
             fail(f"timeline[{i}] (delete_pod)", f"pod {a.name!r} is not created by the timeline")
     for i, e in enumerate(exp.expect):
         where = f"expect[{i}] ({e.check})"
-        if isinstance(e, Allocatable | Capacity | Changes | PluginLog | Taints):
+        if isinstance(e, Allocatable | Capacity | Changes | PluginLog | Taints | MigDevices):
             gpu_node(where, e.node)
-        if isinstance(e, Taints) and e.gpu is not None and e.gpu >= gpus[e.node]:
+        if isinstance(e, Taints | MigDevices) and e.gpu is not None and e.gpu >= gpus[e.node]:
             fail(where, f"GPU {e.gpu} not in inventory of node {e.node} (0-{gpus[e.node] - 1})")
         elif isinstance(e, PodPhase) and e.name not in created:
             fail(
@@ -487,11 +519,13 @@ def _check_driver(exp: Experiment, lab: labspec.Lab, fail: Callable[[str, str], 
                         "extended resource to read (check `taints` or `pod`)")  # fmt: skip
         elif by_taints and isinstance(item, CreatePod) and item.gpus == 0:
             fail(where, "`gpus: 0` on a DRA lab: a claim asks for 1 GPU or more")
-        elif by_taints and isinstance(item, Changes) and item.of != "tainted":
-            fail(where, f"lab {exp.lab} runs {server.words}: count changes `of: tainted`")
+        elif by_taints and isinstance(item, Changes) and item.of in ("allocatable", "capacity"):
+            fail(where, f"lab {exp.lab} runs {server.words}: count changes `of: tainted` "
+                        "or `of: mig_devices`")  # fmt: skip
         elif not by_taints and isinstance(item, DRA_ONLY):
             fail(where, f"lab {exp.lab} runs a device plugin: no device taints (a `dra:` lab has)")
         elif not by_taints and isinstance(item, Changes) and item.of == "tainted":
             fail(where, f"lab {exp.lab} runs a device plugin: no device taints to count")
-        elif not by_taints and isinstance(item, CreatePod) and item.selector:
-            fail(where, f"lab {exp.lab} runs a device plugin: `selector:` needs a `dra:` lab")
+        elif not by_taints and isinstance(item, CreatePod) and (item.selector or item.mig):
+            key = "selector" if item.selector else "mig"
+            fail(where, f"lab {exp.lab} runs a device plugin: `{key}:` needs a `dra:` lab")

@@ -342,7 +342,8 @@ LAB_FIXTURES = {
     "dra_lab": "dra",
     "dra_mig_lab": "dra-mig",
     "stock": "stock",
-    "dynmig": "stock",
+    "dynmig": "dra-dynmig",
+    "dynmig_lab": "dra-dynmig",
     "dra_suite_rows": "stock",
 }
 

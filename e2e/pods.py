@@ -154,11 +154,12 @@ class Pods:
         return True
 
     def _wait_gone(self, name: str, wait_s: float) -> None:
-        self._wait(f"pod {name} deleted", lambda: (self._get(name) is None, "still there"), wait_s)
+        self._wait(f"pod {name} deleted", lambda: (self.find(name) is None, "still there"), wait_s)
 
     # -- reading
 
-    def _get(self, name: str) -> client.V1Pod | None:
+    def find(self, name: str) -> client.V1Pod | None:
+        """The pod, or None where it does not exist."""
         try:
             return self.core.read_namespaced_pod(name, self.ns)
         except ApiException as e:
@@ -167,13 +168,13 @@ class Pods:
             raise
 
     def get(self, name: str) -> client.V1Pod:
-        pod = self._get(name)
+        pod = self.find(name)
         if pod is None:
             raise PodWaitError(f"pod {name} does not exist")
         return pod
 
     def describe(self, name: str) -> str:
-        pod = self._get(name)
+        pod = self.find(name)
         if pod is None:
             return "no such pod"
         st = pod.status
@@ -290,7 +291,7 @@ class Pods:
 
     def wait_running(self, name: str, deadline_s: float = 90) -> client.V1Pod:
         def check() -> tuple[bool, str]:
-            pod = self._get(name)
+            pod = self.find(name)
             ready = bool(pod and pod.status.phase == "Running" and all(
                 c.ready for c in pod.status.container_statuses or []))  # fmt: skip
             return ready, self.describe(name)
@@ -310,7 +311,7 @@ class Pods:
 
     def wait_phase(self, name: str, phase: str, deadline_s: float = 60) -> client.V1Pod:
         def check() -> tuple[bool, str]:
-            pod = self._get(name)
+            pod = self.find(name)
             return bool(pod and pod.status.phase == phase), self.describe(name)
 
         self._wait(f"pod {name} {phase}", check, deadline_s)

@@ -84,6 +84,9 @@ class Sample:
     pods: dict[str, list]  # pod -> [phase, node]
     # DRA labs: node -> device -> its taints (key=value:effect); untainted devices left out
     taints: dict[str, dict[str, list[str]]] = field(default_factory=dict)
+    # Experiments that use MIG: node -> the MIG devices in its fake state (the DRA driver's
+    # names, clusters.dra.made_mig_devices) -> their GPU's index
+    mig: dict[str, dict[str, int]] = field(default_factory=dict)
 
 
 @dataclass
@@ -105,6 +108,8 @@ class PodInfo:
     phase: str = "Absent"
     reason: str = ""  # status.reason, or the last FailedScheduling message
     devices: list[str] = field(default_factory=list)  # its GPUs' UUIDs (Pods.devices)
+    claimed: list[str] = field(default_factory=list)  # its claim's devices (DRA), by name
+    deleted: float | None = None  # when a delete_pod action asked for its deletion
 
 
 @dataclass
@@ -172,7 +177,10 @@ class Recording:
 
     @staticmethod
     def value(s: Sample, node: str, what: str = "allocatable") -> int | None:
-        """The node's capacity, allocatable or count of tainted devices in one sample."""
+        """The node's capacity, allocatable, count of tainted devices or of MIG devices in
+        one sample."""
+        if what == "mig_devices":
+            return len(s.mig[node]) if node in s.mig else None
         if node not in s.nodes:
             return None
         if what == "tainted":
@@ -333,6 +341,52 @@ def _taint_layer(rec: Recording, out: list[Trace]) -> None:
             break
 
 
+@dataclass
+class MigLife:
+    """One claimed MIG device of a pod, timed from the samples of the node's fake state:
+    made after the pod was created, gone after its deletion was asked for (None: not seen
+    in the run)."""
+
+    pod: str
+    device: str
+    node: str
+    created: float
+    made: float | None
+    running: float | None
+    deleted: float | None
+    gone: float | None
+
+
+def mig_lives(rec: Recording) -> list[MigLife]:
+    """Every MIG device a pod's claim was given, in pod order. The device was made at the
+    first sample after the pod's creation that holds it where the sample before did not
+    (another pod may have held the same placement until then), and gone at the first
+    sample after the pod's deletion that does not hold it."""
+    out = []
+    for p in rec.pods:
+        phases = rec.pod_phases(p.name)
+        node = next((n for _, _, n in phases if n), p.node)
+        running = next((t for t, ph, _ in phases if ph == "Running"), None)
+        for dev in p.claimed:
+            if "-mig-" not in dev:
+                continue
+            made = gone = None
+            before = False  # held in the last sample before the pod was created
+            for s in rec.samples:
+                held = dev in s.mig.get(node, {})
+                if s.t < p.created:
+                    before = held
+                elif made is None:
+                    if held and not before:
+                        made = s.t
+                    before = held
+                elif p.deleted is not None and s.t >= p.deleted and not held:
+                    gone = s.t
+                    break
+            out.append(MigLife(p.name, dev, node, p.created, made, running, p.deleted, gone))
+    return out
+
+
 def rec_value(rec: Recording, node: str, t: float, what: str = "") -> int | None:
     """The node's value (`rec.measure` unless named) in the last sample at or before t."""
     val = None
@@ -446,6 +500,8 @@ def _evaluate(rec: Recording, e: ex.Expectation) -> Outcome:
         return _equals(rec, e, lambda s: s.nodes.get(e.node, [None, None])[i])
     if isinstance(e, ex.Taints):
         return _equals(rec, e, lambda s: _tainted(rec, s, e))
+    if isinstance(e, ex.MigDevices):
+        return _equals(rec, e, lambda s: _mig_count(s, e))
     if isinstance(e, ex.Changes):
         n = len(rec.series(e.node, e.of)) - 1
         vals = " → ".join(str(v) for _, v in rec.series(e.node, e.of))
@@ -474,7 +530,7 @@ def _evaluate(rec: Recording, e: ex.Expectation) -> Outcome:
     raise TypeError(f"unknown expectation {e!r}")
 
 
-def _equals(rec: Recording, e: ex.Allocatable | ex.Capacity | ex.Taints,
+def _equals(rec: Recording, e: ex.Allocatable | ex.Capacity | ex.Taints | ex.MigDevices,
             get: Callable[[Sample], int | None]) -> Outcome:  # fmt: skip
     """A node's value equals `e.equals` at every sample of the window."""
     vals = _values(rec, e, get)
@@ -495,6 +551,12 @@ def _tainted(rec: Recording, s: Sample, e: ex.Taints) -> int | None:
     if e.gpu is not None:
         return int(any(e.matches(t) for t in rec.device_taints(s, e.node, e.gpu)))
     return sum(any(e.matches(t) for t in ts) for ts in s.taints.get(e.node, {}).values())
+
+
+def _mig_count(s: Sample, e: ex.MigDevices) -> int | None:
+    if e.node not in s.mig:
+        return None
+    return sum(1 for gpu in s.mig[e.node].values() if e.gpu is None or gpu == e.gpu)
 
 
 def _devices_healthy(rec: Recording, e: ex.DevicesHealthy) -> Outcome:

@@ -1,6 +1,7 @@
 """An experiment's report directory, from its Recording:
 
-report.md       verdict, expectations, per-layer latencies, faults, pods, actions
+report.md       verdict, expectations, per-layer latencies, faults, pods, MIG devices
+                made and destroyed per claim, actions
 timeline.png    one time axis: faults and plugin updates per node, allocatable per
                 node as step lines, pod phases as bars
 faults.csv      every injected fault with its layers (bursts are one row in report.md)
@@ -16,12 +17,14 @@ from pathlib import Path
 from e2e.recording import (
     FAULT_NAMES,
     Disruption,
+    MigLife,
     Outcome,
     Recording,
     Trace,
     disruptions,
     evaluate,
     layer_stats,
+    mig_lives,
     traces,
 )
 from fakenvml.journal import ECC, Kind
@@ -156,6 +159,18 @@ def markdown(rec: Recording, trs: list[Trace], outcomes: list[Outcome]) -> str:
         ]
     if rec.pods or any(s.pods for s in rec.samples):
         parts += ["", "## Pods", "", _pods(rec)]
+    if lives := mig_lives(rec):
+        parts += [
+            "",
+            "## MIG devices per claim",
+            "",
+            "Each MIG device a claim was given, in the node's fake state: made after the pod "
+            "was created (where the driver makes them when it prepares the claim: DynamicMIG) "
+            "and gone after its deletion was asked for. Times are the first state sample that "
+            f"showed the change (late by up to a {interval:.0f} ms interval, never early).",
+            "",
+            _mig(rec, lives),
+        ]
     parts += ["", "## Actions", "", _actions(rec), "", _method(rec), ""]
     return "\n".join(parts)
 
@@ -346,6 +361,17 @@ def _pods(rec: Recording) -> str:
     return _table(
         ["pod", "created (s)", "phases (API samples)", "final", "GPUs (node: index)"], rows
     )
+
+
+def _mig(rec: Recording, lives: list[MigLife]) -> str:
+    def after(t: float | None, since: float | None) -> str:
+        return "—" if t is None or since is None else f"{_t(t)} (+{_dur(t - since)})"
+
+    rows = [[m.pod, f"`{m.device}` ({_short(m.node, rec)})", _t(m.created),
+             after(m.made, m.created), after(m.running, m.created), _t(m.deleted),
+             after(m.gone, m.deleted)] for m in lives]  # fmt: skip
+    head = ["pod", "MIG device", "created (s)", "made", "Running", "deleted (s)", "gone"]
+    return _table(head, rows)
 
 
 def _actions(rec: Recording) -> str:
@@ -561,6 +587,14 @@ def timeline_png(rec: Recording, trs: list[Trace], outcomes: list[Outcome], path
             color=colors[n],
         )
         top = max(top, *cy, *ys)
+    # MIG devices per node in the fake's state (experiments that use MIG), dotted.
+    with_mig = any(s.mig for s in rec.samples)
+    for n in nodes if with_mig else ():
+        if mig := rec.series(n, "mig_devices"):
+            xs, ys = [t for t, _ in mig] + [rec.end], [v for _, v in mig] + [mig[-1][1]]
+            ax_al.step(xs, ys, where="post", color=colors[n], lw=1.6, ls=":",
+                       label=f"{_short(n, rec)} MIG devices")  # fmt: skip
+            top = max(top, *ys)
     for tr in trs:
         if tr.api is not None and tr.api_value is not None:
             ax_al.annotate(
@@ -573,15 +607,17 @@ def timeline_png(rec: Recording, trs: list[Trace], outcomes: list[Outcome], path
             )
     ax_al.set_ylim(-0.4, top + 0.8)
     ax_al.yaxis.get_major_locator().set_params(integer=True)
-    ax_al.set_ylabel("tainted devices" if rec.by_taints else "nvidia.com/gpu")
+    ax_al.set_ylabel(("devices" if with_mig else "tainted devices") if rec.by_taints
+                     else "nvidia.com/gpu")  # fmt: skip
     ax_al.set_title(
-        "tainted devices per node in the ResourceSlices · +latency from the fault"
-        if rec.by_taints
-        else "allocatable per node in the API (solid) · capacity (dashed) · "
-        "+latency from the fault",
+        ("tainted devices per node in the ResourceSlices · +latency from the fault"
+         if rec.by_taints
+         else "allocatable per node in the API (solid) · capacity (dashed) · "
+         "+latency from the fault")
+        + (" · MIG devices in the fake's state (dotted)" if with_mig else ""),
         fontsize=9,
         loc="left",
-    )
+    )  # fmt: skip
     ax_al.grid(axis="y", color="#eeeeee")
     ax_al.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False)
 

@@ -27,6 +27,7 @@ from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 from rich.console import Console
 
+from clusters import dra
 from clusters.lab import RESOURCE, Lab
 from clusters.steps import StepError
 from clusters.subject import load as load_subject
@@ -82,10 +83,11 @@ def _stamp_ns(stamp: str) -> int | None:
 class Sampler(threading.Thread):
     """Polls the API (its own client: the kubernetes client is not shared across threads)."""
 
-    def __init__(
-        self, lab: Lab, nodes: list[str], namespace: str, interval: float, t0_ns: int
-    ) -> None:
+    def __init__(self, lab: Lab, nodes: list[str], namespace: str, interval: float, t0_ns: int,
+                 mig_of: list[str] | None = None) -> None:  # fmt: skip
         super().__init__(name="sampler", daemon=True)
+        # The nodes whose fake MIG state each sample reads too (files on this host).
+        self.mig_of = {n: lab.fake_gpus(n) for n in mig_of or []}
         self.api = config.new_client_from_config(str(lab.kubeconfig))
         self.core = client.CoreV1Api(self.api)
         self.serving = lab.serving
@@ -109,11 +111,14 @@ class Sampler(threading.Thread):
         nodes' allocatable, the node list times it, stamped at its request's middle. Where
         it is taints, their read does, stamped when its answer arrived: under load a sample
         can take longer than its interval, and a slice list read after the stamp showed a
-        taint "before" its fault (CI: a GPU-lost taint stamped 0.3 s before the loss)."""
+        taint "before" its fault (CI: a GPU-lost taint stamped 0.3 s before the loss). The
+        MIG state is read before that stamp (a device is never seen early), and a taint-less
+        sample that reads it is stamped after it too."""
         try:
             by_taints = self.serving.signal == "taints"
             found = self.serving.taints(self.api) if by_taints else {}
-            stamp = time.time_ns() if by_taints else 0
+            made = {n: dra.made_mig_devices(d) for n, d in self.mig_of.items()}
+            stamp = time.time_ns() if by_taints or made else 0
             a = time.time_ns()
             nodes = self.core.list_node(_request_timeout=5).items
             b = time.time_ns()
@@ -133,7 +138,7 @@ class Sampler(threading.Thread):
             phases[p.metadata.name] = [phase, p.spec.node_name or ""]
         taints = {n: d for n, d in found.items() if n in self.nodes}
         t = round(((stamp or (a + b) / 2) - self.t0_ns) / 1e9, 4)
-        self.samples.append(Sample(t, seen, phases, taints))
+        self.samples.append(Sample(t, seen, phases, taints, made))
 
 
 class Runner:
@@ -147,6 +152,8 @@ class Runner:
         self.pods = Pods.of(lab, exp.namespace)
         self.logs: dict[str, tuple[str, str]] = {}  # pod uid -> (node, text)
         self.created: dict[str, float] = {}
+        self.deleted: dict[str, float] = {}  # pod -> when delete_pod asked
+        self.claimed: dict[str, list[str]] = {}  # pod -> its claim's devices, read at delete
         self.t0_ns = 0
         self._stop = threading.Event()
         self.serving = lab.serving
@@ -165,7 +172,8 @@ class Runner:
         self.t0_ns = time.time_ns()
         rec.t0_ns = self.t0_ns
         rec.started = datetime.fromtimestamp(self.t0_ns / 1e9, UTC).isoformat(timespec="seconds")
-        sampler = Sampler(self.lab, self.gpu_nodes, exp.namespace, exp.sample_interval, self.t0_ns)
+        sampler = Sampler(self.lab, self.gpu_nodes, exp.namespace, exp.sample_interval,
+                          self.t0_ns, self.gpu_nodes if exp.uses_mig else None)  # fmt: skip
         sampler.start()
         try:
             for i, action in enumerate(exp.actions()):
@@ -232,11 +240,16 @@ class Runner:
             r = self.lab.fake_gpus(a.node).recover(a.gpu)
             rec.faults.append(self._fault(r, a.node, i, rec))
         elif isinstance(a, ex.CreatePod):
-            self.serving.ask(self.lab.ctx, self.exp.namespace, a.name, a.selector, a.gpus or 1)
+            self.serving.ask(self.lab.ctx, self.exp.namespace, a.name, a.selector, a.gpus or 1,
+                             a.mig)  # fmt: skip
             for name in a.names:
                 self.created[name] = self._now()
                 self.pods.create(self._pod_doc(a, name))
         elif isinstance(a, ex.DeletePod):
+            # What its claim holds is gone from the API with it: read it first.
+            if (pod := self.pods.find(a.name)) is not None:
+                self.claimed[a.name] = self.serving.claimed(self.lab.ctx, self.exp.namespace, pod)
+            self.deleted[a.name] = self._now()
             self.lab.core.delete_namespaced_pod(a.name, self.exp.namespace,
                                                 grace_period_seconds=self.pods.grace_s)  # fmt: skip
         elif isinstance(a, ex.RestartKubelet):
@@ -304,7 +317,9 @@ class Runner:
     def _pod_infos(self) -> list[PodInfo]:
         out = []
         for name, created in self.created.items():
-            info = PodInfo(name, round(created, 4))
+            info = PodInfo(name, round(created, 4), claimed=self.claimed.get(name, []))
+            if name in self.deleted:
+                info.deleted = round(self.deleted[name], 4)
             try:
                 pod = self.pods.get(name)
             except AssertionError:
@@ -319,6 +334,8 @@ class Runner:
             given = None
             if pod.status.phase == "Running":
                 given = self.serving.given(self.lab.ctx, self.exp.namespace, pod)
+                info.claimed = info.claimed or self.serving.claimed(
+                    self.lab.ctx, self.exp.namespace, pod)  # fmt: skip
             if given is not None:
                 info.devices = given
             elif pod.status.phase == "Running":

@@ -1,7 +1,7 @@
-"""NVIDIA's DRA driver (clusters/dra.py) with its DynamicMIG gate on the stock lab's four
-H100s, none in MIG mode: the driver publishes each GPU whole and every MIG device it could
-make (Kubernetes' partitionable devices, KEP-4815), makes the MIG device through NVML when
-it prepares a claim for one and destroys it when the claim is released. gpulab's own
+"""NVIDIA's DRA driver (clusters/dra.py) with its DynamicMIG gate on the `dra-dynmig` lab's
+two H100s, none in MIG mode: the driver publishes each GPU whole and every MIG device it
+could make (Kubernetes' partitionable devices, KEP-4815), makes the MIG device through NVML
+when it prepares a claim for one and destroys it when the claim is released. gpulab's own
 scenario beside the driver's test_gpu_dynmig.bats (e2e/dra_suite.py): expectations come
 from what the fake GPUs answer NVML (each GPU-instance profile's possible placements) and
 from their state, read on the host (fakenvml.mig.layout, and NVIDIA's nvidia-smi on it).
@@ -20,19 +20,16 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from clusters import built, chart, dra, versions
+from clusters import dra, versions
 from clusters.lab import Lab
 from clusters.serving import recover
 from e2e.fixtures import NAMESPACE
 from e2e.pods import Pods
-from e2e.test_dra_mig import MIG_CLASS, minor, profile_selector
 from e2e.verdict import Verdict
 from fakenvml import library, mig, paths
-from fakenvml.model import Gpu
 from fakenvml.node import STATE_DIR_ENV, NodeDir
 
-NODE = "stock-control-plane"
-GATES = {"DynamicMIG": True}
+NODE = "dra-dynmig-control-plane"
 # Each dynamically made MIG device goes with its claim: MIG mode on, the instance made,
 # both undone at release. The deadline is for CI load (it takes ~1 s here).
 START_S = 60
@@ -55,29 +52,10 @@ print("XID", e.eventData, e.gpuInstanceId, e.computeInstanceId, flush=True)
 
 
 @pytest.fixture(scope="module")
-def dynmig(labs: Callable[..., Lab]) -> Iterator[Lab]:
-    """The stock lab with the driver installed with DynamicMIG on, every GPU's devices
-    published; uninstalled afterwards, its kubelet plugin gone (the driver's suite runs on
-    this lab too, with its own release)."""
-    lab = labs("stock")
-    image = built.require(["dra"], lab.lab.kubernetes).images["dra"]
-    lab.host.load([image], [n.name for n in lab.lab.nodes])  # the suite's run loads it too
-    dra.install(lab.kubeconfig, image, GATES, lab.images["gpulab"])
-    lab.kube.wait_daemonset(dra.DAEMONSET, dra.NAMESPACE)
-    want = sum(sum(published_for(g).values()) for g in lab.fake_gpus(NODE).node().gpus)
-
-    def all_published(found: dict) -> tuple[bool, str]:
-        n = sum(len(s.spec.devices or []) for s in found.values())
-        return n == want, f"{n} devices"
-
-    fields = f"spec.driver={dra.DRIVER},spec.nodeName={NODE}"
-    lab.kube.watch_until(f"{want} {dra.DRIVER} devices on {NODE}",
-                         dra.api(lab).list_resource_slice, all_published, 180,
-                         field_selector=fields)  # fmt: skip
-    yield lab
-    chart.run(built.helm(), ["uninstall", dra.RELEASE, "--namespace", dra.NAMESPACE, "--wait"],
-              lab.kubeconfig)  # fmt: skip
-    lab.kube.wait_pods_gone(dra.NAMESPACE, dra.POD_LABELS, "the DRA driver's kubelet plugin", 120)
+def dynmig(labs: Callable[..., Lab]) -> Lab:
+    """The lab, its driver up with every GPU's devices published (the lab waits for them:
+    dra.expected_devices)."""
+    return labs("dra-dynmig")
 
 
 @pytest.fixture
@@ -91,15 +69,6 @@ def dpods(dynmig: Lab) -> Iterator[Pods]:
     p.delete_all()
     dra.delete_claims(dynmig, NAMESPACE)
     recover(dynmig.ctx)
-
-
-def published_for(gpu: Gpu) -> Counter[str]:
-    """What the driver publishes for one GPU: itself, and a MIG device per possible
-    placement of each GPU-instance profile it reports (an H100 80GB: 1 + 25)."""
-    out: Counter[str] = Counter({"gpu": 1})
-    for p in gpu.mig_profiles:
-        out[mig.short(p.name)] += len(p.placement_starts)
-    return out
 
 
 def state(lab: Lab) -> NodeDir:
@@ -127,7 +96,8 @@ def mig_claim(lab: Lab, pods: Pods, name: str, profile: str, count: int = 1,
     """A pod with a claim for `count` MIG devices of `profile` (all on one GPU if
     `same_gpu`)."""
     same = f"{dra.DRIVER}/parentUUID" if same_gpu else None
-    dra.create_template(lab, NAMESPACE, name, profile_selector(profile), count, MIG_CLASS, same)
+    dra.create_template(lab, NAMESPACE, name, dra.profile_selector(profile), count,
+                        dra.MIG_CLASS, same)  # fmt: skip
     doc = dra.pod(name, lab.images["gpulab"] if command else pods.image, template=name)
     if command:
         doc["spec"]["containers"][0]["command"] = command
@@ -136,7 +106,8 @@ def mig_claim(lab: Lab, pods: Pods, name: str, profile: str, count: int = 1,
 
 def test_the_driver_publishes_each_gpu_and_every_mig_placement_it_reports(dynmig: Lab) -> None:
     gpus = state(dynmig).node().gpus
-    want = Counter({(g.uuid, kind): n for g in gpus for kind, n in published_for(g).items()})
+    want = Counter({(g.uuid, kind): n for g in gpus
+                    for kind, n in dra.dynamic_placements(g).items()})  # fmt: skip
     got: Counter[tuple[str | None, str]] = Counter()
     for d in dra.devices(dynmig, NODE).values():
         kind = str(dra.attribute(d, "type"))
@@ -162,8 +133,7 @@ def test_a_claim_makes_its_mig_device_and_its_release_destroys_it(
     # GPU instance there, on that GPU.
     ((_, device),) = dra.allocated(dynmig, NAMESPACE, dpods.get(name))
     ((gpu, gi),) = [(m.gpu, g) for m in mig.layout(state(dynmig)) for g in m.gis.values()]
-    profile = mig.short(gi.prof.name).replace(".", "")
-    assert device == f"gpu-{minor(gpu)}-mig-{profile}-{gi.prof.id}-{gi.start}"
+    assert device == dra.mig_device_name(gpu, mig.short(gi.prof.name), gi.prof.id, gi.start)
     t1 = time.monotonic()
     dpods.delete(name)
     end = time.monotonic() + 30

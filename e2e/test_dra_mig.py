@@ -23,6 +23,7 @@ import pytest
 from kubernetes.utils import parse_quantity
 
 from clusters import dra, kindconfig
+from clusters.dra import minor
 from clusters.lab import Lab
 from e2e.fixtures import NAMESPACE, namespaced_pods, recovering_gpus
 from e2e.pods import DEVICE_NODE, Pods
@@ -39,14 +40,8 @@ from fakenvml.model import Gpu, MigProfile
 from fakenvml.node import NodeDir
 
 NODE = "dra-mig-worker"
-MIG_CLASS = "mig.nvidia.com"  # the chart's class for type 'mig' devices
 XID_TAINT = f"{dra.DRIVER}/xid"
 MIB = 1 << 20
-
-
-def minor(gpu: Gpu) -> int:
-    """The GPU's device minor (the driver names devices by it), its index when unset."""
-    return gpu.minor if gpu.minor >= 0 else gpu.index
 
 
 @dataclass(frozen=True)
@@ -64,9 +59,7 @@ class Expected:
 
     @property
     def name(self) -> str:
-        """gpu-<parent minor>-mig-<profile without dots>-<GI profile id>-<placement start>."""
-        profile = self.device.profile.replace(".", "")
-        return f"gpu-{self.minor}-mig-{profile}-{self.prof.id}-{self.start}"
+        return dra.mig_device_name(self.gpu, self.device.profile, self.prof.id, self.start)
 
     @property
     def cap_nodes(self) -> list[str]:
@@ -112,10 +105,6 @@ def faults(dra_mig_lab: Lab) -> Iterator[NodeDir]:
 
 def create_template(lab: Lab, name: str, device_class: str, selector: str | None = None) -> None:
     dra.create_template(lab, NAMESPACE, name, selector, device_class=device_class)
-
-
-def profile_selector(profile: str) -> str:
-    return f"device.attributes['{dra.DRIVER}'].profile == '{profile}'"
 
 
 def cap_nodes(pods: Pods, name: str) -> list[str]:
@@ -193,7 +182,7 @@ def test_a_claim_per_profile_gets_that_mig_device_and_its_capability_nodes(
     names = {}
     for profile in sorted(want):
         template = "mig-" + profile.replace(".", "")
-        create_template(dra_mig_lab, template, MIG_CLASS, profile_selector(profile))
+        create_template(dra_mig_lab, template, dra.MIG_CLASS, dra.profile_selector(profile))
         names[profile] = claim_pod(mpods, template, template=template)
     for profile, name in names.items():
         e = want[profile]
@@ -220,7 +209,7 @@ def test_the_gpu_class_gets_the_whole_gpu_never_a_mig_device(dra_mig_lab: Lab, m
 def test_a_second_claim_for_a_profile_the_layout_has_once_waits(
     dra_mig_lab: Lab, mpods: Pods
 ) -> None:
-    create_template(dra_mig_lab, "one-g", MIG_CLASS, profile_selector("1g.10gb"))
+    create_template(dra_mig_lab, "one-g", dra.MIG_CLASS, dra.profile_selector("1g.10gb"))
     first = claim_pod(mpods, "one-g-0", template="one-g")
     mpods.wait_running(first, deadline_s=START_S)
     second = claim_pod(mpods, "one-g-1", template="one-g")
@@ -239,7 +228,7 @@ def test_mig_claim_prepare_needs_proc_capabilities(dra_mig_lab: Lab, mpods: Pods
     root = kindconfig.driver_dir(dra_mig_lab.labs_root, dra_mig_lab.lab, NODE)
     path = root / driver.CAPABILITIES / rel
     aside = path.with_name("access.aside")
-    create_template(dra_mig_lab, "one-g", MIG_CLASS, profile_selector("1g.10gb"))
+    create_template(dra_mig_lab, "one-g", dra.MIG_CLASS, dra.profile_selector("1g.10gb"))
     path.rename(aside)
     try:
         name = claim_pod(mpods, "no-caps", template="one-g")

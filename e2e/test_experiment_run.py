@@ -1,8 +1,10 @@
-"""Cluster tier: the xid-storm experiment, run for real on the `hetero` lab with our plugin.
+"""Cluster tier: experiments run for real: xid-storm on the `hetero` lab with our plugin,
+dra-taints on `dra` and dynmig on `dra-dynmig` (NVIDIA's DRA driver).
 
-Its expectations must all pass and its report (markdown + PNG) must exist; the per-layer
-latencies land in the JUnit XML. Reports go to $GPULAB_REPORTS (default out/experiments),
-which CI uploads. The lab is the session's (fixture `labs`), shared with test_hetero.py.
+Each one's expectations must all pass and its report (markdown + PNG) must exist; the
+measured latencies land in the JUnit XML. Reports go to $GPULAB_REPORTS (default
+out/experiments), which CI uploads. Labs are the session's (fixture `labs`), shared with
+the suites that use them.
 """
 
 from __future__ import annotations
@@ -16,12 +18,27 @@ import pytest
 from clusters.lab import Lab
 from clusters.subject import load as load_subject
 from e2e import experiments, report
-from e2e.recording import layer_stats, traces
+from e2e.recording import Outcome, Recording, layer_stats, mig_lives, traces
 from e2e.runner import Runner
 from e2e.verdict import Verdict
 
 # Under the working directory (the checkout for `make e2e`), never beside installed code.
 REPORTS = Path(os.environ.get("GPULAB_REPORTS", "out/experiments"))
+
+
+def play(name: str, lab: Lab) -> tuple[Recording, list[Outcome], Path]:
+    """Run a shipped experiment on `lab` and write its report (under REPORTS, named as
+    `gpulab experiment run` names it); the recording, the outcomes and the directory."""
+    exp = experiments.load(name)
+    experiments.check_lab(exp)
+    rec = Runner(exp, lab).run()
+    out = REPORTS / f"{exp.name}{lab.serving.report_suffix}"
+    return rec, report.write(rec, out), out
+
+
+def all_held(outcomes: list[Outcome], out: Path) -> None:
+    failed = [f"{o.text} (observed: {o.observed})" for o in outcomes if not o.passed]
+    assert not failed, f"expectations failed, see {out / 'report.md'}: " + "; ".join(failed)
 
 
 @pytest.fixture
@@ -31,11 +48,7 @@ def hetero(labs: Callable[..., Lab]) -> Lab:
 
 def test_xid_storm_marks_the_gpu_once_and_reports_it(hetero: Lab, verdict: Verdict) -> None:
     verdict.expect("every expectation holds; 300 Xids seen")
-    exp = experiments.load("xid-storm")
-    experiments.check_lab(exp)
-    rec = Runner(exp, hetero).run()
-    out = REPORTS / f"{exp.name}-{exp.subject}"
-    outcomes = report.write(rec, out)
+    rec, outcomes, out = play("xid-storm", hetero)
 
     for name, st in layer_stats(traces(rec)).items():
         if st is not None:
@@ -43,8 +56,7 @@ def test_xid_storm_marks_the_gpu_once_and_reports_it(hetero: Lab, verdict: Verdi
     passed = sum(o.passed for o in outcomes)
     seen = sum(x.event == "xid" for x in rec.log)
     verdict.saw(f"{passed}/{len(outcomes)} expectations; {seen} Xids seen")
-    failed = [f"{o.text} (observed: {o.observed})" for o in outcomes if not o.passed]
-    assert not failed, f"expectations failed, see {out / 'report.md'}: " + "; ".join(failed)
+    all_held(outcomes, out)
     assert (out / "report.md").read_text().startswith("# xid-storm · gpulab plugin · ✅ PASS")
     assert (out / "timeline.png").stat().st_size > 20_000
     # 300 Xids were injected and the plugin saw every one of them.
@@ -62,19 +74,14 @@ def test_dra_taints_times_each_fault_to_its_device_taint(dra_lab: Lab, verdict: 
     Xid 13 and a lost GPU into device taints, the report times each, and the claim made
     after the Xid 79 gets every Hopper but the tainted one."""
     verdict.expect("every expectation holds; the 3-GPU claim avoids the tainted GPU")
-    exp = experiments.load("dra-taints")
-    experiments.check_lab(exp)
-    rec = Runner(exp, dra_lab).run()
-    out = REPORTS / exp.name
-    outcomes = report.write(rec, out)
+    rec, outcomes, out = play("dra-taints", dra_lab)
 
     assert rec.signal == "taints"  # what the driver's Serving said faults show as
     trs = traces(rec)
     for name, st in layer_stats(trs, by_taints=True).items():
         if st is not None:
             verdict.property(f"{name} median (ms)", round(st[2], 1))
-    failed = [f"{o.text} (observed: {o.observed})" for o in outcomes if not o.passed]
-    assert not failed, f"expectations failed, see {out / 'report.md'}: " + "; ".join(failed)
+    all_held(outcomes, out)
     md = (out / "report.md").read_text()
     assert md.startswith(f"# dra-taints · {rec.plugin} · ✅ PASS"), md.splitlines()[0]
     # Every fault reached the API as a taint on its own GPU's device (a recovery: when the
@@ -88,3 +95,35 @@ def test_dra_taints_times_each_fault_to_its_device_taint(dra_lab: Lab, verdict: 
     verdict.saw(f"{sum(o.passed for o in outcomes)}/{len(outcomes)} expectations; "
                 f"hopper got GPUs {got}")  # fmt: skip
     assert got == [0, 2, 3]
+
+
+@pytest.fixture
+def dynmig_lab(labs: Callable[..., Lab]) -> Lab:
+    return labs("dra-dynmig")
+
+
+def test_dra_dynmig_times_each_claims_mig_device_made_and_destroyed(
+    dynmig_lab: Lab, verdict: Verdict
+) -> None:
+    """The experiments tool on the DynamicMIG lab: each claim's MIG device is made in the
+    fake's state after its pod is created and gone after its deletion; a claim that does
+    not fit waits, then gets the placement a deleted pod released, made again."""
+    verdict.expect("every expectation holds; each MIG device timed from claim to made")
+    rec, outcomes, out = play("dynmig", dynmig_lab)
+    all_held(outcomes, out)
+    lives = {m.pod: m for m in mig_lives(rec)}
+    assert sorted(lives) == ["four-a", "four-b", "four-c", "three"]
+    # four-c got the placement four-a released: made again after four-a's was gone.
+    assert lives["four-c"].device == lives["four-a"].device
+    a, c = lives["four-a"], lives["four-c"]
+    assert a.gone is not None and c.made is not None and a.gone <= c.made
+    assert lives["three"].gone is not None and lives["four-b"].gone is None
+    for m in lives.values():
+        assert m.made is not None and m.made >= m.created, m
+    made = sorted(m.made - m.created for m in lives.values() if m.pod != "four-c")  # type: ignore[operator]
+    gone = [m.gone - m.deleted for m in (a, lives["three"])]  # type: ignore[operator]
+    verdict.property("claim to MIG made, median (s)", round(made[len(made) // 2], 2))
+    verdict.property("delete to MIG gone, max (s)", round(max(gone), 2))
+    md = (out / "report.md").read_text()
+    assert md.startswith(f"# dynmig · {rec.plugin} · ✅ PASS"), md.splitlines()[0]
+    assert md.count("-mig-4g40gb-") >= 3 and "## MIG devices per claim" in md

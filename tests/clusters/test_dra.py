@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from clusters import built, chart, dra, kindconfig, spec
-from fakenvml import driver, inventory
+from fakenvml import driver, inventory, mig
 from fakenvml.node import NodeDir
 
 IMAGE = "gpulab/dra-driver-nvidia-gpu:v0.4.1-abc"
@@ -170,6 +170,17 @@ def test_the_driver_starts_without_pcie_root_where_sysfs_cannot_be_overlaid(
     assert "cannot show the fake GPUs in /sys (no pcieRoot attribute)" in err
 
 
+class Running:
+    """What expected_devices reads of a running lab: one node's fake state."""
+
+    def __init__(self, node: str, state: NodeDir) -> None:
+        self.node, self.state = node, state
+
+    def fake_gpus(self, name: str) -> NodeDir:
+        assert name == self.node
+        return self.state
+
+
 def test_the_lab_waits_for_each_mig_device_in_place_of_its_gpu(tmp_path: Path) -> None:
     """dra.expected_devices, from the node's fake state: the whole GPU counts once, the
     MIG-mode GPU as its three MIG devices (v0.4.1 publishes those instead of the GPU)."""
@@ -178,12 +189,41 @@ def test_the_lab_waits_for_each_mig_device_in_place_of_its_gpu(tmp_path: Path) -
     state = NodeDir(tmp_path / "state")
     state.init(node.gpu_node)
 
-    class Running:  # what expected_devices reads of a running lab
-        def fake_gpus(self, name: str) -> NodeDir:
-            assert name == node.name
-            return state
+    assert dra.expected_devices(Running(node.name, state), node.name) == 1 + 3  # type: ignore[arg-type]
 
-    assert dra.expected_devices(Running(), node.name) == 1 + 3  # type: ignore[arg-type]
+
+def test_with_dynamic_mig_the_lab_waits_for_every_placement_and_names_what_claims_made(
+    tmp_path: Path,
+) -> None:
+    """The dra-dynmig lab's driver publishes each H100 80GB whole and at every placement of
+    its GPU-instance profiles (1 + 25), whatever MIG devices claims have made; the MIG
+    devices that exist are named as the driver names them (a smaller compute instance by
+    its slices)."""
+    lab = spec.load("dra-dynmig")
+    (node,) = lab.gpu_nodes
+    assert lab.spec.dra is not None and dra.DraDriver(lab.spec.dra).dynamic_mig
+    state = NodeDir(tmp_path / "state")
+    state.init(node.gpu_node)
+
+    running = Running(node.name, state)
+    gpu = state.node().gpus[1]
+    assert dra.dynamic_placements(gpu) == {"gpu": 1, "1g.10gb": 7, "1g.10gb+me": 7,
+                                           "1g.20gb": 4, "2g.20gb": 3, "3g.40gb": 2,
+                                           "4g.40gb": 1, "7g.80gb": 1}  # fmt: skip
+    assert dra.expected_devices(running, node.name, dynamic_mig=True) == 2 * 26  # type: ignore[arg-type]
+    assert dra.made_mig_devices(state) == {}
+    plan = mig.Plan(state)
+    m = plan.gpu(1)
+    plan.mode(m, True)
+    plan.reset(m)  # a pending mode takes effect
+    gi = plan.create_gi(m, "3g.40gb", 4)
+    plan.create_ci(m, gi)
+    gi = plan.create_gi(m, "3g.40gb", 0)
+    plan.create_ci(m, gi, slices=1)
+    plan.write()
+    assert dra.made_mig_devices(state) == {"gpu-1-mig-3g40gb-9-4": 1, "gpu-1-mig-1c3g40gb-9-0": 1}
+    # Counted the same with devices made: the driver publishes placements, not instances.
+    assert dra.expected_devices(running, node.name, dynamic_mig=True) == 2 * 26  # type: ignore[arg-type]
 
 
 def test_a_new_fakenvml_rolls_the_kubelet_plugins() -> None:

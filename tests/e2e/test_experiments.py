@@ -22,6 +22,7 @@ from e2e.recording import (
     Sample,
     evaluate,
     layer_stats,
+    mig_lives,
     traces,
 )
 from e2e.runner import parse_log
@@ -77,7 +78,8 @@ def _with(**changes: object) -> dict:
         (_with(expect=[{"check": "taints", "node": "n"}]),
          "expect[0].taints.equals: required key missing"),
         (_with(expect=[{"check": "changes", "node": "n", "of": "taints", "equals": 1}]),
-         "expect[0].changes.of: expected 'allocatable', 'capacity' or 'tainted', found 'taints'"),
+         "expect[0].changes.of: expected 'allocatable', 'capacity', 'tainted' or "
+         "'mig_devices', found 'taints'"),
         (_with(expect=[{"check": "capacity", "node": "n", "equals": 1, "at": 2, "during": [1, 3]}]),
          "expect[0].capacity: give `at:` or `during:`, not both"),
         (_with(expect=[{"check": "capacity", "node": "n", "equals": 1, "during": [3, 1]}]),
@@ -149,6 +151,14 @@ XID = {"at": 1, "do": "xid", "node": "dra-worker", "gpu": 1, "code": 79}
          "expect[0] (changes): lab hetero runs a device plugin: no device taints to count"),
         ("hetero", [{"at": 0, "do": "create_pod", "name": "p", "selector": "true"}], [],
          "timeline[0] (create_pod): lab hetero runs a device plugin: `selector:` needs"),
+        ("mig", [{"at": 0, "do": "create_pod", "name": "p", "mig": "1g.10gb"}], [],
+         "timeline[0] (create_pod): lab mig runs a device plugin: `mig:` needs a `dra:` lab"),
+        ("dra-dynmig", [{"at": 0, "do": "create_pod", "name": "p", "mig": "1g.5gb"}], [],
+         "timeline[0] (create_pod): no GPU of lab dra-dynmig has MIG profile '1g.5gb' "
+         "(1g.10gb, 1g.10gb+me, 1g.20gb, 2g.20gb, 3g.40gb, 4g.40gb, 7g.80gb)"),
+        ("dra-dynmig", [{"at": 0, "do": "create_pod", "name": "p", "mig": "1g.10gb"}],
+         [{"check": "mig_devices", "node": "dra-dynmig-control-plane", "gpu": 2, "equals": 0}],
+         "expect[0] (mig_devices): GPU 2 not in inventory of node dra-dynmig-control-plane"),
     ],
 )  # fmt: skip
 def test_a_lab_refuses_what_its_kind_of_driver_cannot_show(
@@ -486,3 +496,83 @@ def test_a_report_is_named_by_experiment_and_subject_on_a_dra_lab_by_experiment_
     assert nvidia.serving.report_suffix == f"-{nvidia.subject.name}"
     assert Lab("dra").serving.report_suffix == ""
     assert Lab("dra").serving.recorded.startswith("NVIDIA's DRA driver v")
+
+
+def mig_recording() -> Recording:
+    """The dynmig experiment as a recording: a 4g.40gb claim's device (gpu-0's placement 0)
+    made 0.6 s after its pod was created; a second claim for the same profile waits and,
+    after the first pod is deleted at 5 s, gets the same placement again, made at 6.2 s;
+    the first pod's device is gone at 5.4 s."""
+    node = "dra-dynmig-control-plane"
+    exp = ex.from_dict({
+        "name": "dynmig", "lab": "dra-dynmig", "duration": "8s", "sample_interval": "100ms",
+        "timeline": [
+            {"at": 0, "do": "create_pod", "name": "a", "mig": "4g.40gb"},
+            {"at": 1, "do": "create_pod", "name": "c", "mig": "4g.40gb"},
+            {"at": 5, "do": "delete_pod", "name": "a"},
+        ],
+        "expect": [
+            {"check": "mig_devices", "node": node, "equals": 1, "during": ["1s", "5s"]},
+            {"check": "mig_devices", "node": node, "gpu": 1, "equals": 0, "during": [0, "end"]},
+            {"check": "changes", "node": node, "of": "mig_devices", "equals": 3},
+            {"check": "pod", "name": "c", "phase": "Running", "at": "end"},
+        ],
+    })  # fmt: skip
+    dev = "gpu-0-mig-4g40gb-5-0"
+    rec = Recording(exp.model_dump(mode="json"), "NVIDIA's DRA driver v0.4.1",
+                    "2026-01-01T00:00:00+00:00", 0,
+                    {node: {"gpus": 2, "product": "H100", "uuids": ["GPU-a", "GPU-b"],
+                            "devices": {"gpu-0": 0, "gpu-1": 1, dev: 0}}},
+                    signal="taints")  # fmt: skip
+    for i in range(81):
+        t = i / 10
+        held = 0.6 <= t < 5.4 or t >= 6.2
+        a = "Running" if 0.9 <= t < 5.0 else "Pending" if t < 0.9 else "Terminating"
+        pods = {"c": ["Running" if t >= 6.5 else "Pending", node if t >= 6.0 else ""]}
+        if t < 5.5:
+            pods["a"] = [a, node]
+        rec.samples.append(Sample(t, {node: [0, 0, "1"]}, pods, {},
+                                  {node: {dev: 0} if held else {}}))  # fmt: skip
+    rec.pods = [PodInfo("a", 0.01, claimed=[dev], deleted=5.0),
+                PodInfo("c", 1.01, node, "Running", claimed=[dev])]  # fmt: skip
+    return rec
+
+
+def test_a_claims_mig_device_is_timed_from_its_pod_to_made_and_from_deletion_to_gone() -> None:
+    """The same placement held by two claims in turn: the second's device counts as made
+    when it appears again after its pod was created, not while the first still held it."""
+    a, c = mig_lives(mig_recording())
+    assert (a.pod, a.made, a.running, a.deleted, a.gone) == ("a", 0.6, 0.9, 5.0, 5.4)
+    assert (c.pod, c.made, c.running, c.deleted, c.gone) == ("c", 6.2, 6.5, None, None)
+    assert a.node == c.node == "dra-dynmig-control-plane"
+
+
+def test_mig_device_checks_count_the_sampled_state_and_a_wrong_one_fails() -> None:
+    assert [o.text for o in evaluate(mig_recording()) if not o.passed] == []
+    rec = mig_recording()
+    rec.samples[30].mig = {"dra-dynmig-control-plane": {}}  # gone for one sample at 3.0 s
+    failed = [(o.text, o.observed) for o in evaluate(rec) if not o.passed]
+    assert failed == [
+        ("MIG devices on dra-dynmig-control-plane = 1 during [1s, 5s]", "0, 1 (first 0 at 3.00s)"),
+        ("MIG devices of dra-dynmig-control-plane changes = 3 times", "5 (0 → 1 → 0 → 1 → 0 → 1)"),
+    ]
+
+
+def test_a_mig_report_has_a_row_per_claimed_device(tmp_path: Path) -> None:
+    outcomes = report.write(mig_recording(), tmp_path)
+    assert all(o.passed for o in outcomes)
+    md = (tmp_path / "report.md").read_text()
+    assert "## MIG devices per claim" in md
+    assert ("| a | `gpu-0-mig-4g40gb-5-0` (control-plane) | 0.010 | 0.600 (+590 ms) | "
+            "0.900 (+890 ms) | 5.000 | 5.400 (+400 ms) |") in md  # fmt: skip
+    assert ("| c | `gpu-0-mig-4g40gb-5-0` (control-plane) | 1.010 | 6.200 (+5.19 s) | "
+            "6.500 (+5.49 s) | — | — |") in md  # fmt: skip
+    assert Recording.load(tmp_path / "recording.json") == mig_recording()
+    # A recording without MIG has no such section.
+    report.write(dra_recording(), tmp_path / "dra")
+    assert "MIG devices per claim" not in (tmp_path / "dra" / "report.md").read_text()
+
+
+def test_only_an_experiment_that_names_mig_samples_it() -> None:
+    assert ex.load("dynmig").uses_mig
+    assert not any(ex.load(p).uses_mig for p in SHIPPED if p.stem != "dynmig")
