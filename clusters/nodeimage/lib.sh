@@ -26,7 +26,11 @@ export GOMODCACHE="$GPULAB_CACHE/go/mod"
 export GOCACHE="$GPULAB_CACHE/go/build"
 export GOTOOLCHAIN=local
 # -modcacherw: a cache anyone can delete with rm -rf (Go makes module dirs read-only).
-export GOFLAGS="-buildvcs=false -modcacherw"
+# -dwarf=false: no DWARF debug information (most builds strip it at link with -s -w
+# anyway; Go's panics print from the symbol table, not DWARF). Not making it took a cold
+# CoreDNS build (empty GOCACHE) from 105-107 s to 91-94 s on 2 cores, the stripped binary
+# as large as before.
+export GOFLAGS="-buildvcs=false -modcacherw -gcflags=all=-dwarf=false"
 export CGO_ENABLED=0
 # The Kubernetes version to build or choose: $GPULAB_KUBE_VERSION, else the newest pinned.
 KUBE_VERSION=${GPULAB_KUBE_VERSION:-${KUBE_VERSIONS%% *}}
