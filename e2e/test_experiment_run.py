@@ -118,6 +118,12 @@ def test_dra_dynmig_times_each_claims_mig_device_made_and_destroyed(
     a, c = lives["four-a"], lives["four-c"]
     assert a.gone is not None and c.made is not None and a.gone <= c.made
     assert lives["three"].gone is not None and lives["four-b"].gone is None
+    # Each device went with its own claim only: the 3g.40gb beside four-a's stayed.
+    three = lives["three"]
+    assert three.made is not None and three.deleted is not None
+    for s in rec.samples:
+        if three.made <= s.t < three.deleted:
+            assert three.device in s.mig.get(three.node, {}), f"gone at {s.t:.2f}s, held"
     for m in lives.values():
         assert m.made is not None and m.made >= m.created, m
     made = sorted(m.made - m.created for m in lives.values() if m.pod != "four-c")  # type: ignore[operator]

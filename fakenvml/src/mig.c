@@ -87,6 +87,22 @@ nvmlReturn_t nvmlDeviceSetMigMode(nvmlDevice_t device, unsigned int mode,
     DEVICE_ENTER(device);
     if (!d->mig_count) return fnv_leave(NVML_ERROR_NOT_SUPPORTED);
     uint32_t gpu = (uint32_t)(d - fnv_g->devices);
+    /* MIG mode stays on while a GPU instance exists: the call answers SUCCESS (activation
+     * SUCCESS too) and changes nothing; the instances and what runs in them stay. The
+     * evidence: NVIDIA's DRA driver authors saw a disable succeed with nvidia-smi still
+     * showing current and pending Enabled (dra-driver-nvidia-gpu PR 852), and their
+     * driver (v0.4.1) asks for a disable after every DynamicMIG release whatever else the
+     * GPU holds (it reads a GPU's MIG mode once, at start) and fails the release on any
+     * activation status but SUCCESS, yet its two-devices-per-GPU tests pass on H100s.
+     * Before, the fake reset the GPU here: one claim's release took the others' devices. */
+    if (!mode && fnv_g->mig[gpu].current == NVML_DEVICE_MIG_ENABLE) {
+        for (unsigned g = 0; g < FNV_MIG_GIS; g++) {
+            if (fnv_g->mig[gpu].gi[g].used) {
+                *activationStatus = NVML_SUCCESS;
+                return fnv_leave(NVML_SUCCESS);
+            }
+        }
+    }
     nvmlReturn_t ret = change(gpu, &(fnv_record){.kind = FNV_MIG_MODE, .data = mode});
     if (ret != NVML_SUCCESS) return fnv_leave(ret);
     /* A family rule. Hopper and later toggle MIG mode without a GPU reset; on Ampere the

@@ -80,6 +80,31 @@ def test_hopper_toggles_mig_mode_at_once_on_an_idle_gpu(nvml: object, state: Nod
     assert nv.nvmlDeviceGetMigMode(busy) == [0, 1]
 
 
+def test_mig_mode_stays_on_while_a_gpu_instance_exists(nvml: object, state: NodeDir) -> None:
+    """Turning MIG off with a GPU instance left succeeds and changes nothing: the instance,
+    its MIG device and both modes stay (NVIDIA's DRA driver v0.4.1 asks after every
+    DynamicMIG release, whatever else the GPU holds); once none is left it goes."""
+    h = nv.nvmlDeviceGetHandleByIndex(0)
+    on, off = nv.NVML_DEVICE_MIG_ENABLE, nv.NVML_DEVICE_MIG_DISABLE
+    assert nv.nvmlDeviceSetMigMode(h, on) == nv.NVML_SUCCESS
+    kept, gone = nv.nvmlDeviceCreateGpuInstance(h, 19), nv.nvmlDeviceCreateGpuInstance(h, 19)
+    kept_id = nv.nvmlGpuInstanceGetInfo(kept).id
+    nv.nvmlGpuInstanceCreateComputeInstance(
+        kept, nv.nvmlGpuInstanceGetComputeInstanceProfileInfo(kept, CI_1, SHARED).id
+    )
+    nv.nvmlGpuInstanceDestroy(gone)
+    assert nv.nvmlDeviceSetMigMode(h, off) == nv.NVML_SUCCESS
+    assert nv.nvmlDeviceGetMigMode(h) == [1, 1]
+    assert nv.nvmlGpuInstanceGetInfo(nv.nvmlDeviceGetGpuInstanceById(h, kept_id)).id == kept_id
+    assert nv.nvmlDeviceGetGpuInstanceId(nv.nvmlDeviceGetMigDeviceHandleByIndex(h, 0)) == kept_id
+    assert [d.gi for d in mig.devices(state)] == [kept_id]
+    ci = nv.nvmlGpuInstanceGetComputeInstanceById(kept, 0)
+    nv.nvmlComputeInstanceDestroy(ci)
+    nv.nvmlGpuInstanceDestroy(kept)
+    assert nv.nvmlDeviceSetMigMode(h, off) == nv.NVML_SUCCESS
+    assert nv.nvmlDeviceGetMigMode(h) == [0, 0]
+
+
 def test_a_board_without_mig_says_not_supported(
     fake_library: object, make_state: Callable[..., NodeDir]
 ) -> None:
