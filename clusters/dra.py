@@ -269,17 +269,15 @@ def dynamic_placements(gpu: Gpu) -> Counter[str]:
 
 
 def made_mig_devices(node_dir: mig.StateDir) -> dict[str, int]:
-    """The MIG devices that exist in a node's fake state, by the name the driver gives them
-    (a compute instance smaller than its GPU instance: `<slices>c.<profile>`), each to its
-    GPU's index."""
+    """The MIG devices that exist in a node's fake state (fakenvml.mig.devices: a compute
+    instance smaller than its GPU instance is `<slices>c.<profile>`), by the name the
+    driver gives them, each to its GPU's index."""
+    gpus = mig.layout(node_dir)
     out = {}
-    for m in mig.layout(node_dir):
-        for g in m.gis.values() if m.current else ():
-            for c in g.cis.values():
-                profile = mig.short(g.prof.name)
-                if c.slices != g.prof.slice_count:
-                    profile = f"{c.slices}c.{profile}"
-                out[mig_device_name(m.gpu, profile, g.prof.id, g.start)] = m.gpu.index
+    for d in mig.devices(node_dir):
+        m = gpus[d.gpu]
+        gi = m.gis[d.gi]
+        out[mig_device_name(m.gpu, d.profile, gi.prof.id, gi.start)] = d.gpu
     return out
 
 
