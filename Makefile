@@ -44,13 +44,20 @@ KUBE ?=
 ifneq ($(KUBE),)
 export GPULAB_KUBE_VERSION := $(KUBE)
 endif
-# CI's second Kubernetes: the newest minor that runs on cgroup v1 without failCgroupV1.
-CI_KUBE := v1.34.0
+# The kubelet the workers run beside the control plane (`make e2e KUBELET=v1.34.0`): the
+# control plane's own unless named; one of clusters/versions.env's KUBELET_VERSIONS has its
+# worker image built by `make infra` (GPULAB_KUBELET_VERSIONS=... builds others).
+KUBELET ?=
+ifneq ($(KUBELET),)
+export GPULAB_KUBELET_VERSION := $(KUBELET)
+endif
+# CI's skew pass: the newest control plane, its workers on the first pinned older kubelet.
+CI_KUBELET := $(firstword $(shell . clusters/versions.env && echo $$KUBELET_VERSIONS))
 
 # Every tier, timed (bench/budget.py, which holds each tier's budget): `make infra`, lint,
 # the unit and node tier, the fakenvml suite again under ASan+UBSan, a bounded fuzz run,
 # then the cluster tier (real kind labs) through `make e2e` on the newest Kubernetes, and
-# a smoke set on $(CI_KUBE) (e2e-old, below). A failed tier fails `make test` but the later
+# a smoke set with $(CI_KUBELET)'s kubelet on the workers (e2e-skew, below). A failed tier fails `make test` but the later
 # tiers still run (all but after `make infra`, which every tier needs), and the time report
 # always ends it: each tier's time and tests against its budget, the slowest tests,
 # build/budget.json and build/budget.md. Over budget is a warning, never a failure. JUnit
@@ -59,19 +66,20 @@ JUNIT := $(BUILD)/junit
 export GPULAB_BUDGET_DIR ?= $(BUILD)/budget
 # python3, not the venv: `make infra`, the first tier timed, is what creates the venv.
 TIMED = python3 -m bench.budget time
-# The $(CI_KUBE) pass, a smoke set: the seeds' scenario, one fault and one kubelet and
-# plugin restart, and device health in pod status (off before 1.36), for one plugin of
-# each family (ours, NVIDIA's): what the kubelet's version changes. The rest of the matrix
-# exercises the plugins and the lab, which do not change with it (docs/faults-and-experiments.md).
-E2E_OLD_ARGS := -m smoke
-E2E_OLD_RESTARTS := 1
+# The skew pass ($(CI_KUBELET)'s kubelet beside the newest control plane), a smoke set: the
+# seeds' scenario, one fault and one kubelet and plugin restart, and device health in pod
+# status (off before 1.36), for one plugin of each family (ours, NVIDIA's): what the
+# kubelet's version changes. The rest of the matrix exercises the plugins and the lab,
+# which do not change with it (docs/faults-and-experiments.md).
+E2E_SKEW_ARGS := -m smoke
+E2E_SKEW_RESTARTS := 1
 # The newest Kubernetes' pass restarts gpulab's plugin 3 times in CI (`make e2e`: 20, 5 s
 # each here, 9 s in CI): still re-registrations in a row with an Allocate after each, and
 # the time saved keeps the 30-minute budget. (Handing the seed lab on to the action tier
 # saved that tier 37 s and cost the cluster tier more: an idle 3-node lab beside the rest of
 # its suites; docs/ci.md.)
 E2E_RESTARTS := 3
-CI_OLD_SUBJECTS := gpulab,nvidia
+CI_SKEW_SUBJECTS := gpulab,nvidia
 
 test:
 	@status=0; python3 -m bench.budget reset; \
@@ -87,9 +95,9 @@ test:
 	    $(MAKE) --no-print-directory e2e-suites E2E_JUNIT=$(JUNIT)/e2e.xml || status=1; \
 	  $(TIMED) action --junit $(BUILD)/action/temp/gpulab-results/e2e-junit.xml -- \
 	    $(MAKE) --no-print-directory action-check || status=1; \
-	  GPULAB_RESTARTS=$(E2E_OLD_RESTARTS) $(TIMED) e2e-old --junit $(JUNIT)/e2e-old.xml -- \
-	    $(MAKE) --no-print-directory e2e-suites KUBE=$(CI_KUBE) SUBJECT=$(CI_OLD_SUBJECTS) \
-	    E2E_JUNIT=$(JUNIT)/e2e-old.xml E2E_ARGS="$(E2E_OLD_ARGS)" || status=1; \
+	  GPULAB_RESTARTS=$(E2E_SKEW_RESTARTS) $(TIMED) e2e-skew --junit $(JUNIT)/e2e-skew.xml -- \
+	    $(MAKE) --no-print-directory e2e-suites KUBELET=$(CI_KUBELET) SUBJECT=$(CI_SKEW_SUBJECTS) \
+	    E2E_JUNIT=$(JUNIT)/e2e-skew.xml E2E_ARGS="$(E2E_SKEW_ARGS)" || status=1; \
 	fi; \
 	py=$(PY); [[ -x $$py ]] || py=python3; $$py -m bench.budget report || status=1; \
 	exit $$status
@@ -157,7 +165,7 @@ e2e: infra
 	@$(MAKE) --no-print-directory e2e-suites
 
 e2e-suites:
-	@echo "==> e2e: cluster-tier suites ($(SUITES)) for $(SUBJECT), Kubernetes $${GPULAB_KUBE_VERSION:-$$($(PY) -c 'from clusters import versions; print(versions.kube_version())')}"
+	@echo "==> e2e: cluster-tier suites ($(SUITES)) for $(SUBJECT), Kubernetes $$($(PY) -c 'from clusters import versions; print(versions.describe())')"
 	@KEEP=$(KEEP) $(PY) -m gpulab test -q --suites $(SUITES) --junitxml=$(E2E_JUNIT) $(E2E_ARGS)
 
 # NVIDIA's DRA driver's own suite (its tests-mock-nvml GPU files) on the stock lab, alone

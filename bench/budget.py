@@ -52,7 +52,8 @@ BUDGETS: dict[str, int] = {
     # the cluster tier on the newest Kubernetes: every lab, every subject, and NVIDIA's DRA
     # driver's own suite (about 2 min 10 s; the two tiers below gave their unused minutes)
     "e2e": 1020,
-    "e2e-old": 210,  # the older Kubernetes (CI_KUBE) smoke set: gpulab and nvidia, -m smoke
+    # the skew pass (CI_KUBELET's kubelet on the workers) smoke set: gpulab and nvidia, -m smoke
+    "e2e-skew": 210,
     "action": 180,  # action.yml run step by step (ci/run-action.py): the tiny plugin's smoke set
 }
 TOTAL_BUDGET = 30 * 60  # the whole warm run: what a reviewer waits for

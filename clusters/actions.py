@@ -37,7 +37,7 @@ class Action:
 
 
 def infrastructure(ctx: Context) -> None:
-    ctx.host.kind = built.require((), ctx.lab.kubernetes).kind
+    ctx.host.kind = built.require((), ctx.lab.kubernetes, ctx.lab.kubelet).kind
 
 
 def reuse_or_recreate(ctx: Context) -> object:
@@ -62,10 +62,12 @@ def reuse_or_recreate(ctx: Context) -> object:
 
 
 def kind_config(ctx: Context) -> dict:
-    p = built.require((), ctx.lab.kubernetes)
-    if ctx.lab.spec.container_toolkit and not p.toolkit:
+    lab = ctx.lab
+    p = built.require((), lab.kubernetes, lab.kubelet)
+    if lab.spec.container_toolkit and not p.toolkit:
         raise built.InfraMissing(f"the NVIDIA Container Toolkit is not built; {built.MAKE_INFRA}")
-    return kindconfig.render(ctx.lab, p.node_images[ctx.lab.kubernetes], ctx.labs_root, p.toolkit)
+    return kindconfig.render(lab, p.node_image(lab.kubernetes), ctx.labs_root, p.toolkit,
+                             worker_image=p.node_image(lab.kubernetes, lab.kubelet))  # fmt: skip
 
 
 def changed_config(ctx: Context) -> str:
@@ -109,9 +111,11 @@ def toolkit_configs(ctx: Context) -> object:
     """The containerd and runtime configs a new cluster's GPU nodes start with."""
     if ctx.host.exists() or not ctx.lab.spec.container_toolkit:
         return SKIP
-    p = built.require((), ctx.lab.kubernetes)
-    toolkit.prepare(kindconfig.toolkit_dir(ctx.labs_root, ctx.lab),
-                    p.node_images[ctx.lab.kubernetes], p.toolkit)  # fmt: skip
+    lab = ctx.lab
+    p = built.require((), lab.kubernetes, lab.kubelet)
+    # GPU nodes are workers: their image's containerd is the one configured.
+    toolkit.prepare(kindconfig.toolkit_dir(ctx.labs_root, lab),
+                    p.node_image(lab.kubernetes, lab.kubelet), p.toolkit)  # fmt: skip
     return None
 
 
@@ -136,7 +140,7 @@ def lab_images(wanted: Sequence[str], subject: Subject | None) -> Callable[[Cont
         # less.
         newest = f"nvidia-{versions.nvidia_plugin_versions()[0]}"
         roles = ["gpulab", "workload", newest, "nfd", *wanted]
-        products = built.require(roles, ctx.lab.kubernetes)
+        products = built.require(roles, ctx.lab.kubernetes, ctx.lab.kubelet)
         ctx.images = {k: products.images[k] for k in roles}
         if subject is not None:
             ctx.images["subject"] = subject.image_ref(products)

@@ -48,7 +48,8 @@ class Products:
 
     kind: str = ""
     helm: str = ""  # renders subjects deployed from a Helm chart
-    node_images: dict[str, str] = field(default_factory=dict)  # Kubernetes version -> image
+    # Kubernetes version -> image; versions.node_image_key(): worker images, older kubelets
+    node_images: dict[str, str] = field(default_factory=dict)
     images: dict[str, str] = field(default_factory=dict)  # base, gpulab, workload, nvidia-<v>
     nvidia: dict[str, str] = field(default_factory=dict)  # version -> binary
     # The NVIDIA Container Toolkit's dir (nvidia-container-runtime, nvidia-cdi-hook,
@@ -67,6 +68,10 @@ class Products:
             return cls()
         except (ValueError, TypeError) as e:
             raise InfraMissing(f"{path} is unreadable ({e}); {MAKE_INFRA}") from e
+
+    def node_image(self, kube: str, kubelet: str | None = None) -> str:
+        """The image of a node running Kubernetes `kube` with `kubelet` (None: kube's own)."""
+        return self.node_images[versions.node_image_key(kube, kubelet)]
 
     def save(self) -> None:
         path = manifest_path()
@@ -128,11 +133,12 @@ def image_present(ref: str) -> bool:
     )
 
 
-def require(images: Iterable[str] = ("gpulab", "workload"), kube: str | None = None) -> Products:
+def require(images: Iterable[str] = ("gpulab", "workload"), kube: str | None = None,
+            kubelet: str | None = None) -> Products:  # fmt: skip
     """What a lab needs — the engine, kind, the node image of Kubernetes `kube` (default:
-    the run's, versions.kube_version()) and `images` — checked in about a second;
-    InfraMissing (one line naming `make infra`) for the first thing that is not there.
-    Never builds."""
+    the run's, versions.kube_version()), the workers' image with an older `kubelet` where
+    one is named, and `images` — checked in about a second; InfraMissing (one line naming
+    `make infra`) for the first thing that is not there. Never builds."""
     p = Products.load()
     kube = kube or versions.kube_version()
     if not p.node_images:
@@ -141,12 +147,18 @@ def require(images: Iterable[str] = ("gpulab", "workload"), kube: str | None = N
         raise InfraMissing(f"no Docker engine answers; {MAKE_INFRA} (it starts one)")
     if not (p.kind and os.access(p.kind, os.X_OK)):
         raise InfraMissing(f"kind is not built ({p.kind or 'none recorded'}); {MAKE_INFRA}")
-    node = p.node_images.get(kube, "")
-    if not node:
-        raise InfraMissing(f"no kind node image of Kubernetes {kube} is built; {MAKE_INFRA} "
-                           f"(GPULAB_KUBE_VERSION={kube} builds it)")  # fmt: skip
-    if not image_present(node):
-        raise InfraMissing(f"the kind node image {node} is not in the Docker engine; {MAKE_INFRA}")
+    for key in dict.fromkeys((kube, versions.node_image_key(kube, kubelet))):
+        node = p.node_images.get(key, "")
+        if not node and key == kube:
+            raise InfraMissing(f"no kind node image of Kubernetes {kube} is built; {MAKE_INFRA} "
+                               f"(GPULAB_KUBE_VERSION={kube} builds it)")  # fmt: skip
+        if not node:
+            raise InfraMissing(f"no worker node image of Kubernetes {kube} with kubelet "
+                               f"{kubelet} is built; {MAKE_INFRA} "
+                               f"(GPULAB_KUBELET_VERSION={kubelet} builds it)")  # fmt: skip
+        if not image_present(node):
+            raise InfraMissing(f"the kind node image {node} is not in the Docker engine; "
+                               f"{MAKE_INFRA}")  # fmt: skip
     for name in images:
         ref = p.images.get(name, "")
         if not ref or not image_present(ref):

@@ -288,6 +288,12 @@ def _run(r: Runner, want: set[str], chosen: dict[str, str],
         for kube, choice in chosen.items():
             p.node_images[kube] = _node_image_of(r, kube, choice, lane)
             p.save()
+        control = versions.kube_version()
+        for kubelet in _skewed(control):
+            p.node_images[versions.node_image_key(control, kubelet)] = _worker_image(
+                r, control, kubelet, p.node_images[control]
+            )
+            p.save()
     if "lab-images" in want:
         p.images.update(lane.result())
         _lab_images(r, p)
@@ -352,6 +358,24 @@ def _node_image_of(r: Runner, kube: str, source: str, lane: Future[dict[str, str
         return out.splitlines()[-1]
 
     return r.step(f"Node image {kube}", node)
+
+
+def _skewed(control: str) -> list[str]:
+    """The pinned older kubelets the skew policy allows beside `control` (the run's
+    Kubernetes): those that get a worker image."""
+    behind = (versions.kube_minor(control) - versions.kube_minor(k) for k in
+              versions.kubelet_versions())  # fmt: skip
+    return [k for k, b in zip(versions.kubelet_versions(), behind, strict=True)
+            if 0 < b <= versions.KUBELET_SKEW]  # fmt: skip
+
+
+def _worker_image(r: Runner, control: str, kubelet: str, base: str) -> str:
+    """`base` (the node image of `control`) with the kubelet of `kubelet` built alone."""
+    env = {"GPULAB_KUBE_VERSION": control, "KUBELET_VERSION": kubelet, "BASE_NODE_IMAGE": base}
+    return r.step(f"Worker node image {control} with kubelet {kubelet} (Go: the kubelet)",
+                  lambda: r.script("worker image", f"node-worker-{control}-kubelet-{kubelet}",
+                                   "clusters/nodeimage/build.sh", "worker",
+                                   env=env).splitlines()[-1])  # fmt: skip
 
 
 def _lab_images(r: Runner, p: Products) -> None:

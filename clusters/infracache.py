@@ -96,7 +96,8 @@ def key() -> str:
     built against the runner's glibc)."""
     h = hashlib.sha256()
     kube, nvidia = versions.kube_versions(), versions.nvidia_plugin_versions()
-    h.update(f"format {FORMAT}\0kube {kube}\0nvidia {nvidia}\0".encode())
+    kubelets = versions.kubelet_versions()
+    h.update(f"format {FORMAT}\0kube {kube}\0kubelet {kubelets}\0nvidia {nvidia}\0".encode())
     h.update(f"{platform.machine()}\0{_os_release()}\0".encode())
     for rel in KEY_INPUTS:
         path = built.ROOT / rel

@@ -95,14 +95,18 @@ def node_labels(node: Node) -> dict[str, str]:
     return labels
 
 
-def render(lab: Lab, image: str, labs_root: Path, toolkit: str = "") -> dict:
+def render(lab: Lab, image: str, labs_root: Path, toolkit: str = "",
+           worker_image: str | None = None) -> dict:  # fmt: skip
     """kind's config; `toolkit` is the host dir of the toolkit's binaries (infra's
-    Products.toolkit), needed where the lab spec has container_toolkit."""
+    Products.toolkit), needed where the lab spec has container_toolkit. Workers run
+    `worker_image` where given (the same Kubernetes with an older kubelet: kind joins them
+    without kubeadm's preflight checks, so the skew needs nothing else)."""
     if lab.spec.container_toolkit and lab.gpu_nodes and not toolkit:
         raise ValueError(f"lab {lab.spec.name} runs the NVIDIA Container Toolkit: no dir of it")
     nodes = []
     for n in lab.nodes:
-        entry: dict = {"role": n.spec.role, "image": image}
+        worker = n.spec.role == "worker" and worker_image
+        entry: dict = {"role": n.spec.role, "image": worker_image if worker else image}
         if labels := node_labels(n):
             entry["labels"] = labels
             host = str(state_dir(labs_root, lab, n.name))
@@ -123,6 +127,8 @@ def render(lab: Lab, image: str, labs_root: Path, toolkit: str = "") -> dict:
         "kind: KubeletConfiguration\n"
         f"nodeStatusUpdateFrequency: {duration_text(lab.spec.node_status_update_frequency)}\n"
     )
+    # One KubeletConfiguration for every node: the newest kubelet decides (an older one in
+    # the skew knows failCgroupV1 too: it came in 1.31).
     kubelet += host_kubelet_config(lab.kubernetes)
     config = {
         "kind": "Cluster",

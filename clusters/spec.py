@@ -151,6 +151,17 @@ class Lab:
         return self.spec.kubernetes or versions.kube_version()
 
     @property
+    def kubelet(self) -> str:
+        """The kubelet its workers run: the control plane's version, or an older one within
+        the skew policy ($GPULAB_KUBELET_VERSION; ValueError beyond it)."""
+        return versions.kubelet_version(self.kubernetes)
+
+    @property
+    def versions_text(self) -> str:
+        """v1.37.0, or v1.37.0 (kubelet v1.34.0) where the workers' kubelet is older."""
+        return versions.describe(self.kubernetes)
+
+    @property
     def gpu_nodes(self) -> list[Node]:
         return [n for n in self.nodes if n.gpu_node]
 

@@ -53,6 +53,50 @@ def kube_version() -> str:
     return os.environ.get("GPULAB_KUBE_VERSION") or listed("KUBE_VERSIONS")[0]
 
 
+def kubelet_versions() -> tuple[str, ...]:
+    """The older kubelets `make infra` builds worker images of, newest first:
+    $GPULAB_KUBELET_VERSIONS or the pins; $GPULAB_KUBELET_VERSION is added where it is not
+    one."""
+    found = listed("KUBELET_VERSIONS")
+    one = os.environ.get("GPULAB_KUBELET_VERSION", "")
+    return found if not one or one in found else (one, *found)
+
+
+# The version-skew policy: a kubelet may be up to three minors older than its API server,
+# never newer (kubernetes.io/releases/version-skew-policy).
+KUBELET_SKEW = 3
+
+
+def kubelet_version(control_plane: str) -> str:
+    """The kubelet a lab's workers run beside a control plane of `control_plane`:
+    $GPULAB_KUBELET_VERSION (`make e2e KUBELET=...`), else the control plane's own.
+    ValueError for one the skew policy does not allow."""
+    kubelet = os.environ.get("GPULAB_KUBELET_VERSION") or control_plane
+    behind = kube_minor(control_plane) - kube_minor(kubelet)
+    if not 0 <= behind <= KUBELET_SKEW:
+        raise ValueError(
+            f"kubelet {kubelet} beside a {control_plane} control plane: the version-skew "
+            f"policy allows a kubelet 0 to {KUBELET_SKEW} minors older than its API server"
+        )
+    return kubelet
+
+
+def describe(control_plane: str | None = None) -> str:
+    """v1.37.0, or v1.37.0 (kubelet v1.34.0) where the workers' kubelet is older; the run's
+    versions unless a control plane is named."""
+    control_plane = control_plane or kube_version()
+    kubelet = kubelet_version(control_plane)
+    return control_plane + (f" (kubelet {kubelet})" if kubelet != control_plane else "")
+
+
+def node_image_key(control_plane: str, kubelet: str | None = None) -> str:
+    """Which node image a node runs, as `make infra` records it: the control plane's
+    version, or `<version>+kubelet-<older>` for a worker image with an older kubelet."""
+    if kubelet in (None, control_plane):
+        return control_plane
+    return f"{control_plane}+kubelet-{kubelet}"
+
+
 def kube_minor(version: str) -> int:
     """v1.37.0 -> 37; ValueError for anything not v1.MINOR.PATCH."""
     if not (m := re.fullmatch(r"v1\.(\d+)\.\d+", version)):

@@ -275,7 +275,7 @@ def _kubernetes_version(request: pytest.FixtureRequest,
     for fixture, name in names.items():
         if fixture in request.fixturenames:
             with contextlib.suppress(SpecError):
-                record_property(KUBERNETES, spec.load(name).kubernetes)
+                record_property(KUBERNETES, spec.load(name).versions_text)
             return
 
 

@@ -55,7 +55,16 @@ def suites_command(argv: Sequence[str]) -> list[str]:
 
 
 def run_suites(argv: list[str]) -> NoReturn:
-    """`gpulab test`: the suites in this process's place (its exit status, its signals)."""
+    """`gpulab test`: the suites in this process's place (its exit status, its signals);
+    refused with one line when the versions asked for ($GPULAB_KUBE_VERSION,
+    $GPULAB_KUBELET_VERSION) are not a cluster the skew policy allows."""
+    from clusters import versions
+
+    try:
+        versions.describe()
+    except ValueError as e:
+        print(f"gpulab test: error: {e}", file=sys.stderr)
+        raise SystemExit(2) from None
     cmd = suites_command(argv)
     os.execv(cmd[0], cmd)
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds the node's Go binaries from upstream modules through the Go module proxy.
-# Usage: build-go.sh kubernetes | etcd VERSION | coredns VERSION | crictl | nfd
+# Usage: build-go.sh kubernetes | kubelet | etcd VERSION | coredns VERSION | crictl | nfd
 # Prints the output directory ($GPULAB_CACHE/bin/<name>-<version>).
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
@@ -57,9 +57,9 @@ finish() {
   echo "$GPULAB_CACHE/bin/$1"
 }
 
-kubernetes() {
-  local v=$KUBE_VERSION major minor patch
-  done_or "kubernetes-$v"
+# build_kubernetes NAME CMD...: commands of k8s.io/kubernetes@$KUBE_VERSION into $OUT.
+build_kubernetes() {
+  local name=$1 v=$KUBE_VERSION major minor patch; shift
   IFS=. read -r major minor patch <<<"${v#v}"
   # Version stamps as hack/lib/version.sh sets them; kubeadm picks image tags from them.
   local date ldflags="" kv
@@ -67,13 +67,31 @@ kubernetes() {
   for kv in "gitVersion=$v" "gitMajor=$major" "gitMinor=$minor" "gitTreeState=archive" "buildDate=${date:-unknown}"; do
     ldflags+=" -X k8s.io/client-go/pkg/version.$kv -X k8s.io/component-base/version.$kv"
   done
+  build "$name" "$v" "k8s.io/kubernetes@$v" "v0.$minor.$patch" "$ldflags" \
+    -tags providerless,notest "${@/#/k8s.io/kubernetes/cmd/}"
+}
+
+kubernetes() {
+  local v=$KUBE_VERSION
+  done_or "kubernetes-$v"
   local cmds=(kubelet kubeadm kubectl kube-apiserver kube-controller-manager kube-scheduler kube-proxy)
   log "building Kubernetes $v (${cmds[*]}); cold: 5-25 min on 2 cores"
-  build kubernetes "$v" "k8s.io/kubernetes@$v" "v0.$minor.$patch" "$ldflags" \
-    -tags providerless,notest "${cmds[@]/#/k8s.io/kubernetes/cmd/}"
+  build_kubernetes kubernetes "${cmds[@]}"
   local got; got=$("$OUT/kubeadm" version -o short)
   [[ $got == "$v" ]] || die "kubeadm reports $got, expected $v (version ldflags not applied)"
   finish "kubernetes-$v"
+}
+
+# The kubelet alone, for workers beside a newer control plane (the skew pass): a whole
+# build of this version has it already.
+kubelet() {
+  local v=$KUBE_VERSION
+  done_or "kubernetes-$v"
+  done_or "kubelet-$v"
+  log "building the kubelet $v alone"
+  build_kubernetes kubelet kubelet
+  has_output "Kubernetes $v" "$OUT/kubelet" --version || die "built kubelet is not $v"
+  finish "kubelet-$v"
 }
 
 etcd() {
@@ -134,7 +152,7 @@ nfd() {
 }
 
 case ${1:-} in
-  kubernetes | crictl | nfd) "$1" ;;
+  kubernetes | kubelet | crictl | nfd) "$1" ;;
   etcd | coredns) "$1" "${2:?usage: $0 $1 VERSION}" ;;
-  *) die "usage: $0 kubernetes | etcd VERSION | coredns VERSION | crictl | nfd" ;;
+  *) die "usage: $0 kubernetes | kubelet | etcd VERSION | coredns VERSION | crictl | nfd" ;;
 esac

@@ -9,6 +9,8 @@
 #   images      control-plane images (kube-*, etcd, CoreDNS, pause) as one image tar
 #   node        rootfs + binaries + node files + images pre-loaded into containerd,
 #               imported into Docker as $NODE_IMAGE (printed)
+#   worker      (alone, not in the default) $BASE_NODE_IMAGE with $KUBELET_VERSION's
+#               kubelet: the workers' image of the skew pass (printed)
 # clusters/infra.py runs them as separate steps, each with its own status line and log.
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
@@ -233,6 +235,36 @@ step_node() {
   clear_root
 }
 
+# ---- worker image with an older kubelet ---------------------------------------------------
+# $BASE_NODE_IMAGE (the node image of $KUBE_VERSION, kind's or ours) with the kubelet of
+# $KUBELET_VERSION: what workers run in the skew pass. Only the kubelet differs; kubeadm,
+# containerd and the pre-loaded control-plane images stay the control plane's.
+step_worker() {
+  local base=${BASE_NODE_IMAGE:?the node image of $KUBE_VERSION} kubelet=${KUBELET_VERSION:?}
+  local bin ref key id
+  bin=$(GPULAB_KUBE_VERSION=$kubelet "$NODEIMAGE_DIR/build-go.sh" kubelet)
+  ref=gpulab/kind-node:$KUBE_VERSION-kubelet-$kubelet
+  id=$(docker image inspect -f '{{.Id}}' "$base") || die "no image $base in the Docker engine"
+  key=$(inputs_hash "base=$id" "kubelet=${bin##*/}" "$(declare -f step_worker)")
+  if [[ $(docker image inspect -f '{{index .Config.Labels "gpulab.node.inputs"}}' "$ref" 2>/dev/null) == "$key" ]]; then
+    log "  $ref is up to date"
+    echo "$ref"; return 0
+  fi
+  local dir=$WORK/worker-$kubelet
+  rm -rf "$dir"; mkdir -p "$dir"
+  cp "$bin/kubelet" "$dir/kubelet"
+  printf 'FROM %s\nCOPY kubelet /usr/bin/kubelet\nLABEL gpulab.node.inputs=%s\n' "$base" "$key" >"$dir/Dockerfile"
+  # The classic builder (local images only), under a temporary tag until the image's own
+  # kubelet says it is $kubelet.
+  local tmp=gpulab/partial:$$-$RANDOM
+  DOCKER_BUILDKIT=0 docker build -q -t "$tmp" "$dir" >&2 || die "building $ref failed"
+  has_output "Kubernetes $kubelet" docker run --rm --entrypoint /usr/bin/kubelet "$tmp" --version ||
+    { docker rmi -f "$tmp" >/dev/null; die "$ref: its kubelet is not $kubelet"; }
+  docker tag "$tmp" "$ref" && docker rmi "$tmp" >/dev/null
+  rm -rf "$dir"
+  echo "$ref"
+}
+
 [[ $(id -u) -eq 0 ]] || die "the node image build needs root (debootstrap, chroot, mounts)"
 docker info >/dev/null 2>&1 || die "no Docker engine answers; run clusters/scripts/docker.sh first"
 # One build at a time per cache: steps share $WORK and the Docker tags.
@@ -253,6 +285,7 @@ for step in "$@"; do
     node)
       step_kubernetes; read_image_list; step_components; step_rootfs; step_images; step_node
       echo "$NODE_IMAGE" ;;
-    *) die "unknown step '$step' (kubernetes, components, rootfs, images, node)" ;;
+    worker) step_worker ;;
+    *) die "unknown step '$step' (kubernetes, components, rootfs, images, node, worker)" ;;
   esac
 done

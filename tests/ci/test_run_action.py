@@ -29,7 +29,8 @@ def write_action(tmp_path: Path, steps: list[dict[str, object]], **inputs: objec
 
 def test_dry_run_lists_action_yml_steps_in_order_with_inputs_substituted(tmp_path: Path) -> None:
     got = harness("--dry-run", "--work", str(tmp_path), "--input", "subject=plugin/subject.yaml",
-                  "--input", "args=-k xid_79", "--input", "kubernetes-version=v1.34.0")  # fmt: skip
+                  "--input", "args=-k xid_79", "--input", "kubernetes-version=v1.34.0",
+                  "--input", "kubelet-version=v1.33.4")  # fmt: skip
     assert got.returncode == 0, got.stderr
     steps = yaml.safe_load((REPO / "action.yml").read_text())["runs"]["steps"]
     titles = [s.get("name") or s["uses"] for s in steps]
@@ -39,6 +40,7 @@ def test_dry_run_lists_action_yml_steps_in_order_with_inputs_substituted(tmp_pat
     assert "env SUBJECT_FILE=plugin/subject.yaml" in got.stdout
     assert "env E2E_ARGS_IN=-k xid_79" in got.stdout
     assert "env GPULAB_KUBE_VERSION=v1.34.0" in got.stdout
+    assert "env GPULAB_KUBELET_VERSION=v1.33.4" in got.stdout
     # Step outputs are not known before the run; the runner's own contexts are.
     assert "with key: gpulab-infra-Linux-<steps.prep.outputs.key>" in got.stdout
     assert not (tmp_path / "temp").exists(), "a dry run wrote its work directory"

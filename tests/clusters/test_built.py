@@ -45,6 +45,20 @@ def test_require_names_a_missing_image(cache: Path) -> None:
         built.require(["gpulab"])
 
 
+def test_require_names_a_missing_worker_image_and_what_builds_it(cache: Path) -> None:
+    recorded = _recorded()
+    kube = versions.kube_version()
+    nodes = {k: v for k, v in recorded["node_images"].items() if "+kubelet-" not in k}
+    built.Products(**{**recorded, "node_images": nodes}).save()
+    with pytest.raises(
+        built.InfraMissing,
+        match=rf"^no worker node image of Kubernetes {kube} with kubelet v1.34.0 is built; "
+        r"run `make infra` \(GPULAB_KUBELET_VERSION=v1.34.0 builds it\)$",
+    ):
+        built.require([], kube, "v1.34.0")
+    assert built.require([], kube, kube).node_image(kube) == nodes[kube]
+
+
 def _recorded() -> dict:
     """What `make infra` recorded in the real cache (the tests' own caches are empty)."""
     real = REAL_CACHE / "infra.json"

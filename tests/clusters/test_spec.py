@@ -107,6 +107,46 @@ def test_a_lab_runs_its_spec_version_else_the_runs(monkeypatch: pytest.MonkeyPat
     assert pinned.kubernetes == "v1.35.4"
 
 
+def test_workers_run_an_older_kubelet_within_the_skew_policy(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """KUBELET=v1.34.0: the control plane keeps its image, every worker gets the worker
+    image (the same Kubernetes with that kubelet), and the lab says both versions."""
+    monkeypatch.setenv("GPULAB_KUBELET_VERSION", "v1.34.0")
+    lab = spec.from_dict({"name": "x", "kubernetes": "v1.37.0", "nodes": [
+        CP, {"gpus": [{"profile": "T4", "count": 1}]}, {"role": "worker"}]})  # fmt: skip
+    assert (lab.kubernetes, lab.kubelet) == ("v1.37.0", "v1.34.0")
+    assert lab.versions_text == "v1.37.0 (kubelet v1.34.0)"
+    cfg = kindconfig.render(lab, "cp:img", Path("/l"), "/tk", worker_image="w:img")
+    assert [n["image"] for n in cfg["nodes"]] == ["cp:img", "w:img", "w:img"]
+    assert versions.node_image_key("v1.37.0", "v1.34.0") == "v1.37.0+kubelet-v1.34.0"
+    assert versions.node_image_key("v1.37.0", "v1.37.0") == "v1.37.0"
+    monkeypatch.delenv("GPULAB_KUBELET_VERSION")
+    assert (lab.kubelet, lab.versions_text) == ("v1.37.0", "v1.37.0")
+
+
+@pytest.mark.parametrize("kubelet", ["v1.33.0", "v1.38.0"])
+def test_a_kubelet_the_skew_policy_refuses_is_one_line(
+    monkeypatch: pytest.MonkeyPatch, kubelet: str
+) -> None:
+    """Four minors older, or newer than the API server: refused, naming the policy."""
+    monkeypatch.setenv("GPULAB_KUBELET_VERSION", kubelet)
+    lab = spec.from_dict({"name": "x", "kubernetes": "v1.37.0", "nodes": [CP]})
+    with pytest.raises(
+        ValueError,
+        match=rf"^kubelet {kubelet} beside a v1.37.0 control "
+        r"plane: the version-skew policy allows a kubelet 0 to 3 minors older",
+    ):
+        _ = lab.kubelet
+
+
+def test_the_pinned_older_kubelets_are_within_the_policy_beside_the_newest() -> None:
+    """What `make infra` builds worker images of must be usable beside the newest pin."""
+    newest = versions.listed("KUBE_VERSIONS")[0]
+    for kubelet in versions.listed("KUBELET_VERSIONS"):
+        assert 0 < versions.kube_minor(newest) - versions.kube_minor(kubelet) <= 3, kubelet
+
+
 def test_plugin_start_false_leaves_the_plugin_label_off() -> None:
     lab = spec.from_dict({"name": "x", "nodes": [
         {"role": "control-plane"},
@@ -156,7 +196,7 @@ def test_a_lab_made_with_another_kind_config_is_not_reused(
     monkeypatch.setattr(
         built,
         "require",
-        lambda images=(), kube=None: built.Products(
+        lambda images=(), kube=None, kubelet=None: built.Products(
             node_images={versions.kube_version(): "node:img"}, toolkit="/tk"
         ),
     )
