@@ -2,17 +2,12 @@
 #   make engine         a Docker engine that runs kind's privileged nodes (clusters/scripts/docker.sh)
 #   make kind           the pinned kind, on PATH or built with Go (clusters/scripts/kind.sh)
 #   make node-image     kind's node image, pulled or built locally (clusters/scripts/node-image.sh)
-#   make cluster-smoke  3-node kind cluster + workload pods, then deleted (ci/cluster-smoke.sh)
 # Build products are cached under /var/cache/gpulab (override with GPULAB_CACHE).
 
-CLUSTER_CI := $(patsubst %/,%,$(dir $(lastword $(MAKEFILE_LIST))))
-
-.PHONY: engine kind node-image cluster-smoke
+.PHONY: engine kind node-image
 engine: install
 	@$(PY) -m gpulab infra engine
 kind: install
 	@$(PY) -m gpulab infra kind
 node-image: install
 	@$(PY) -m gpulab infra node-image
-cluster-smoke: infra
-	@$(CLUSTER_CI)/cluster-smoke.sh

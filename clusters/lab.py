@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
 
@@ -281,12 +280,6 @@ class Lab:
         """(capacity, allocatable) of `resource` (the subject's) on `node`, as the API
         server has them."""
         return waits.node_gpus(self.core.read_node(node), resource or self.subject.spec.resource)
-
-    def wait_nodes(self, what: str, names: set[str],
-                   check: Callable[[dict[str, tuple[int, int]]], bool],
-                   deadline_s: float, resource: str | None = None) -> int:  # fmt: skip
-        return waits.wait_nodes(self.ctx, what, names, check, deadline_s,
-                                resource or self.subject.spec.resource)  # fmt: skip
 
     def wait_allocatable(self, node: str, allocatable: int, capacity: int | None = None,
                          deadline_s: float = 60, resource: str | None = None) -> int:  # fmt: skip

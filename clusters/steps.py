@@ -2,7 +2,7 @@
 
 The machine-level work (engine, kind, images) is clusters/infra.py's (`make infra`); labs
 do the cluster-level work through kind, the docker SDK and the kubernetes client. Every
-wait has a deadline and says what it saw (node status is watched: `Lab.wait_nodes`).
+wait has a deadline and says what it saw (node status is watched: clusters/capacity.py).
 """
 
 from __future__ import annotations

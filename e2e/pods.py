@@ -308,11 +308,3 @@ class Pods:
             return hit is not None, hit or (msgs[-1] if msgs else self.describe(name))
 
         return self._wait(f"pod {name} FailedScheduling with {text!r}", check, deadline_s)
-
-    def wait_phase(self, name: str, phase: str, deadline_s: float = 60) -> client.V1Pod:
-        def check() -> tuple[bool, str]:
-            pod = self.find(name)
-            return bool(pod and pod.status.phase == phase), self.describe(name)
-
-        self._wait(f"pod {name} {phase}", check, deadline_s)
-        return self.get(name)

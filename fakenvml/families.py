@@ -23,10 +23,9 @@ Sources, by tag:
           driver 550.127.05
   [g]     github.com/thamada/gls gls/H200_smi.py: nvidia-smi -q of an H200 (Hopper), driver
           550.90.12, passthrough VM
-  [sc]    notes on nvidia-smi clocks, find_string id 31140397573 in this project's search
-          index (repository not identified): `nvidia-smi -q -d SUPPORTED_CLOCKS` of an
-          A100-SXM4-80GB, driver 510.73.08: Memory 1593 MHz; Graphics 1410, 1395, 1380 ...
-          225, 210 MHz; "the idle clock speed is the minimum supported clock speed (210)"
+  [sc]    `nvidia-smi -q -d SUPPORTED_CLOCKS` of an A100-SXM4-80GB, driver 510.73.08:
+          Memory 1593 MHz; Graphics 1410, 1395, 1380 ... 225, 210 MHz; at idle its
+          `-q -d CLOCK` shows Graphics 210 MHz, the lowest supported clock
   [ml]    github.com/mlcommons/inference_results_v0.5 issue 20: `nvidia-smi -q -d
           SUPPORTED_CLOCKS` of a T4: Memory 5001 MHz; Graphics 1590, 1575 MHz ...
   [mug]   NVIDIA's MIG user guide, "Supported MIG Profiles": the 8-memory-slice placements

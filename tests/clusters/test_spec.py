@@ -13,9 +13,7 @@ from clusters.serving import NoPlugin
 from clusters.steps import StepError
 
 
-@pytest.mark.parametrize(
-    ("name", "gpus"), [("seed", [10, 10]), ("hetero", [8, 4, 2]), ("single", [8]), ("wide", [256])]
-)
+@pytest.mark.parametrize(("name", "gpus"), [("seed", [10, 10]), ("hetero", [8, 4, 2])])
 def test_shipped_labs_load(name: str, gpus: list[int]) -> None:
     lab = spec.load(name)
     assert [n.gpu_count for n in lab.gpu_nodes] == gpus
@@ -183,7 +181,7 @@ def test_bad_specs_are_refused_with_one_line(data: dict, message: str) -> None:
 
 
 def test_unknown_lab_names_the_known_ones() -> None:
-    shipped = "dra, dra-dynmig, dra-mig, hetero, mig, seed, single, stock, wide"
+    shipped = "dra, dra-dynmig, dra-mig, hetero, mig, seed, stock"
     with pytest.raises(spec.SpecError, match=rf"no lab 'nope' \(shipped: {shipped}\)"):
         spec.load("nope")
 

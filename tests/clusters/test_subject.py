@@ -360,6 +360,21 @@ def test_the_example_plugin_is_a_subject_of_its_own() -> None:
     assert opaque.spec.device_ids.opaque and opaque.gpu_of("gpu-7f3a19c2", []) is None
 
 
+THIRD_PARTY = Path(__file__).resolve().parents[2] / "docs/third-party"
+
+
+def test_a_third_party_subject_runs_the_image_its_user_built() -> None:
+    """docs/third-party/*/subject.yaml: valid subjects whose DaemonSet runs an image from the
+    local engine (`ref`), never one gpulab would build from another project's source."""
+    found = [s for p in sorted(THIRD_PARTY.glob("*/subject.yaml")) for s in subject.from_file(p)]
+    assert [s.name for s in found] == ["gke-nvidia-gpu"]
+    for s in found:
+        assert s.spec.image.ref and s.spec.image.build is None, s.source
+        (container,) = s.daemonset["spec"]["template"]["spec"]["containers"]
+        assert container["image"] == "${SUBJECT_IMAGE}"
+        assert container["imagePullPolicy"] in ("IfNotPresent", "Never")
+
+
 def test_a_subject_deployed_from_its_own_chart_directory(tmp_path: Path) -> None:
     (tmp_path / "chart").mkdir()
     (tmp_path / "chart/Chart.yaml").write_text("apiVersion: v2\nname: c\nversion: 0.1.0\n")
