@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -259,3 +260,30 @@ def test_a_failed_up_deletes_the_cluster_it_created_unless_retained(
     finally:
         if lab.exists():
             lab.down()
+
+
+def test_pods_on_two_workers_reach_each_other_and_resolve_services(seed: Lab) -> None:
+    """The node image's pod network (gpulab-podnet: a bridge per node and routes to the
+    others' pod CIDRs) and CoreDNS: a pod on one worker pings a pod on the other and
+    resolves the API server's Service name. No GPU is asked for."""
+    from e2e.fixtures import namespaced_pods  # the suites' namespace, emptied afterwards
+
+    gen = namespaced_pods(seed)
+    pods = next(gen)
+    try:
+        for i, worker in enumerate(WORKERS):
+            spec = pods.gpu_pod(f"net-{i}", 0, worker)
+            del spec["spec"]["containers"][0]["resources"]
+            pods.create(spec)
+        ip = pods.wait_running("net-1").status.pod_ip
+        pods.wait_running("net-0")
+        out = pods.exec("net-0", ["busybox", "ping", "-c", "1", "-W", "5", ip],
+                        lambda o: "1 packets received" in o)  # fmt: skip
+        assert f"from {ip}" in out
+        name = "kubernetes.default.svc.cluster.local"
+        out = pods.exec("net-0", ["busybox", "nslookup", name], lambda o: "Name:" in o)
+        cluster_ip = seed.core.read_namespaced_service("kubernetes", "default").spec.cluster_ip
+        assert re.search(rf"Name:\s+{re.escape(name)}\s+Address:\s+{re.escape(cluster_ip)}$",
+                         out, re.M), out  # fmt: skip
+    finally:
+        next(gen, None)
