@@ -146,6 +146,15 @@ class Lab:
             self.nodes.append(Node(spec, n, name))
 
     @property
+    def name(self) -> str:
+        return self.spec.name
+
+    @property
+    def control_plane(self) -> Node:
+        """Its one control-plane node (the spec allows no other count)."""
+        return next(n for n in self.nodes if n.spec.role == "control-plane")
+
+    @property
     def kubernetes(self) -> str:
         """The Kubernetes version this lab runs: its spec's, else the run's."""
         return self.spec.kubernetes or versions.kube_version()

@@ -7,6 +7,9 @@ any project that wants to test its own plugin in a gpulab lab:
                                                 # failed for those that do not say
     def test_comes_back(subject, lab, fake_gpus): ...
 
+    @lab_fixture("hetero")                      # a second lab, brought up in its turn
+    def hetero(labs, subject): return labs("hetero", subject)
+
 Options: --lab NAME (default seed), --subjects gpulab,nvidia,path/to/subject.yaml (the
 suites run once per subject; $GPULAB_SUBJECTS, `make e2e SUBJECT=...`), --keep-lab (leave
 the cluster up; `make e2e KEEP=1`).
@@ -19,7 +22,7 @@ import os
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any
+from typing import Any, Literal
 
 import pytest
 
@@ -335,17 +338,42 @@ def bring_up(lab: Lab) -> Lab:
         pytest.fail(str(e), pytrace=False)
 
 
-# Fixtures that stand for a lab, and which lab: `lab` is the --lab one.
-LAB_FIXTURES = {
-    "hetero": "hetero",
-    "mig_lab": "mig",
-    "dra_lab": "dra",
-    "dra_mig_lab": "dra-mig",
-    "stock": "stock",
-    "dynmig": "dra-dynmig",
-    "dynmig_lab": "dra-dynmig",
-    "dra_suite_rows": "stock",
-}
+# Fixtures that stand for a lab, and which lab: each suite's lab_fixture records its own as
+# pytest imports the suite, before the collection hooks read them. `lab` is the --lab one.
+LAB_FIXTURES: dict[str, str] = {}
+
+
+def lab_fixture(
+    lab: str, *, scope: Literal["session", "module", "function"] = "session"
+) -> Callable[[Callable[..., Any]], Any]:
+    """@lab_fixture("hetero") over a fixture function (which gets the lab from `labs`):
+    a pytest fixture of `scope` that stands for that lab, so the session brings the lab up
+    for the tests that use it, in their order (labs_of), and their summary cells show its
+    Kubernetes version."""
+
+    def declare(fn: Callable[..., Any]) -> Any:
+        known = LAB_FIXTURES.setdefault(fn.__name__, lab)
+        if known != lab:  # the name is all labs_of sees of a test's fixtures
+            raise ValueError(f"fixture {fn.__name__!r} stands for lab {known!r} elsewhere, "
+                             f"not {lab!r}: give it a name of its own")  # fmt: skip
+        return pytest.fixture(scope=scope)(fn)
+
+    return declare
+
+
+def gpu_node(lab: spec.Lab, profile: str) -> spec.Node:
+    """The lab's one GPU node whose GPUs are all of `profile` (as its spec names them): a
+    suite names a node by what it needs of it, so a worker added to the spec moves none."""
+
+    def profiles(n: spec.Node) -> set[str]:
+        return {g["profile"] for g in n.spec.gpus or ()}
+
+    found = [n for n in lab.gpu_nodes if profiles(n) == {profile}]
+    if len(found) != 1:
+        have = ", ".join(f"{n.name} ({'+'.join(sorted(profiles(n)))})" for n in lab.gpu_nodes)
+        raise LookupError(f"lab {lab.name}: {len(found)} GPU nodes of {profile} alone, "
+                          f"expected one; its GPU nodes: {have}")  # fmt: skip
+    return found[0]
 
 
 def labs_of(item: pytest.Item, config: pytest.Config) -> list[str]:

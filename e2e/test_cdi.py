@@ -8,13 +8,15 @@ from __future__ import annotations
 
 import pytest
 
+from clusters import spec
 from clusters.lab import Lab
 from clusters.subject import Subject
 from e2e import cdi, checkpoint
 from e2e.pods import DEVICE_NODE, Pods
 from e2e.verdict import Verdict
 
-NODE = "seed-worker"
+SEED = spec.load("seed")  # the --lab default: its first GPU worker
+NODE = SEED.gpu_nodes[0].name
 SPEC_DIR = "/var/run/cdi"
 LIB_DIR = "/usr/lib/x86_64-linux-gnu"
 pytestmark = pytest.mark.needs("cdi")

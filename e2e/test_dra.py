@@ -1,8 +1,7 @@
 """NVIDIA's DRA driver for GPUs (v0.4.1, its own Helm chart; clusters/dra.py) on the `dra`
-lab's fake GPUs (hetero's three products: H100 x4 on dra-worker, T4 x2 on dra-worker2,
-A100 80 GB x8 on dra-worker3), Kubernetes v1.37: the
-ResourceSlices it publishes against each node's fake GPUs, ResourceClaims from pods
-(one GPU, by attribute, unsatisfiable, shared), pods asking `nvidia.com/gpu` served by the
+lab's fake GPUs (hetero's three products, a worker each: H100, T4, A100 80 GB), Kubernetes
+v1.37: the ResourceSlices it publishes against each node's fake GPUs, ResourceClaims from
+pods (one GPU, by attribute, unsatisfiable, shared), pods asking `nvidia.com/gpu` served by the
 driver (extended resources, the seeds' scenario), and health as device taints: an Xid 79
 taints the device (NVMLDeviceHealthCheck) and new claims avoid it.
 
@@ -19,16 +18,19 @@ from collections.abc import Callable, Iterator
 import pytest
 from kubernetes.utils import parse_quantity
 
-from clusters import dra
+from clusters import dra, spec
 from clusters.lab import Lab
-from e2e.fixtures import NAMESPACE, namespaced_pods, recovering_gpus
+from e2e.fixtures import NAMESPACE, gpu_node, lab_fixture, namespaced_pods, recovering_gpus
 from e2e.pods import DEVICE_NODE, Pods
 from e2e.verdict import Verdict
 from fakenvml import driver
 from fakenvml.model import Gpu
 from fakenvml.node import NodeDir
 
-H100_NODE, T4_NODE, A100_NODE = "dra-worker", "dra-worker2", "dra-worker3"
+DRA = spec.load("dra")
+H100_NODE, T4_NODE, A100_NODE = (
+    gpu_node(DRA, p).name for p in ("H100-SXM5-80GB", "T4", "A100-SXM4-80GB")
+)
 XID_TAINT = f"{dra.DRIVER}/xid"
 # What the scheduler annotates a claim it made for a pod's extended resources with.
 EXTENDED_RESOURCE_CLAIM = "resource.kubernetes.io/extended-resource-claim"
@@ -41,9 +43,9 @@ START_S = 60
 ARCHITECTURES = {6: "Turing", 7: "Ampere", 8: "Ada Lovelace", 9: "Hopper", 10: "Blackwell"}
 
 
-@pytest.fixture(scope="session")
+@lab_fixture(DRA.name)
 def dra_lab(labs: Callable[..., Lab]) -> Lab:
-    return labs("dra")
+    return labs(DRA.name)
 
 
 @pytest.fixture

@@ -20,16 +20,17 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from clusters import dra, versions
+from clusters import dra, spec, versions
 from clusters.lab import Lab
 from clusters.serving import recover
-from e2e.fixtures import NAMESPACE
+from e2e.fixtures import NAMESPACE, lab_fixture
 from e2e.pods import Pods
 from e2e.verdict import Verdict
 from fakenvml import library, mig, paths
 from fakenvml.node import STATE_DIR_ENV, NodeDir
 
-NODE = "dra-dynmig-control-plane"
+DYNMIG = spec.load("dra-dynmig")
+NODE = DYNMIG.gpu_nodes[0].name
 # Each dynamically made MIG device goes with its claim: MIG mode on, the instance made,
 # both undone at release. The deadline is for CI load (it takes ~1 s here).
 START_S = 60
@@ -51,11 +52,11 @@ print("XID", e.eventData, e.gpuInstanceId, e.computeInstanceId, flush=True)
 """
 
 
-@pytest.fixture(scope="module")
+@lab_fixture(DYNMIG.name, scope="module")
 def dynmig(labs: Callable[..., Lab]) -> Lab:
     """The lab, its driver up with every GPU's devices published (the lab waits for them:
     dra.expected_devices)."""
-    return labs("dra-dynmig")
+    return labs(DYNMIG.name)
 
 
 @pytest.fixture

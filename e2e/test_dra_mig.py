@@ -22,10 +22,10 @@ from dataclasses import dataclass
 import pytest
 from kubernetes.utils import parse_quantity
 
-from clusters import dra, kindconfig
+from clusters import dra, kindconfig, spec
 from clusters.dra import minor
 from clusters.lab import Lab
-from e2e.fixtures import NAMESPACE, namespaced_pods, recovering_gpus
+from e2e.fixtures import NAMESPACE, lab_fixture, namespaced_pods, recovering_gpus
 from e2e.pods import DEVICE_NODE, Pods
 from e2e.test_dra import (
     START_S,
@@ -39,7 +39,8 @@ from fakenvml import driver, mig
 from fakenvml.model import Gpu, MigProfile
 from fakenvml.node import NodeDir
 
-NODE = "dra-mig-worker"
+DRA_MIG = spec.load("dra-mig")
+NODE = DRA_MIG.gpu_nodes[0].name
 XID_TAINT = f"{dra.DRIVER}/xid"
 MIB = 1 << 20
 
@@ -85,9 +86,9 @@ def whole_gpus(state: NodeDir) -> list[Gpu]:
     return [m.gpu for m in mig.layout(state) if not m.current]
 
 
-@pytest.fixture(scope="session")
+@lab_fixture(DRA_MIG.name)
 def dra_mig_lab(labs: Callable[..., Lab]) -> Lab:
-    return labs("dra-mig")
+    return labs(DRA_MIG.name)
 
 
 @pytest.fixture

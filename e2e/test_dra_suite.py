@@ -17,6 +17,7 @@ from rich.console import Console
 from clusters.lab import Lab
 from e2e import dra_suite
 from e2e.dra_suite import Row
+from e2e.fixtures import lab_fixture
 from fakenvml import docblock
 
 # The target's files gpulab runs, in its order, then the module's MIG files; the first test
@@ -36,7 +37,7 @@ FILES = (
 OUT = Path("build/dra-suite")
 
 
-@pytest.fixture(scope="module")
+@lab_fixture(dra_suite.LAB, scope="module")
 def dra_suite_rows(labs: Callable[..., Lab]) -> list[Row]:
     lab = labs(dra_suite.LAB)
     console = Console(stderr=True, soft_wrap=True)

@@ -13,17 +13,18 @@ import os
 from collections.abc import Callable
 from pathlib import Path
 
-import pytest
-
 from clusters.lab import Lab
 from clusters.subject import load as load_subject
 from e2e import experiments, report
+from e2e.fixtures import lab_fixture
 from e2e.recording import Outcome, Recording, layer_stats, mig_lives, traces
 from e2e.runner import Runner
 from e2e.verdict import Verdict
 
 # Under the working directory (the checkout for `make e2e`), never beside installed code.
 REPORTS = Path(os.environ.get("GPULAB_REPORTS", "out/experiments"))
+# The labs of the experiments run here (each experiment file's `lab:`).
+HETERO, DRA, DYNMIG = "hetero", "dra", "dra-dynmig"
 
 
 def play(name: str, lab: Lab) -> tuple[Recording, list[Outcome], Path]:
@@ -41,9 +42,9 @@ def all_held(outcomes: list[Outcome], out: Path) -> None:
     assert not failed, f"expectations failed, see {out / 'report.md'}: " + "; ".join(failed)
 
 
-@pytest.fixture
+@lab_fixture(HETERO, scope="function")
 def hetero(labs: Callable[..., Lab]) -> Lab:
-    return labs("hetero", load_subject("gpulab"))
+    return labs(HETERO, load_subject("gpulab"))
 
 
 def test_xid_storm_marks_the_gpu_once_and_reports_it(hetero: Lab, verdict: Verdict) -> None:
@@ -64,9 +65,9 @@ def test_xid_storm_marks_the_gpu_once_and_reports_it(hetero: Lab, verdict: Verdi
     assert seen == 300
 
 
-@pytest.fixture
+@lab_fixture(DRA, scope="function")
 def dra_lab(labs: Callable[..., Lab]) -> Lab:
-    return labs("dra")
+    return labs(DRA)
 
 
 def test_dra_taints_times_each_fault_to_its_device_taint(dra_lab: Lab, verdict: Verdict) -> None:
@@ -97,9 +98,9 @@ def test_dra_taints_times_each_fault_to_its_device_taint(dra_lab: Lab, verdict: 
     assert got == [0, 2, 3]
 
 
-@pytest.fixture
+@lab_fixture(DYNMIG, scope="function")
 def dynmig_lab(labs: Callable[..., Lab]) -> Lab:
-    return labs("dra-dynmig")
+    return labs(DYNMIG)
 
 
 def test_dra_dynmig_times_each_claims_mig_device_made_and_destroyed(

@@ -14,7 +14,7 @@ from collections.abc import Callable
 
 import pytest
 
-from clusters import versions
+from clusters import spec, versions
 from clusters.lab import Lab
 from clusters.subject import Subject
 from e2e.pods import Pods
@@ -23,8 +23,8 @@ from e2e.verdict import Verdict
 from fakenvml.journal import Record
 from fakenvml.node import NodeDir
 
-NODE = "seed-worker"
-N = 10
+SEED = spec.load("seed")  # the --lab default: its first GPU worker
+NODE, N = SEED.gpu_nodes[0].name, SEED.gpu_nodes[0].gpu_count
 # Whole GPUs: the numbers below count GPUs (time-sliced subjects: test_sharing.py).
 # nvidia-cdi runs nvidia's binary: its faults are nvidia's (only how a pod gets its
 # devices differs, which the pod-status scenario reads).

@@ -17,6 +17,7 @@ from collections.abc import Callable
 
 import pytest
 
+from clusters import spec
 from clusters.lab import Lab
 from clusters.subject import Subject
 from e2e.pods import Pods
@@ -24,8 +25,8 @@ from e2e.timing import fault_seen
 from e2e.verdict import Verdict
 from fakenvml.node import NodeDir
 
-NODE = "seed-worker"
-N = 10
+SEED = spec.load("seed")  # the --lab default: its first GPU worker
+NODE, N = SEED.gpu_nodes[0].name, SEED.gpu_nodes[0].gpu_count
 WAIT_ERRORS = 5  # failed waits in a row (ours backs off 1 s after each)
 pytestmark = [pytest.mark.needs("replicas=1"), pytest.mark.varies_with("plugin")]
 

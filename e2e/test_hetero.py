@@ -1,4 +1,4 @@
-"""Suites on the `hetero` lab (A100 x8, H100 x4, T4 x2 on three workers), for each subject:
+"""Suites on the `hetero` lab (an A100, an H100 and a T4 worker), for each subject:
 per-node capacity, scheduling by the labels NVIDIA's gpu-feature-discovery writes (product,
 family, memory, count; clusters/features.py) and those labels held to what GFD wrote on a
 real H100, multi-container and init-container pods, and devices freed by a deleted pod."""
@@ -10,21 +10,25 @@ from pathlib import Path
 
 import pytest
 
+from clusters import spec
 from clusters.lab import Lab
 from clusters.subject import Subject
-from e2e.fixtures import namespaced_pods
+from e2e.fixtures import gpu_node, lab_fixture, namespaced_pods
 from e2e.pods import Pods
 from e2e.verdict import Verdict
 
 GPU = "nvidia.com/gpu"
 CAPTURE = Path(__file__).resolve().parents[1] / "tests/fakenvml/data/h100/h100-gfd.txt"
-NODE_A = "hetero-worker"
-NODES = {"hetero-worker": 8, "hetero-worker2": 4, "hetero-worker3": 2}
+HETERO = spec.load("hetero")
+NODES = {n.name: n.gpu_count for n in HETERO.gpu_nodes}
+NODE_A = HETERO.gpu_nodes[0].name
+CONTROL_PLANE = HETERO.control_plane.name
+A100, H100, T4 = (gpu_node(HETERO, p) for p in ("A100-SXM4-80GB", "H100-SXM5-80GB", "T4"))
 
 
-@pytest.fixture(scope="session")
+@lab_fixture(HETERO.name)
 def hetero(labs: Callable[..., Lab], subject: Subject) -> Lab:
-    return labs("hetero", subject)
+    return labs(HETERO.name, subject)
 
 
 @pytest.fixture
@@ -53,17 +57,16 @@ def test_each_node_reports_its_own_capacity(
 ) -> None:
     want = {n: c * subject.expects.replicas for n, c in NODES.items()}
     verdict.expect(", ".join(f"{c}/{c}" for c in want.values()) + ", control plane 0")
-    seen = {node: hetero.capacity(node) for node in [*NODES, "hetero-control-plane"]}
+    seen = {node: hetero.capacity(node) for node in [*NODES, CONTROL_PLANE]}
     verdict.saw(", ".join(f"{a}/{c}" for c, a in list(seen.values())[:-1])
-                + f", control plane {seen['hetero-control-plane'][0]}")  # fmt: skip
-    assert seen == {**{n: (c, c) for n, c in want.items()}, "hetero-control-plane": (0, 0)}
+                + f", control plane {seen[CONTROL_PLANE][0]}")  # fmt: skip
+    assert seen == {**{n: (c, c) for n, c in want.items()}, CONTROL_PLANE: (0, 0)}
 
 
 @pytest.mark.parametrize(
     ("product", "node"),
-    [("NVIDIA-A100-SXM4-80GB", "hetero-worker"), ("NVIDIA-H100-80GB-HBM3", "hetero-worker2"),
-     ("Tesla-T4", "hetero-worker3")],
-)  # fmt: skip
+    [(n.gpu_product, n.name) for n in HETERO.gpu_nodes],
+)
 @pytest.mark.varies_with("replicas")  # scheduling reads GFD's labels, not the plugin
 def test_pods_land_on_the_gpu_product_they_select(
     hetero: Lab, hpods: Pods, product: str, node: str, verdict: Verdict
@@ -82,11 +85,12 @@ def test_pods_land_on_the_gpu_product_they_select(
 
 @pytest.mark.parametrize(
     ("what", "terms", "node"),
-    [("family hopper", [("nvidia.com/gpu.family", "In", ["hopper"])], "hetero-worker2"),
-     ("memory < 20 GiB", [("nvidia.com/gpu.memory", "Lt", ["20480"])], "hetero-worker3"),
-     ("memory > 40 GiB, more than 4 GPUs",
-      [("nvidia.com/gpu.memory", "Gt", ["40960"]), ("nvidia.com/gpu.count", "Gt", ["4"])],
-      "hetero-worker")],
+    [("family hopper", [("nvidia.com/gpu.family", "In", ["hopper"])], H100.name),
+     ("memory < 20 GiB", [("nvidia.com/gpu.memory", "Lt", ["20480"])], T4.name),
+     (f"memory > 40 GiB, more than {H100.gpu_count} GPUs",
+      [("nvidia.com/gpu.memory", "Gt", ["40960"]),
+       ("nvidia.com/gpu.count", "Gt", [str(H100.gpu_count)])],
+      A100.name)],
 )  # fmt: skip
 @pytest.mark.varies_with("replicas")
 def test_pods_land_by_gfd_family_memory_and_count(
@@ -114,14 +118,14 @@ def test_gfd_labels_of_the_h100_node_are_those_of_a_real_h100(
     hetero: Lab, verdict: Verdict
 ) -> None:
     """Every nvidia.com/ label GFD put on the H100 node, against what GFD wrote on the real
-    H100 of the fidelity capture: equal but for the count (4 GPUs here, 1 there)."""
+    H100 of the fidelity capture: equal but for the count (the node's GPUs here, 1 there)."""
     want = dict(line.split("=", 1) for line in CAPTURE.read_text().splitlines() if "=" in line)
-    want["nvidia.com/gpu.count"] = str(NODES["hetero-worker2"])
-    labels = hetero.core.read_node("hetero-worker2").metadata.labels or {}
+    want["nvidia.com/gpu.count"] = str(H100.gpu_count)
+    labels = hetero.core.read_node(H100.name).metadata.labels or {}
     got = {k: v for k, v in labels.items() if k.startswith("nvidia.com/")}
     differ = {k: (want.get(k), got.get(k)) for k in sorted(want.keys() | got.keys())
               if want.get(k) != got.get(k)}  # fmt: skip
-    verdict.expect(f"{len(want)} labels as on the real H100 (count 4)")
+    verdict.expect(f"{len(want)} labels as on the real H100 (count {H100.gpu_count})")
     verdict.saw(f"{len(got)} labels, differing: {differ or 'none'}")
     assert differ == {}
 
@@ -151,12 +155,13 @@ def test_sidecar_and_main_get_different_devices_and_init_runs_first(
 def test_deleting_a_pod_frees_its_devices_for_the_next(
     hetero: Lab, hpods: Pods, verdict: Verdict
 ) -> None:
-    verdict.expect("second Pending, then gets first's 2 GPUs")
+    every = T4.gpu_count  # the node's every GPU: nothing is left for the second pod
+    verdict.expect(f"second Pending, then gets first's {every} GPUs")
     image = hetero.images["workload"]
-    t4 = {"nvidia.com/gpu.product": "Tesla-T4"}
-    hpods.create(pod("first", [container("main", image, 2)], selector=t4))
+    t4 = {"nvidia.com/gpu.product": T4.gpu_product}
+    hpods.create(pod("first", [container("main", image, every)], selector=t4))
     first = set(hpods.devices(hpods.wait_running("first").metadata.name))  # fmt: skip
-    hpods.create(pod("second", [container("main", image, 2)], selector=t4))
+    hpods.create(pod("second", [container("main", image, every)], selector=t4))
     hpods.wait_failed_scheduling("second", f"Insufficient {hpods.resource}")
     hpods.delete("first")
     hpods.wait_running("second", deadline_s=120)

@@ -12,23 +12,24 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from clusters import toolkit
+from clusters import spec, toolkit
 from clusters.lab import Lab
 from clusters.subject import Subject
-from e2e.fixtures import namespaced_pods
+from e2e.fixtures import lab_fixture, namespaced_pods
 from e2e.pods import Pods
 from e2e.timing import fault_seen
 from e2e.verdict import Verdict
 from fakenvml import mig
 
-NODE = "mig-worker"
+MIG = spec.load("mig")
+NODE = MIG.gpu_nodes[0].name
 pytestmark = pytest.mark.needs("mig")
 NEW_LAYOUT = "3g.40gb,2g.20gb,1g.10gb"  # GPU 1's layout in the reconfiguration scenario
 
 
-@pytest.fixture(scope="module")
+@lab_fixture(MIG.name, scope="module")
 def mig_lab(labs: Callable[..., Lab], subject: Subject) -> Lab:
-    return labs("mig", subject)
+    return labs(MIG.name, subject)
 
 
 @pytest.fixture

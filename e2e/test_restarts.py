@@ -16,6 +16,7 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from clusters import spec
 from clusters.kubelet_metrics import DeviceMetrics, scrape
 from clusters.lab import Lab
 from clusters.steps import poll
@@ -25,8 +26,8 @@ from e2e.fixtures import subjects
 from e2e.pods import Pods
 from e2e.verdict import Verdict
 
-NODE = "seed-worker"
-N = 10
+SEED = spec.load("seed")  # the --lab default: its first GPU worker
+NODE, N = SEED.gpu_nodes[0].name, SEED.gpu_nodes[0].gpu_count
 # Repetition is for finding flakes, so it goes where the code is the one under test: the
 # first subject of the run (gpulab in CI; a plugin team's own plugin in theirs) restarts
 # $GPULAB_RESTARTS times (20), every other subject $GPULAB_RESTARTS_OTHERS (3). gpulab's

@@ -1,6 +1,6 @@
 """The seeds' scenario, end to end on the `seed` lab, for each plugin under test.
 
-Two workers with 10 GPUs each; the plugin runs on the first only. test-gpu-8 runs there
+Two GPU workers (clusters/seed.yaml); the plugin runs on the first only. test-gpu-8 runs there
 with 8 distinct GPUs of that node; test-gpu-3 stays Pending (Insufficient nvidia.com/gpu)
 until the plugin starts on the second worker, then runs there. kubelet's checkpoint lists
 exactly what each container got (the plugin's ids, each compared as the GPU it names).
@@ -13,13 +13,17 @@ from pathlib import Path
 
 import pytest
 
+from clusters import spec
 from clusters.lab import Lab
 from clusters.subject import Subject
 from e2e import checkpoint
 from e2e.pods import Pods
 from e2e.verdict import Verdict
 
-A, B = "seed-worker", "seed-worker2"
+SEED = spec.load("seed")  # the --lab default, whose two GPU workers these scenarios need
+A, B = (n.name for n in SEED.gpu_nodes[:2])
+GPUS = {n.name: n.gpu_count for n in SEED.gpu_nodes}
+CONTROL_PLANE = SEED.control_plane.name
 
 
 @pytest.fixture
@@ -35,14 +39,15 @@ def uuids_of(lab: Lab, node: str) -> set[str]:
 
 
 @pytest.mark.smoke
-def test_both_workers_report_capacity_equal_allocatable_10(
+def test_both_workers_report_capacity_equal_allocatable(
     subject: Subject, lab: Lab, verdict: Verdict
 ) -> None:
-    n = 10 * subject.expects.replicas  # time-slicing advertises each GPU `replicas` times
-    verdict.expect(f"{n}/{n} on both workers")
+    # Time-slicing advertises each GPU `replicas` times.
+    n = {node: GPUS[node] * subject.expects.replicas for node in (A, B)}
+    verdict.expect(", ".join(f"{c}/{c}" for c in n.values()) + " on both workers")
     seen = {node: lab.capacity(node) for node in (A, B)}
     verdict.saw(", ".join(f"{a}/{c}" for c, a in seen.values()))
-    assert seen == {A: (n, n), B: (n, n)}
+    assert seen == {node: (c, c) for node, c in n.items()}
 
 
 @pytest.mark.needs("replicas=1")  # the seeds' scenario counts whole GPUs
@@ -64,7 +69,7 @@ def test_gpu8_runs_gpu3_pends_then_runs_when_the_plugin_starts_on_b(
     pods.create("test-gpu-3")
     message = pods.wait_failed_scheduling("test-gpu-3", f"Insufficient {pods.resource}")
     verdict.saw("gpu-3 Pending")
-    assert message.startswith("0/3 nodes are available")
+    assert message.startswith(f"0/{len(SEED.nodes)} nodes are available")
     assert pods.get("test-gpu-3").status.phase == "Pending"
 
     lab.set_plugin_on(B, True)
@@ -134,6 +139,6 @@ def test_nfd_finds_the_fake_gpus_on_each_gpu_nodes_pci_bus(lab: Lab, verdict: Ve
     label = "feature.node.kubernetes.io/pci-10de.present"
     verdict.expect(f"{label}=true on both workers, not on the control plane")
     got = {n: (lab.core.read_node(n).metadata.labels or {}).get(label)
-           for n in (A, B, "seed-control-plane")}  # fmt: skip
+           for n in (A, B, CONTROL_PLANE)}  # fmt: skip
     verdict.saw(", ".join(f"{n}: {v}" for n, v in got.items()))
-    assert got == {A: "true", B: "true", "seed-control-plane": None}
+    assert got == {A: "true", B: "true", CONTROL_PLANE: None}

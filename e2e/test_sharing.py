@@ -9,6 +9,7 @@ from collections.abc import Callable
 
 import pytest
 
+from clusters import spec
 from clusters.lab import Lab
 from clusters.subject import Subject
 from e2e import checkpoint
@@ -17,8 +18,8 @@ from e2e.timing import fault_seen
 from e2e.verdict import Verdict
 from fakenvml.node import NodeDir
 
-NODE = "seed-worker"
-GPUS = 10
+SEED = spec.load("seed")  # the --lab default: its first GPU worker
+NODE, GPUS = SEED.gpu_nodes[0].name, SEED.gpu_nodes[0].gpu_count
 pytestmark = pytest.mark.needs("time_sliced")
 
 

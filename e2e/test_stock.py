@@ -17,27 +17,28 @@ from collections.abc import Callable, Iterator, Sequence
 
 import pytest
 
-from clusters import built, chart, features, versions
+from clusters import built, chart, features, spec, versions
 from clusters.lab import Lab
 from clusters.subject import DeviceIds
-from e2e.fixtures import NAMESPACE
+from e2e.fixtures import NAMESPACE, lab_fixture
 from e2e.pods import DEVICE_ENV, Pods
 from e2e.verdict import Verdict
 from fakenvml import mig
 from fakenvml.model import Gpu
 
-NODE = "stock-control-plane"
+STOCK = spec.load("stock")
+NODE = STOCK.gpu_nodes[0].name
 RELEASE, CHART_NAMESPACE = "nvdp", "nvidia-device-plugin"  # as in NVIDIA's install guide
 CHART_DIR = "deployments/helm/nvidia-device-plugin"
 RESOURCE = "nvidia.com/gpu"
 GFD_LABELS = ("nvidia.com/gpu.count", "nvidia.com/gpu.product")
 
 
-@pytest.fixture(scope="module")
+@lab_fixture(STOCK.name, scope="module")
 def stock(labs: Callable[..., Lab]) -> Iterator[Lab]:
     """The stock lab with NVIDIA's chart installed (`helm upgrade --install`), uninstalled
     afterwards (the lab may be kept for a rerun)."""
-    lab = labs("stock")
+    lab = labs(STOCK.name)
     newest = versions.nvidia_plugin_versions()[0]
     where = chart.module_dir(f"github.com/NVIDIA/k8s-device-plugin@{newest}") / CHART_DIR
     repo, tag = chart.split_image(lab.images[f"nvidia-{newest}"])

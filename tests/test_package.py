@@ -23,6 +23,7 @@ from pathlib import Path
 
 import pytest
 
+from clusters import spec
 from tests.e2e.test_experiments import sample_recording
 
 REPO = Path(__file__).resolve().parents[1]
@@ -223,11 +224,12 @@ def test_the_lab_commands_run_from_the_wheel(installed: Installed) -> None:
     assert res.stdout.splitlines()[0].split() == ["LAB", "NODES", "GPUS", "SERVES", "CLUSTER"]
     assert "which labs run is unknown: kind is not built (run `gpulab infra`)" in res.stderr
     labs = installed.cwd / "labs"  # never this machine's labs
-    res = installed.run("gpulab", "inject", "seed", "seed-worker", "xid", "0", "79",
+    node = spec.load("seed").gpu_nodes[0].name
+    res = installed.run("gpulab", "inject", "seed", node, "xid", "0", "79",
                         env={"GPULAB_LABS": str(labs)})  # fmt: skip
     assert res.returncode == 2
     assert res.stderr == (
-        f"gpulab inject: error: no fake GPUs of seed-worker in {labs}/seed/seed-worker: "
+        f"gpulab inject: error: no fake GPUs of {node} in {labs}/seed/{node}: "
         "lab seed is not up on this machine (gpulab lab up seed)\n"
     )
 

@@ -1,5 +1,5 @@
 """The cluster tier's own check: the seed lab comes up from locally built images on a real
-kind cluster, and both workers report their 10 fake GPUs with each plugin."""
+kind cluster, and both workers report their fake GPUs with each plugin."""
 
 from __future__ import annotations
 
@@ -15,13 +15,17 @@ import pytest
 from docker.models.containers import Container
 from rich.console import Console
 
-from clusters import actions, features, serving, toolkit
+from clusters import actions, features, serving, spec, toolkit
 from clusters.lab import RESOURCE, Lab
 from clusters.registration import Mark, registrations
 from clusters.steps import StepError
 from e2e.fixtures import bring_up
 
-WORKERS = ("seed-worker", "seed-worker2")
+SEED = spec.load("seed")
+WORKERS = tuple(n.name for n in SEED.gpu_nodes)
+FIRST, SECOND = WORKERS[:2]
+N = SEED.gpu_nodes[0].gpu_count  # each worker's GPUs (seed's workers are alike)
+CONTROL_PLANE = SEED.control_plane.name
 
 
 @pytest.fixture(scope="module")
@@ -35,36 +39,38 @@ def seed() -> Iterator[Lab]:
 
 
 @pytest.mark.parametrize("subject", ["gpulab", "nvidia"])
-def test_both_workers_report_10_gpus_capacity_and_allocatable(seed: Lab, subject: str) -> None:
+def test_both_workers_report_their_gpus_as_capacity_and_allocatable(
+    seed: Lab, subject: str
+) -> None:
     seed.use_subject(subject)
     for worker in WORKERS:
-        assert seed.capacity(worker) == (10, 10)
+        assert seed.capacity(worker) == (N, N)
     # The control plane has no fake GPUs and must not advertise any.
-    assert seed.capacity("seed-control-plane") == (0, 0)
+    assert seed.capacity(CONTROL_PLANE) == (0, 0)
 
 
 def test_host_side_injection_reaches_the_node(seed: Lab) -> None:
     seed.use_subject("gpulab")
-    gpus = seed.fake_gpus("seed-worker2")
+    gpus = seed.fake_gpus(SECOND)
     gpus.inject_xid(7, 79)
     try:
-        seed.wait_allocatable("seed-worker2", 9, 10, deadline_s=30)
-        assert seed.capacity("seed-worker") == (10, 10)
+        seed.wait_allocatable(SECOND, N - 1, N, deadline_s=30)
+        assert seed.capacity(FIRST) == (N, N)
     finally:
         gpus.recover(7)  # gpulab's plugin returns a recovered GPU to Healthy
-    seed.wait_allocatable("seed-worker2", 10, 10, deadline_s=30)
+    seed.wait_allocatable(SECOND, N, N, deadline_s=30)
 
 
 def test_a_node_file_reads_through_the_engine(seed: Lab) -> None:
-    assert seed.node_read("seed-worker", "/etc/hostname") == "seed-worker\n"
+    assert seed.node_read(FIRST, "/etc/hostname") == f"{FIRST}\n"
     checkpoint = "/var/lib/kubelet/device-plugins/kubelet_internal_checkpoint"
-    assert '"Checksum"' in seed.node_read("seed-worker", checkpoint)
+    assert '"Checksum"' in seed.node_read(FIRST, checkpoint)
     # /run is a tmpfs the archive API cannot see into.
-    assert seed.node_read("seed-worker", "/run/systemd/container") == "docker\n"
-    with pytest.raises(StepError, match=r"^cat /no/such on seed-worker exited 1: "):
-        seed.node_read("seed-worker", "/no/such")
-    with pytest.raises(StepError, match=r"^/etc on seed-worker is not a regular file$"):
-        seed.node_read("seed-worker", "/etc")
+    assert seed.node_read(FIRST, "/run/systemd/container") == "docker\n"
+    with pytest.raises(StepError, match=rf"^cat /no/such on {FIRST} exited 1: "):
+        seed.node_read(FIRST, "/no/such")
+    with pytest.raises(StepError, match=rf"^/etc on {FIRST} is not a regular file$"):
+        seed.node_read(FIRST, "/etc")
 
 
 def test_a_stalled_label_wait_says_which_side_and_restarts_nfd_and_gfd(seed: Lab) -> None:
@@ -74,7 +80,7 @@ def test_a_stalled_label_wait_says_which_side_and_restarts_nfd_and_gfd(seed: Lab
     (master,) = seed.kube.pods(features.NAMESPACE, features.MASTER)
     seed.node_exec(master.spec.node_name, "pkill", "-STOP", "-x", "nfd-master")
     gone = {features.LABEL: None, features.PCI_LABEL: None}
-    seed.core.patch_node("seed-worker", {"metadata": {"labels": gone}})
+    seed.core.patch_node(FIRST, {"metadata": {"labels": gone}})
     out, console = io.StringIO(), seed.console
     seed.console = Console(file=out, width=1000)
     try:
@@ -82,14 +88,14 @@ def test_a_stalled_label_wait_says_which_side_and_restarts_nfd_and_gfd(seed: Lab
     finally:
         seed.console = console
     text = out.getvalue()
-    assert "seed-worker': None" in text
+    assert f"{FIRST}': None" in text
     assert text.rstrip().endswith("restarting nfd-master, nfd-worker, GFD")
     assert "nfd-node-feature-discovery-master" in text  # the diagnosis names it
-    assert "seed-worker (PCI label: true)" in text  # the worker's side had done its part
+    assert f"{FIRST} (PCI label: true)" in text  # the worker's side had done its part
     (now,) = seed.kube.pods(features.NAMESPACE, features.MASTER)
     assert now.metadata.uid != master.metadata.uid
-    labels = seed.core.read_node("seed-worker").metadata.labels
-    assert (labels[features.LABEL], labels[features.PCI_LABEL]) == ("10", "true")
+    labels = seed.core.read_node(FIRST).metadata.labels
+    assert (labels[features.LABEL], labels[features.PCI_LABEL]) == (str(N), "true")
 
 
 @pytest.mark.parametrize("subject", ["gpulab", "nvidia"])
@@ -102,8 +108,8 @@ def test_a_switched_subject_registers_before_capacity_is_read(seed: Lab, subject
     seed.use_subject(subject)
     for worker in WORKERS:
         assert registrations(seed.core, worker, RESOURCE) > before[worker]
-        assert seed.capacity(worker) == (10, 10)
-    assert registrations(seed.core, "seed-control-plane", RESOURCE) == 0
+        assert seed.capacity(worker) == (N, N)
+    assert registrations(seed.core, CONTROL_PLANE, RESOURCE) == 0
 
 
 def test_a_restart_of_the_same_plugin_waits_for_its_registration(seed: Lab) -> None:
@@ -150,15 +156,16 @@ def test_a_lab_comes_up_with_fake_gpus_and_no_plugin(seed: Lab) -> None:
     # NFD stays (its PCI label on the GPU nodes); gpulab's GFD goes: a chart brings its own.
     assert bare.kube.pods(features.NAMESPACE, features.GFD) == []
     for worker in WORKERS:
-        assert len(bare.fake_gpus(worker).node().gpus) == 10
-        assert "character special" in bare.node_exec(worker, "stat", "-c", "%F", "/dev/nvidia9")
+        assert len(bare.fake_gpus(worker).node().gpus) == N
+        last = f"/dev/nvidia{N - 1}"
+        assert "character special" in bare.node_exec(worker, "stat", "-c", "%F", last)
         labels = bare.core.read_node(worker).metadata.labels
         assert labels.get(features.PCI_LABEL) == "true"
         # The NVIDIA Container Toolkit's CDI spec: every GPU by index and by UUID, and "all".
         spec = json.loads(bare.node_read(worker, toolkit.SPEC))
         names = {d["name"] for d in spec["devices"]}
         uuids = {g.uuid for g in bare.fake_gpus(worker).node().gpus}
-        assert names == {str(i) for i in range(10)} | uuids | {"all"}
+        assert names == {str(i) for i in range(N)} | uuids | {"all"}
     assert bare.plugin_pods() == []  # nothing serves the GPUs: no pods to restart or read
     with pytest.raises(ValueError, match="runs no plugin under test"):
         bare.subject  # noqa: B018
@@ -169,8 +176,8 @@ def test_a_lab_left_by_an_interrupted_run_comes_back_at_full_capacity(seed: Lab)
     a fault was never recovered. Reusing the lab waits for the API server, clears the fault
     and restarts NVIDIA's plugin (it never re-adds a device it marked Unhealthy)."""
     seed.use_subject("nvidia")
-    seed.fake_gpus("seed-worker").inject_xid(0, 79)
-    seed.wait_allocatable("seed-worker", 9, 10, deadline_s=60)
+    seed.fake_gpus(FIRST).inject_xid(0, 79)
+    seed.wait_allocatable(FIRST, N - 1, N, deadline_s=60)
     for node in kind_nodes("seed"):
         node.restart(timeout=0)
 
@@ -178,19 +185,19 @@ def test_a_lab_left_by_an_interrupted_run_comes_back_at_full_capacity(seed: Lab)
     assert "✓ seed: Clear faults left from an earlier run" in log
     assert "recreating it" not in log
     for worker in WORKERS:
-        assert again.capacity(worker) == (10, 10)
-    assert again.fake_gpus("seed-worker").faulted() == set()
+        assert again.capacity(worker) == (N, N)
+    assert again.fake_gpus(FIRST).faulted() == set()
 
 
 def test_a_lab_that_never_answers_is_made_again(seed: Lab) -> None:
     """A reused cluster whose API server does not answer in time (here: its control plane
     paused) is deleted and created again, and the new one is reached on its new port."""
-    control_plane = next(n for n in kind_nodes("seed") if n.name == "seed-control-plane")
+    control_plane = next(n for n in kind_nodes("seed") if n.name == CONTROL_PLANE)
     control_plane.pause()
     again, log = reuse("seed", health_deadline_s=5)
     assert "seed does not recover" in log and "recreating it" in log
     for worker in WORKERS:
-        assert again.capacity(worker) == (10, 10)
+        assert again.capacity(worker) == (N, N)
 
 
 def test_a_lab_whose_fake_gpu_state_is_unreadable_is_made_again(
@@ -200,7 +207,7 @@ def test_a_lab_whose_fake_gpu_state_is_unreadable_is_made_again(
     plugins would refuse it, so the lab is recreated, not reused. The recreation itself is
     the one the test above watches come back; here only the decision (the last seed test:
     its state is put back afterwards)."""
-    state = seed.fake_gpus("seed-worker").path / "state.bin"
+    state = seed.fake_gpus(FIRST).path / "state.bin"
     good = state.read_bytes()
     state.write_bytes(b"\0" * 64)
     out = io.StringIO()
@@ -211,13 +218,13 @@ def test_a_lab_whose_fake_gpu_state_is_unreadable_is_made_again(
         actions.reuse_or_recreate(lab.ctx)
     finally:
         state.write_bytes(good)  # the lab stays whole for whoever reuses it
-    assert "seed: fake GPU state of seed-worker:" in out.getvalue()
+    assert f"seed: fake GPU state of {FIRST}:" in out.getvalue()
     assert "recreating it" in out.getvalue() and downs == ["seed"]
 
 
 def kind_nodes(cluster: str) -> list[Container]:
     nodes = docker.from_env().containers.list(filters={"label": f"io.x-k8s.kind.cluster={cluster}"})
-    assert len(nodes) == 3
+    assert len(nodes) == len(SEED.nodes)
     return nodes
 
 

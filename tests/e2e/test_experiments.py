@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from clusters import dra
+from clusters import dra, spec
 from clusters.lab import Lab
 from e2e import experiments as ex
 from e2e import report
@@ -30,12 +30,22 @@ from fakenvml.journal import ECC, Kind
 from gpulab.cli import main
 
 SHIPPED = sorted(ex.EXPERIMENTS.glob("*.yaml"))
+# The shipped labs the experiments below are checked against, and GPU nodes of theirs.
+HETERO, DRA, DYNMIG = (spec.load(n) for n in ("hetero", "dra", "dra-dynmig"))
+H_NODE, H_LAST = HETERO.gpu_nodes[0], HETERO.gpu_nodes[-1]
+D_NODE, M_NODE = DRA.gpu_nodes[0], DYNMIG.gpu_nodes[0]
 MINIMAL = {
     "name": "mini",
     "lab": "hetero",
     "duration": "10s",
-    "timeline": [{"at": "1s", "do": "xid", "node": "hetero-worker", "gpu": 0, "code": 79}],
+    "timeline": [{"at": "1s", "do": "xid", "node": H_NODE.name, "gpu": 0, "code": 79}],
 }
+
+
+def beyond(node: spec.Node) -> str:
+    """check_lab's words for the GPU just past the node's last."""
+    n = node.gpu_count
+    return f"GPU {n} not in inventory of node {node.name} (0-{n - 1})"
 
 
 def test_the_three_required_experiments_ship() -> None:
@@ -104,8 +114,8 @@ def test_bad_experiment_is_one_line_naming_the_key(data: dict, message: str) -> 
     [
         ([{"at": 1, "do": "xid", "node": "hetero-worker9", "gpu": 0, "code": 79}], [],
          "node 'hetero-worker9' has no fake GPUs in lab hetero"),
-        ([{"at": 1, "do": "xid", "node": "hetero-worker3", "gpu": 2, "code": 79}], [],
-         "GPU 2 not in inventory of node hetero-worker3 (0-1)"),
+        ([{"at": 1, "do": "xid", "node": H_LAST.name, "gpu": H_LAST.gpu_count, "code": 79}], [],
+         beyond(H_LAST)),
         ([{"at": 1, "do": "create_pod", "name": "p", "spec": "nope"}], [],
          "no pod spec e2e/specs/nope.yaml"),
         ([{"at": 1, "do": "delete_pod", "name": "p"}], [], "pod 'p' is not created"),
@@ -121,33 +131,34 @@ def test_experiment_naming_what_the_lab_lacks_is_refused(
         ex.check_lab(exp, "bad.yaml")
 
 
-XID = {"at": 1, "do": "xid", "node": "dra-worker", "gpu": 1, "code": 79}
+XID = {"at": 1, "do": "xid", "node": D_NODE.name, "gpu": 1, "code": 79}
 
 
 @pytest.mark.parametrize(
     ("lab", "timeline", "expect", "message"),
     [
-        ("dra", [XID], [{"check": "allocatable", "node": "dra-worker", "equals": 4}],
+        ("dra", [XID], [{"check": "allocatable", "node": D_NODE.name, "equals": 4}],
          f"expect[0] (allocatable): lab dra runs NVIDIA's DRA driver {dra.version()}: no device "
          "plugin"),
-        ("dra", [XID], [{"check": "plugin_log", "node": "dra-worker", "event": "xid", "min": 1}],
+        ("dra", [XID], [{"check": "plugin_log", "node": D_NODE.name, "event": "xid", "min": 1}],
          "expect[0] (plugin_log): lab dra runs NVIDIA's DRA driver"),
         ("dra", [XID], [{"check": "devices_healthy"}], "expect[0] (devices_healthy): lab dra runs"),
-        ("dra", [XID, {"at": 2, "do": "stop_plugin", "node": "dra-worker"}], [],
+        ("dra", [XID, {"at": 2, "do": "stop_plugin", "node": D_NODE.name}], [],
          "timeline[1] (stop_plugin): lab dra runs NVIDIA's DRA driver"),
-        ("dra", [XID], [{"check": "changes", "node": "dra-worker", "equals": 1}],
+        ("dra", [XID], [{"check": "changes", "node": D_NODE.name, "equals": 1}],
          f"expect[0] (changes): lab dra runs NVIDIA's DRA driver {dra.version()}: count changes "
          "`of: tainted`"),
         ("dra", [{"at": 0, "do": "create_pod", "name": "p", "gpus": 0}], [],
          "timeline[0] (create_pod): `gpus: 0` on a DRA lab"),
-        ("dra", [XID], [{"check": "taints", "node": "dra-worker", "gpu": 4, "equals": 1}],
-         "expect[0] (taints): GPU 4 not in inventory of node dra-worker (0-3)"),
-        ("dra", [XID], [{"check": "taints", "node": "dra-control-plane", "equals": 0}],
-         "node 'dra-control-plane' has no fake GPUs in lab dra"),
-        ("hetero", MINIMAL["timeline"], [{"check": "taints", "node": "hetero-worker", "equals": 0}],
+        ("dra", [XID], [{"check": "taints", "node": D_NODE.name, "gpu": D_NODE.gpu_count,
+                         "equals": 1}],
+         f"expect[0] (taints): {beyond(D_NODE)}"),
+        ("dra", [XID], [{"check": "taints", "node": DRA.control_plane.name, "equals": 0}],
+         f"node '{DRA.control_plane.name}' has no fake GPUs in lab dra"),
+        ("hetero", MINIMAL["timeline"], [{"check": "taints", "node": H_NODE.name, "equals": 0}],
          "expect[0] (taints): lab hetero runs a device plugin: no device taints"),
         ("hetero", MINIMAL["timeline"],
-         [{"check": "changes", "node": "hetero-worker", "of": "tainted", "equals": 0}],
+         [{"check": "changes", "node": H_NODE.name, "of": "tainted", "equals": 0}],
          "expect[0] (changes): lab hetero runs a device plugin: no device taints to count"),
         ("hetero", [{"at": 0, "do": "create_pod", "name": "p", "selector": "true"}], [],
          "timeline[0] (create_pod): lab hetero runs a device plugin: `selector:` needs"),
@@ -157,8 +168,8 @@ XID = {"at": 1, "do": "xid", "node": "dra-worker", "gpu": 1, "code": 79}
          "timeline[0] (create_pod): no GPU of lab dra-dynmig has MIG profile '1g.5gb' "
          "(1g.10gb, 1g.10gb+me, 1g.20gb, 2g.20gb, 3g.40gb, 4g.40gb, 7g.80gb)"),
         ("dra-dynmig", [{"at": 0, "do": "create_pod", "name": "p", "mig": "1g.10gb"}],
-         [{"check": "mig_devices", "node": "dra-dynmig-control-plane", "gpu": 2, "equals": 0}],
-         "expect[0] (mig_devices): GPU 2 not in inventory of node dra-dynmig-control-plane"),
+         [{"check": "mig_devices", "node": M_NODE.name, "gpu": M_NODE.gpu_count, "equals": 0}],
+         f"expect[0] (mig_devices): {beyond(M_NODE)}"),
     ],
 )  # fmt: skip
 def test_a_lab_refuses_what_its_kind_of_driver_cannot_show(
@@ -199,21 +210,21 @@ def test_fault_actions_are_spelled_as_in_the_fault_table() -> None:
 
 
 def test_ecc_takes_double_as_the_cli_and_reads_the_older_double_bit_key() -> None:
-    ecc = {"at": 1, "do": "ecc", "node": "hetero-worker", "gpu": 0}
+    ecc = {"at": 1, "do": "ecc", "node": H_NODE.name, "gpu": 0}
     new = ex.from_dict(_with(timeline=[{**ecc, "double": False}])).timeline[0]
     old = ex.from_dict(_with(timeline=[{**ecc, "double_bit": False}])).timeline[0]
     assert isinstance(new, ex.Ecc) and old == new and not new.double
     assert "double_bit" not in new.model_dump() and new.model_dump()["double"] is False
     assert ex.from_dict(_with(timeline=[ecc])).timeline[0].double  # type: ignore[union-attr]
-    assert new.describe() == "single-bit ECC on hetero-worker GPU 0"
+    assert new.describe() == f"single-bit ECC on {H_NODE.name} GPU 0"
 
 
 def test_ecc_sends_the_driver_s_xid_48_unless_xid_is_false() -> None:
-    ecc = {"at": 1, "do": "ecc", "node": "hetero-worker", "gpu": 0}
+    ecc = {"at": 1, "do": "ecc", "node": H_NODE.name, "gpu": 0}
     (default,) = ex.from_dict(_with(timeline=[ecc])).timeline
     (alone,) = ex.from_dict(_with(timeline=[{**ecc, "xid": False}])).timeline
     assert default.xid and not alone.xid  # type: ignore[union-attr]
-    assert alone.describe() == "double-bit ECC (no Xid 48) on hetero-worker GPU 0"
+    assert alone.describe() == f"double-bit ECC (no Xid 48) on {H_NODE.name} GPU 0"
 
 
 # -- plugin log lines

@@ -118,11 +118,12 @@ def test_a_scenario_reading_an_unstated_expectation_fails_in_one_line(
 
 LABS_SUITE = """
 import pytest
+from e2e.fixtures import lab_fixture
 
-@pytest.fixture
+@lab_fixture("mig")
 def mig_lab(): pass
 
-@pytest.fixture
+@lab_fixture("hetero")
 def hetero(): pass
 
 @pytest.fixture

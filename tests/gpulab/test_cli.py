@@ -15,6 +15,9 @@ from fakenvml.journal import Kind
 from fakenvml.node import NodeDir
 from gpulab import cli
 
+SEED = spec.load("seed")
+NODE, OTHER = (n.name for n in SEED.gpu_nodes[:2])  # its first GPU node is the one laid out
+
 
 def test_every_lab_command_is_a_word_of_gpulab(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as e:
@@ -32,7 +35,9 @@ def test_lab_list_gives_each_shipped_lab_a_line_and_says_which_run() -> None:
     assert lines[0].split() == ["LAB", "NODES", "GPUS", "SERVES", "CLUSTER"]
     rows = {line.split()[0]: line for line in lines[1:-1]}
     assert set(rows) == {lab.spec.name for lab in shipped}
-    assert rows["seed"].split() == ["seed", "3", "20", "subject", "gpulab", "running"]
+    gpus = sum(n.gpu_count for n in SEED.gpu_nodes)
+    assert rows["seed"].split() == ["seed", str(len(SEED.nodes)), str(gpus), "subject", "gpulab",
+                                    "running"]  # fmt: skip
     assert rows["dra"].endswith(f"NVIDIA's DRA driver {dra.version()}  -")
     assert lines[-1] == "other kind clusters here: someone-elses"
     unknown = cli.lab_lines(shipped, running=None)
@@ -63,9 +68,8 @@ def seed_up(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> NodeDir:
     """The seed lab's worker as a lab lays it out on the host (no cluster): its fake GPUs'
     state where kind bind-mounts it from, written from the lab spec's inventory."""
     monkeypatch.setattr(labs, "LABS_ROOT", tmp_path / "labs")
-    seed = spec.load("seed")
-    node = next(n for n in seed.gpu_nodes if n.name == "seed-worker")
-    d = NodeDir(kindconfig.state_dir(tmp_path / "labs", seed, node.name))
+    node = SEED.gpu_nodes[0]
+    d = NodeDir(kindconfig.state_dir(tmp_path / "labs", SEED, node.name))
     assert node.gpu_node is not None
     d.init(node.gpu_node)
     return d
@@ -74,11 +78,11 @@ def seed_up(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> NodeDir:
 def test_inject_puts_a_fault_into_the_lab_nodes_fake_gpus_and_recover_clears_it(
     seed_up: NodeDir, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    assert cli.main(["inject", "seed", "seed-worker", "xid", "3", "79"]) == 0
+    assert cli.main(["inject", "seed", NODE, "xid", "3", "79"]) == 0
     (rec,) = [r for r in seed_up.events() if r.kind == Kind.XID]
     assert (rec.gpu, rec.data) == (3, 79)
     assert seed_up.faulted() == {3}
-    assert cli.main(["inject", "seed", "seed-worker", "recover", "3"]) == 0
+    assert cli.main(["inject", "seed", NODE, "recover", "3"]) == 0
     assert seed_up.faulted() == set()
     assert capsys.readouterr().err == ""
 
@@ -86,12 +90,12 @@ def test_inject_puts_a_fault_into_the_lab_nodes_fake_gpus_and_recover_clears_it(
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        (["no-such-lab", "seed-worker", "xid", "0", "79"], "no lab 'no-such-lab' (shipped: "),
-        (["seed", "seed-control-plane", "xid", "0", "79"],
-         "lab seed has no GPU node 'seed-control-plane' (its GPU nodes: seed-worker, "
-         "seed-worker2)"),
-        (["seed", "seed-worker2", "xid", "0", "79"],
-         "no fake GPUs of seed-worker2 in {labs}/seed/seed-worker2: lab seed is not up on "
+        (["no-such-lab", NODE, "xid", "0", "79"], "no lab 'no-such-lab' (shipped: "),
+        (["seed", SEED.control_plane.name, "xid", "0", "79"],
+         f"lab seed has no GPU node '{SEED.control_plane.name}' (its GPU nodes: "
+         + ", ".join(n.name for n in SEED.gpu_nodes) + ")"),
+        (["seed", OTHER, "xid", "0", "79"],
+         f"no fake GPUs of {OTHER} in {{labs}}/seed/{OTHER}: lab seed is not up on "
          "this machine (gpulab lab up seed)"),
     ],
 )  # fmt: skip
@@ -107,7 +111,7 @@ def test_inject_refuses_an_unknown_lab_or_node_or_a_lab_not_up_in_one_line(
 def test_a_bad_fault_is_fakenvmls_one_line(
     seed_up: NodeDir, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    assert cli.main(["inject", "seed", "seed-worker", "xid", "99", "79"]) == 2
+    assert cli.main(["inject", "seed", NODE, "xid", "99", "79"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("fakenvml: error: ") and err.count("\n") == 1
 
