@@ -14,9 +14,11 @@
       - {check: plugin_log, node: hetero-worker, event: update, max: 1}
       - {check: pod, name: bystander, phase: Running, during: [4s, end]}
 
-Actions (`do:`): xid, ecc, lost, recover, create_pod, delete_pod, restart_kubelet,
-stop_plugin / start_plugin (on a node), restart_plugin. Checks (`check:`): allocatable,
-capacity, changes, plugin_log, pod, devices_healthy, taints, mig_devices.
+Actions (`do:`): the faults of fakenvml/faults.py (xid, ecc, lost, fallen-off-bus,
+recover; their arguments as keys; xid also as a storm, `count` over `over`), create_pod,
+delete_pod, restart_kubelet, stop_plugin / start_plugin (on a node), restart_plugin.
+Checks (`check:`): allocatable, capacity, changes, plugin_log, pod, devices_healthy,
+taints, mig_devices.
 
 A lab with `dra:` (clusters/dra.yaml) runs NVIDIA's DRA driver instead of a device plugin
 (`subject:` is not used): `create_pod` makes a ResourceClaimTemplate of `gpus` GPUs (1 by
@@ -38,16 +40,16 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal, Union
 
-from pydantic import AliasChoices, Field, field_validator, model_validator
+from pydantic import AliasChoices, Field, create_model, field_validator, model_validator
 
 from clusters import dra
 from clusters import spec as labspec
 from clusters.serving import NoPlugin
 from clusters.subject import SubjectName
 from e2e.pods import SPECS
-from fakenvml import mig, yamlmodel
+from fakenvml import faults, mig, yamlmodel
 from fakenvml.yamlmodel import Duration, LoadError, Strict, seconds
 
 EXPERIMENTS = Path(__file__).resolve().parent / "experiments"
@@ -77,53 +79,74 @@ class _OnGpu(_Action):
     gpu: int = Field(ge=0)
 
 
-class Xid(_OnGpu):
-    """`count` Xids spread evenly over `over` (a burst), or one."""
+class FaultAction(_OnGpu):
+    """A fault of the table (fakenvml/faults.py), `do: <its name>` with its arguments as
+    keys; `fault_action` makes one class per row."""
 
-    do: Literal["xid"]
-    code: int = Field(gt=0, lt=2**32)
-    count: int = Field(default=1, ge=1, le=100_000)
-    over: Duration = 0.0
+    do: str
 
-    def describe(self) -> str:
-        burst = f"{self.count}x " if self.count > 1 else ""
-        span = f" over {self.over * 1000:.0f} ms" if self.count > 1 else ""
-        return f"{burst}Xid {self.code} on {self.node} GPU {self.gpu}{span}"
+    @property
+    def fault(self) -> faults.Fault:
+        return faults.BY_NAME[self.do]
 
-
-class Ecc(_OnGpu):
-    """`fakenvml inject ecc --double` (or `double: false`: --single), a double-bit error
-    with the driver's Xid 48 unless `xid: false` (--no-xid). `double_bit:`, the key
-    experiments had before, is read as `double:`."""
-
-    do: Literal["ecc"]
-    double: bool = Field(default=True, validation_alias=AliasChoices("double", "double_bit"))
-    count: int = Field(default=1, ge=1)
-    xid: bool = True
+    def args(self) -> dict[str, object]:
+        """What NodeDir.inject takes besides the GPU."""
+        return {p.name: getattr(self, p.name) for p in self.fault.params}
 
     @model_validator(mode="after")
-    def _xid_only_double(self) -> Ecc:
-        if not self.xid and not self.double:
-            raise ValueError("xid: false only with double: true (a single-bit error has no Xid)")
+    def _only(self) -> FaultAction:
+        try:
+            faults.arguments(self.fault, self.args())
+        except faults.OnlyWith as e:  # in a file's words: xid: false only with double: true
+            value, why = e.param.only[1:]
+            mine = _yaml(getattr(self, e.param.name))
+            raise ValueError(
+                f"{e.param.name}: {mine} only with {e.other.name}: {_yaml(value)} ({why})"
+            ) from None
         return self
 
     def describe(self) -> str:
-        what = f"{'double' if self.double else 'single'}-bit ECC"
-        return f"{what}{'' if self.xid else ' (no Xid 48)'} on {self.node} GPU {self.gpu}"
+        text = self.fault.says(self.args()).format(where=f"{self.node} GPU {self.gpu}")
+        if self.do in BURSTS and self.count > 1:  # type: ignore[attr-defined]
+            return f"{self.count}x {text} over {self.over * 1000:.0f} ms"  # type: ignore[attr-defined]
+        return text
 
 
-class Lost(_OnGpu):
-    do: Literal["lost"]
+class Burst(Strict):
+    """`count` of the fault spread evenly over `over` (a storm), or one."""
 
-    def describe(self) -> str:
-        return f"{self.node} GPU {self.gpu} lost"
+    count: int = Field(default=1, ge=1, le=100_000)
+    over: Duration = 0.0
 
 
-class Recover(_OnGpu):
-    do: Literal["recover"]
+# Faults an experiment may repeat as a storm (their own params have no `count`).
+BURSTS = {"xid"}
 
-    def describe(self) -> str:
-        return f"recover {self.node} GPU {self.gpu}"
+
+def _yaml(value: object) -> str:
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def fault_action(f: faults.Fault) -> type[FaultAction]:
+    """The `do: <f.name>` action: FaultAction plus f's params as keys (`Param.aliases`
+    read too), and a burst's `count`/`over` where BURSTS says."""
+    fields: dict[str, Any] = {"do": (Literal[f.name], ...)}  # type: ignore[valid-type]
+    for p in f.params:
+        kind = bool if "/" in p.cli or p.cli.startswith("--no-") else int
+        default = ... if p.default is faults.REQUIRED else p.default
+        limits = {} if kind is bool else {"ge": p.least, "lt": faults.U32}
+        alias = AliasChoices(p.name, *p.aliases) if p.aliases else None
+        kind = kind if default is not None else kind | None  # type: ignore[assignment]
+        fields[p.name] = (kind, Field(default=default, validation_alias=alias, **limits))
+    if f.name in BURSTS:
+        fields.update({k: (v.annotation, v) for k, v in Burst.model_fields.items()})
+    name = "".join(w.title() for w in f.name.split("-"))
+    return create_model(name, __base__=FaultAction, __module__=__name__, **fields)
+
+
+FAULT_ACTIONS: dict[str, type[FaultAction]] = {f.name: fault_action(f) for f in faults.FAULTS}
+FAULTS = tuple(FAULT_ACTIONS.values())
+Ecc = FAULT_ACTIONS["ecc"]  # the class by the name it had before the table
 
 
 class CreatePod(_Action):
@@ -201,18 +224,9 @@ class RestartPlugin(_Action):
 
 
 Action = Annotated[
-    Xid
-    | Ecc
-    | Lost
-    | Recover
-    | CreatePod
-    | DeletePod
-    | RestartKubelet
-    | PluginOnNode
-    | RestartPlugin,
+    Union[*FAULTS, CreatePod, DeletePod, RestartKubelet, PluginOnNode, RestartPlugin],
     Field(discriminator="do"),
 ]
-FAULTS = (Xid, Ecc, Lost, Recover)
 
 
 # -- expectations

@@ -33,20 +33,17 @@ from pathlib import Path
 
 from e2e import experiments as ex
 from e2e.experiments import END
+from fakenvml import faults
 from fakenvml.journal import Kind
 
 ATTRIBUTION_S = 5.0
-XID, RECOVER = Kind.XID.spelling, Kind.RECOVER.spelling
-UNHEALTHY_KINDS = {k.spelling for k in (Kind.XID, Kind.ECC_DOUBLE, Kind.LOST, Kind.FALLEN_OFF_BUS)}
-# How reports name each kind of fault (an Xid adds its code).
-FAULT_NAMES = {
-    Kind.XID.spelling: "Xid",
-    Kind.ECC_DOUBLE.spelling: "ECC double-bit",
-    Kind.ECC_SINGLE.spelling: "ECC single-bit",
-    Kind.LOST.spelling: "GPU lost",
-    Kind.FALLEN_OFF_BUS.spelling: "GPU fell off the bus",
-    Kind.RECOVER.spelling: "recover",
-}
+XID = Kind.XID.spelling  # an Xid's fault is matched to the plugin's Xid lines by its code
+# How each record kind a fault appends shows (fakenvml/faults.py): the GPU down, up again
+# (a recover) or neither (a single-bit ECC error); and how reports name it.
+SHOWN = {k.spelling: s for k, s in faults.shown().items()}
+UNHEALTHY_KINDS = {k for k, s in SHOWN.items() if s.health == faults.DOWN}
+HEALING_KINDS = {k for k, s in SHOWN.items() if s.health == faults.UP}
+FAULT_NAMES = {k: s.label for k, s in SHOWN.items()}
 
 
 @dataclass
@@ -284,7 +281,7 @@ def traces(rec: Recording) -> list[Trace]:
         if ln.event != "update" or ln.healthy is None:
             continue
         base = ln.device.split("::")[0]
-        want = {RECOVER} if ln.healthy else UNHEALTHY_KINDS
+        want = HEALING_KINDS if ln.healthy else UNHEALTHY_KINDS
         cands = [
             tr
             for tr in by_gpu.get((ln.node, base), [])
@@ -300,7 +297,7 @@ def traces(rec: Recording) -> list[Trace]:
     for tr in out:
         if tr.update is None:
             continue
-        node, down = tr.fault.node, tr.fault.kind != RECOVER
+        node, down = tr.fault.node, tr.fault.kind not in HEALING_KINDS
         before = rec_value(rec, node, tr.update)
         for t, v in rec.series(node):
             if t <= tr.update or (node, t) in claimed or before is None:
@@ -328,7 +325,7 @@ def _taint_layer(rec: Recording, out: list[Trace]) -> None:
                 baseline = now
                 continue
             new = now - baseline
-            hit = (baseline and not now) if f.kind == RECOVER else bool(new)
+            hit = (baseline and not now) if f.kind in HEALING_KINDS else bool(new)
             if not hit:
                 continue
             if (f.node, f.gpu, s.t) not in claimed:
@@ -583,7 +580,7 @@ def _devices_healthy(rec: Recording, e: ex.DevicesHealthy) -> Outcome:
             if not marked or where is None:
                 continue
             recovered = any(
-                f.kind == RECOVER and (f.node, f.gpu) == where and marked[-1] < f.t <= running
+                f.kind in HEALING_KINDS and (f.node, f.gpu) == where and marked[-1] < f.t <= running
                 for f in rec.faults
             )
             if not recovered:

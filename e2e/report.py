@@ -27,7 +27,8 @@ from e2e.recording import (
     mig_lives,
     traces,
 )
-from fakenvml.journal import ECC, Kind
+from fakenvml import faults
+from fakenvml.journal import Kind
 
 PHASE_COLORS = {
     "Unschedulable": "#f0ad4e",
@@ -37,7 +38,9 @@ PHASE_COLORS = {
     "Failed": "#d9534f",
     "Terminating": "#bbbbbb",
 }
-FAULT_STYLE = {  # marker, color; keys are the kinds' spellings (fakenvml/journal.py)
+# Marker and color per record kind (fakenvml/faults.py's `shows`); a kind not here yet
+# gets OTHER_STYLE, so a new fault needs no edit here to be drawn.
+FAULT_STYLE = {
     Kind.XID.spelling: ("x", "#c9302c"),
     Kind.ECC_DOUBLE.spelling: ("D", "#8e44ad"),
     Kind.ECC_SINGLE.spelling: ("d", "#c39bd3"),
@@ -45,6 +48,7 @@ FAULT_STYLE = {  # marker, color; keys are the kinds' spellings (fakenvml/journa
     Kind.FALLEN_OFF_BUS.spelling: ("X", "#555555"),
     Kind.RECOVER.spelling: ("P", "#2e8b57"),
 }
+OTHER_STYLE = ("*", "#d35400")
 NODE_COLORS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#17becf"]
 
 
@@ -490,9 +494,10 @@ def timeline_png(rec: Recording, trs: list[Trace], outcomes: list[Outcome], path
 
     # Actions as vertical lines through all three panels: faults red, disruptions gray.
     for a in rec.actions:
-        if a.do in (Kind.XID.spelling, ECC, Kind.LOST.spelling):
+        fault = faults.BY_NAME.get(a.do)
+        if fault and fault.heal:  # a fault (its heal is another)
             style = {"color": "#c9302c", "ls": ":", "lw": 0.9, "alpha": 0.6}
-        elif a.do == Kind.RECOVER.spelling:
+        elif fault:  # a heal
             style = {"color": "#2e8b57", "ls": ":", "lw": 0.9, "alpha": 0.6}
         elif a.do in ("restart_kubelet", "stop_plugin", "start_plugin", "restart_plugin"):
             style = {"color": "#555555", "ls": "--", "lw": 1.1, "alpha": 0.8}
@@ -524,7 +529,8 @@ def timeline_png(rec: Recording, trs: list[Trace], outcomes: list[Outcome], path
             ax_ev.scatter(*zip(*pts, strict=True), **style)  # type: ignore[arg-type]
             legend.append(ax_ev.scatter([], [], label=label, **style))  # type: ignore[arg-type]
 
-    for kind, (marker, color) in FAULT_STYLE.items():
+    for kind in FAULT_NAMES:
+        marker, color = FAULT_STYLE.get(kind, OTHER_STYLE)
         pts = [(tr.fault.t, y[tr.fault.node] + 0.22) for tr in trs if tr.fault.kind == kind]
         mark(pts, FAULT_NAMES[kind], marker=marker, color=color, s=36, linewidths=1.2, zorder=3)
     for _, grp in groupby(trs, key=lambda t: (t.fault.action, t.fault.node)):

@@ -229,16 +229,8 @@ class Runner:
         return run
 
     def _do(self, a: ex.Action, i: int, rec: Recording) -> None:
-        if isinstance(a, ex.Xid):
-            self._burst(a, i, rec)
-        elif isinstance(a, ex.Ecc):
-            r = self.lab.fake_gpus(a.node).inject_ecc(a.gpu, a.double, a.count, a.xid)
-            rec.faults.append(self._fault(r, a.node, i, rec))
-        elif isinstance(a, ex.Lost):
-            rec.faults.append(self._fault(self.lab.fake_gpus(a.node).lose(a.gpu), a.node, i, rec))
-        elif isinstance(a, ex.Recover):
-            r = self.lab.fake_gpus(a.node).recover(a.gpu)
-            rec.faults.append(self._fault(r, a.node, i, rec))
+        if isinstance(a, ex.FaultAction):
+            self._inject(a, i, rec)
         elif isinstance(a, ex.CreatePod):
             self.serving.ask(self.lab.ctx, self.exp.namespace, a.name, a.selector, a.gpus or 1,
                              a.mig)  # fmt: skip
@@ -262,13 +254,18 @@ class Runner:
             self._snapshot_logs()  # the old pods' logs go with them
             self.lab.restart_plugin()
 
-    def _burst(self, a: ex.Xid, i: int, rec: Recording) -> None:
+    def _inject(self, a: ex.FaultAction, i: int, rec: Recording) -> None:
+        """The fault through NodeDir.inject (fakenvml/faults.py); a storm's `count` spread
+        evenly over `over`. Each injection's own record is the recording's fault."""
         d = self.lab.fake_gpus(a.node)
+        count, over = getattr(a, "count", 1), getattr(a, "over", 0.0)
+        count = count if a.do in ex.BURSTS else 1  # an ECC's `count` is its error count
         start = time.monotonic()
-        step = a.over / (a.count - 1) if a.count > 1 else 0.0
-        for k in range(a.count):
+        step = over / (count - 1) if count > 1 else 0.0
+        for k in range(count):
             self._stop.wait(max(0.0, start + k * step - time.monotonic()))
-            rec.faults.append(self._fault(d.inject_xid(a.gpu, a.code), a.node, i, rec))
+            r = d.inject(a.do, a.gpu, **a.args())[0]
+            rec.faults.append(self._fault(r, a.node, i, rec))
 
     def _fault(self, r: Record, node: str, i: int, rec: Recording) -> Fault:
         uuid = rec.nodes[node]["uuids"][r.gpu]

@@ -14,9 +14,9 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from fakenvml import durations, knobs, mig_cli, telemetry
+from fakenvml import durations, faults, knobs, mig_cli, telemetry
 from fakenvml.errors import FakeNvmlError
-from fakenvml.journal import ALL_GPUS, ECC, JOURNAL_FILE, NO_INSTANCE, Kind, Record
+from fakenvml.journal import ALL_GPUS, JOURNAL_FILE, NO_INSTANCE, Kind, Record
 from fakenvml.node import DEFAULT_STATE_DIR, STATE_DIR_ENV, NodeDir, default_state_dir
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up time)
@@ -167,26 +167,25 @@ def _smi(args: argparse.Namespace) -> None:
 
 
 def _inject(args: argparse.Namespace) -> None:
+    """Any fault of the table (fakenvml/faults.py), `inject NAME` or its own verb; prints
+    each record it wrote but the recovery action (which the fault's line already implies)."""
     d = NodeDir(_state_dir(args))
-    if args.fault == Kind.XID.spelling:
-        rec = d.inject_xid(args.gpu, args.code, args.gpu_instance, args.compute_instance)
-    elif args.fault == ECC:
-        if args.no_xid and not args.double:
-            raise FakeNvmlError("--no-xid: only with --double (a single-bit error has no Xid)")
-        rec = d.inject_ecc(args.gpu, args.double, args.count, xid=not args.no_xid)
-        if args.double and not args.no_xid:
+    fault = faults.named(args.fault)
+    given = {p.name: getattr(args, p.name) for p in fault.params}
+    try:
+        recs = d.inject(fault.name, args.gpu, **given)
+    except faults.OnlyWith as e:  # in the command line's words: --no-xid: only with --double
+        needs = _flag(e.other, e.param.only[1])
+        raise FakeNvmlError(f"{e.param.cli}: only with {needs} ({e.param.only[2]})") from None
+    for rec in recs:
+        if rec.kind != Kind.RECOVERY_ACTION:
             print(_describe(rec, d))
-            rec = next(d.events(rec.seq))  # its Xid 48: the next record, from the same append
-    elif args.fault == Kind.LOST.spelling:
-        rec = d.lose(args.gpu)
-    else:
-        rec = d.fall_off_bus(args.gpu)
-    print(_describe(rec, d))
 
 
-def _recover(args: argparse.Namespace) -> None:
-    d = NodeDir(_state_dir(args))
-    print(_describe(d.recover(args.gpu), d))
+def _flag(p: faults.Param, value: object) -> str:
+    """The flag that gives `p` `value`: "--double" of "--single/--double"."""
+    no, yes = p.cli.split("/") if "/" in p.cli else (p.cli, p.cli)
+    return yes if value else no
 
 
 def _set(args: argparse.Namespace) -> None:
@@ -441,6 +440,24 @@ def _positive(text: str) -> int:
     return value
 
 
+def _add_param(parser: argparse.ArgumentParser, p: faults.Param) -> None:
+    """A fault's argument as `Param.cli` spells it (fakenvml/faults.py)."""
+    if "/" in p.cli:  # a choice the command line always makes: --single/--double
+        pair = parser.add_mutually_exclusive_group(required=True)
+        for flag, value, text in zip(p.cli.split("/"), (False, True), p.help, strict=True):
+            pair.add_argument(flag, dest=p.name, action=f"store_{str(value).lower()}", help=text)
+    elif p.cli.startswith("--no-"):
+        parser.add_argument(p.cli, dest=p.name, action="store_false", help=p.help)
+    else:
+        number = _positive if p.least else _non_negative
+        default = None if p.default is faults.REQUIRED else p.default
+        if p.cli.startswith("--"):
+            parser.add_argument(p.cli, dest=p.name, metavar="N", type=number, default=default,
+                                help=p.help)  # fmt: skip
+        else:
+            parser.add_argument(p.name, metavar=p.cli, type=number, help=p.help)
+
+
 class _Skipped:
     """Stands in for the parser of a command argv does not name: building all of them
     cost every `fakenvml inject` a few ms of start-up."""
@@ -531,32 +548,18 @@ def _parser(only: str | None = None) -> argparse.ArgumentParser:
     c.set_defaults(run=_smi)
 
     c = sub.add_parser("inject", parents=[remote], help="inject a fault")
-    faults = c.add_subparsers(dest="fault", required=True, metavar="FAULT")
-    # Subcommands are the kinds' spellings (fakenvml/journal.py); ECC is one verb, its
-    # --single/--double flag picks ecc-single or ecc-double.
-    f = faults.add_parser(Kind.XID.spelling, parents=[on_node], help="an Xid error event")
-    f.add_argument("gpu", metavar="GPU", help="index, UUID or PCI bus id")
-    f.add_argument("code", metavar="CODE", type=_positive, help="Xid number, e.g. 79")
-    f.add_argument("--gpu-instance", metavar="N", type=_non_negative)
-    f.add_argument("--compute-instance", metavar="N", type=_non_negative)
-    f = faults.add_parser(ECC, parents=[on_node], help="ECC error events (bump the counters)")
-    f.add_argument("gpu", metavar="GPU", help="index, UUID or PCI bus id")
-    bits = f.add_mutually_exclusive_group(required=True)
-    bits.add_argument("--single", action="store_true", help="single-bit (corrected)")
-    bits.add_argument("--double", action="store_true", help="double-bit (uncorrected)")
-    f.add_argument("--count", metavar="N", type=_positive, default=1)
-    f.add_argument("--no-xid", action="store_true",
-                   help="double-bit without the Xid 48 the driver always logs with it "
-                        "(to isolate a plugin's reaction to the ECC event itself)")  # fmt: skip
-    f = faults.add_parser(Kind.LOST.spelling, parents=[on_node], help="the GPU answers GPU_IS_LOST")
-    f.add_argument("gpu", metavar="GPU", help="index, UUID or PCI bus id")
-    f = faults.add_parser(Kind.FALLEN_OFF_BUS.spelling, parents=[on_node], help="Xid 79, then lost")
-    f.add_argument("gpu", metavar="GPU", help="index, UUID or PCI bus id")
+    injected = c.add_subparsers(dest="fault", required=True, metavar="FAULT")
     c.set_defaults(run=_inject)
-
-    c = sub.add_parser(Kind.RECOVER.spelling, parents=[on_node], help="clear a GPU's faults")
-    c.add_argument("gpu", metavar="GPU", help="index, UUID or PCI bus id")
-    c.set_defaults(run=_recover)
+    # Every fault of the table (fakenvml/faults.py): `inject NAME ...`, or, for a heal, a
+    # command of its own (`recover GPU`).
+    for fault in faults.FAULTS:
+        verb = faults.command(fault)
+        parent = injected if verb[0] == "inject" else sub
+        f = parent.add_parser(verb[-1], parents=[on_node], help=fault.help)
+        f.set_defaults(run=_inject, fault=fault.name)
+        f.add_argument("gpu", metavar="GPU", help="index, UUID or PCI bus id")
+        for param in fault.params:
+            _add_param(f, param)
 
     c = sub.add_parser("set", parents=[on_node], help="move a GPU's telemetry (temperature, ...)")
     c.add_argument("gpu", metavar="GPU", help="index, UUID, PCI bus id, or all")

@@ -40,9 +40,10 @@ NO_INSTANCE = layout.NO_INSTANCE  # nvmlEventData_t gpuInstanceId/computeInstanc
 
 
 class Kind(enum.IntEnum):
-    """The fault kinds, one table: the numbers are the journal format (FNV_<NAME> in
+    """The record kinds: the numbers are the journal format (FNV_<NAME> in
     src/state_format.h), and `spelling` is the one name every command, file and report
-    uses for a kind (`fakenvml events`, recordings, reports, experiments' actions)."""
+    uses for a kind (`fakenvml events`, recordings, reports). The faults users inject, with
+    their arguments, are fakenvml/faults.py's table, which names the kinds each appends."""
 
     XID = 1
     ECC_SINGLE = 2  # single-bit (corrected) ECC errors; data: how many
@@ -77,8 +78,10 @@ class Kind(enum.IntEnum):
 
     @property
     def is_fault(self) -> bool:
-        """A fault or its recovery: what health (and `faulted()`) is about."""
-        return self <= Kind.RECOVERY_ACTION
+        """A fault or its recovery: what health (and `faulted()`) is about. Every kind but
+        the settings (SET to FAIL_WHEN: telemetry, knobs, MIG layout), so that a fault's
+        kind added after them (fakenvml/faults.py) is one without an edit here."""
+        return not Kind.SET <= self <= Kind.FAIL_WHEN
 
     @classmethod
     def named(cls, text: str) -> Kind:
@@ -96,12 +99,9 @@ class Kind(enum.IntEnum):
 # recording.json (`gpulab experiment report DIR` re-renders old runs) said ecc_sbe/ecc_dbe.
 SHIPPED_ALIASES = {"ecc_sbe": Kind.ECC_SINGLE, "ecc_dbe": Kind.ECC_DOUBLE}
 
-# What users type to inject: the spelling itself, except that ECC is one verb with a flag
-# (`fakenvml inject ecc --double|--single`; experiments `do: ecc` with `double:`), the CLI
-# grammar users already had; `ecc_kind` turns that flag into the kind.
-ECC = "ecc"
 
-
+# What users type to inject is fakenvml/faults.py's (ECC is one fault there, `ecc`, its
+# `double` argument picking the kind).
 def ecc_kind(double: bool) -> Kind:
     return Kind.ECC_DOUBLE if double else Kind.ECC_SINGLE
 

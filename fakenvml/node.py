@@ -19,7 +19,7 @@ import os
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
-from fakenvml import journal, knobs, statefile, telemetry, xids
+from fakenvml import faults, journal, knobs, statefile, telemetry
 from fakenvml.errors import FakeNvmlError
 from fakenvml.journal import Kind, Record
 
@@ -115,24 +115,15 @@ class NodeDir:
             f"(indexes 0-{len(ids.gpus) - 1}, or a UUID / PCI bus id)"
         )
 
-    def _append(
-        self,
-        gpu: str | int,
-        kind: Kind,
-        data: int = 0,
-        gi: int | None = None,
-        ci: int | None = None,
-    ) -> Record:
-        return journal.append(
-            self.path,
-            self.identities().boot_id,
-            kind,
-            self.index_of(gpu),
-            data,
-            journal.NO_INSTANCE if gi is None else gi,
-            journal.NO_INSTANCE if ci is None else ci,
-        )
+    def inject(self, fault: str, gpu: str | int, **args: object) -> list[Record]:
+        """The fault named `fault` (fakenvml/faults.py: xid, ecc, lost, fallen-off-bus,
+        recover) with its arguments as keywords, in one append; its own record first, then
+        what the driver adds (ecc --double: its Xid 48; the recovery action asked for)."""
+        f = faults.named(fault)
+        given = faults.arguments(f, args)
+        return self._write(f.entries(self.index_of(gpu), **given))
 
+    # The named faults, as callers had them before the table.
     def inject_xid(
         self,
         gpu: str | int,
@@ -140,49 +131,25 @@ class NodeDir:
         gpu_instance: int | None = None,
         compute_instance: int | None = None,
     ) -> Record:
-        """Append the Xid; when the driver would then ask for a reset or reboot, a second
-        record sets that recovery action (and wakes sets registered for it)."""
-        if not 0 < code < 2**32:
-            raise FakeNvmlError(f"Xid must be a positive 32-bit number, not {code}")
-        rec = self._append(gpu, Kind.XID, code, gpu_instance, compute_instance)
-        action = xids.recovery_action(code)
-        if action != xids.RecoveryAction.NONE:
-            self._append(rec.gpu, Kind.RECOVERY_ACTION, action)
-        return rec
+        """Xid `code` (fakenvml/faults.py: the recovery action its code asks for follows)."""
+        args = {"gpu_instance": gpu_instance, "compute_instance": compute_instance}
+        return self.inject("xid", gpu, code=code, **args)[0]
 
     def inject_ecc(self, gpu: str | int, double: bool, count: int = 1, xid: bool = True) -> Record:
-        """ECC error events, ecc-double or ecc-single as `fakenvml inject ecc --double`;
-        returns the ECC record. A double-bit error is also Xid 48, as the driver logs it
-        (one per injection, as the ECC event is: `count` moves the counters), and makes the
-        driver ask for a GPU reset (the pending row remap or page retirement applies then).
-        xid=False (`--no-xid`) leaves the Xid out, for isolating a plugin's reaction to the
-        ECC event itself; the real driver always logs Xid 48. Single-bit errors have none."""
-        if not 0 < count < 2**32:
-            raise FakeNvmlError(f"ECC error count must be positive, not {count}")
-        index, none = self.index_of(gpu), journal.NO_INSTANCE
-        entries: list[journal.Entry] = [(journal.ecc_kind(double), index, count, none, none, 0)]
-        if double:
-            # The counted error first, then the Xid that reports it, then the reset it asks
-            # for (inject_xid's order). One append: one timestamp, and a consumer woken by
-            # either event already reads the counters and the pending reset; none sees the
-            # ECC event without its Xid.
-            if xid:
-                entries.append((Kind.XID, index, xids.DOUBLE_BIT_ECC, none, none, 0))
-            entries.append(
-                (Kind.RECOVERY_ACTION, index, xids.RecoveryAction.GPU_RESET, none, none, 0)
-            )
-        return self._write(entries)[0]
+        """ECC error events, as `fakenvml inject ecc --double|--single`; returns the ECC
+        record (fakenvml/faults.py: a double-bit error's Xid 48 and GPU reset follow)."""
+        return self.inject("ecc", gpu, double=double, count=count, xid=xid)[0]
 
     def lose(self, gpu: str | int) -> Record:
-        return self._append(gpu, Kind.LOST)
+        return self.inject("lost", gpu)[0]
 
     def fall_off_bus(self, gpu: str | int) -> Record:
         """Xid 79 to waiters, then the GPU answers GPU_IS_LOST like a lost one."""
-        return self._append(gpu, Kind.FALLEN_OFF_BUS, 79)
+        return self.inject("fallen-off-bus", gpu)[0]
 
     def recover(self, gpu: str | int) -> Record:
         """Clear the GPU's faults: reachable again, recovery action NONE (an event)."""
-        return self._append(gpu, Kind.RECOVER)
+        return self.inject(faults.RECOVER, gpu)[0]
 
     def faulted(self, start: int = 0, recovered_too: bool = False) -> set[int]:
         """Indexes of the GPUs with a fault after their last recover (the journal from

@@ -101,9 +101,12 @@ def inject(argv: list[str], labs_root: Path | None = None) -> int:
         print(f"gpulab inject: error: {e.args[0]}", file=sys.stderr)
         return 2
     from fakenvml import cli as fakenvml
-    from fakenvml.journal import Kind
+    from fakenvml import faults
 
-    command = args.fault if args.fault[0] == Kind.RECOVER.spelling else ["inject", *args.fault]
+    # A fault of the table by its name; those with a verb of their own (recover) run as it.
+    fault = faults.BY_NAME.get(args.fault[0])
+    verb = faults.command(fault) if fault else ("inject", args.fault[0])
+    command = [*verb, *args.fault[1:]]
     return fakenvml.main([*command, "--state-dir", str(state)])
 
 

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from fakenvml import cli
-from fakenvml.journal import ECC, SHIPPED_ALIASES, Kind, ecc_kind
+from fakenvml import cli, faults
+from fakenvml.journal import SHIPPED_ALIASES, Kind, ecc_kind
 
 HEADER = Path(cli.__file__).parent / "src" / "state_format.h"
 
@@ -46,6 +46,6 @@ def test_anything_else_is_refused_naming_the_kinds(text: str) -> None:
 def test_the_cli_injects_by_the_spellings(capsys: pytest.CaptureFixture[str]) -> None:
     assert cli.main(["inject", "ecc-double", "0"]) == cli.EXIT_BAD_INPUT
     err = capsys.readouterr().err
-    choices = [Kind.XID.spelling, ECC, Kind.LOST.spelling, Kind.FALLEN_OFF_BUS.spelling]
+    choices = [f.name for f in faults.FAULTS if faults.command(f)[0] == "inject"]
     assert f"(choose from {', '.join(map(repr, choices))})" in err
     assert (ecc_kind(True), ecc_kind(False)) == (Kind.ECC_DOUBLE, Kind.ECC_SINGLE)
