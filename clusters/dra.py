@@ -42,6 +42,7 @@ from clusters.actions import Action
 from clusters.context import Context
 from clusters.kube import Kube
 from clusters.serving import Serving
+from clusters.subject import Logs
 from fakenvml import mig
 from fakenvml.model import Gpu
 
@@ -335,6 +336,9 @@ class DraDriver(Serving):
     # A force-deleted pod leaves the API before its node unprepared its claim, and the
     # claim stays reserved for ~70 s (docs/dra-driver.md): workload pods get a 1 s grace.
     grace_s = 1
+    # The one line the experiments read: an Xid it turns into a health event
+    # (device_health.go, at its chart's verbosity 4).
+    logs = Logs(xid=r"Sending XID=(?P<xid>\d+) health event for device (?P<dev>[^\s,]+)")
 
     def __init__(self, dra: spec.DraSpec) -> None:
         self.feature_gates = dra.feature_gates

@@ -27,7 +27,7 @@ from clusters.actions import SKIP, Action
 from clusters.context import Context
 from clusters.kube import ready
 from clusters.steps import StepError
-from clusters.subject import NONE, DeviceIds, Subject
+from clusters.subject import NONE, DeviceIds, Logs, Subject
 from clusters.subject import load as load_subject
 
 RESOURCE = "nvidia.com/gpu"
@@ -51,6 +51,9 @@ class Serving(ABC):
     # image go by (a subject states its own).
     device_ids: DeviceIds = DeviceIds(env="NVIDIA_VISIBLE_DEVICES")
     switches = True  # another subject (or none) may take its place on the running lab
+    # What its pods log when they act, which the experiments read (a subject's `logs:`):
+    # none stated unless it says.
+    logs: Logs = Logs()
 
     @property
     def recorded(self) -> str:
@@ -221,6 +224,7 @@ class DevicePlugin(Serving):
         self.resource = subject.spec.resource
         self.mig_strategy = subject.expects.mig
         self.device_ids = subject.spec.device_ids
+        self.logs = subject.logs
         self.mark: registration.Mark | None = None  # taken by deploy, used by its wait
 
     def actions(self) -> list[Action]:

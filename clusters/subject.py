@@ -22,6 +22,11 @@ tests/plugin, shipped subjects only; all: C, K and N):
       # device_specs: "/dev/nvidia{minor}"  # Allocate returns DeviceSpecs (container paths)
       id: "{uuid}"                    #   how an id names its GPU: {uuid} {minor} {index}
     ready_log: "serving \\d+ devices" # C: a line it logs once it serves its devices
+    logs: {xid: "Xid=(?P<xid>\\d+) on (?P<dev>\\S+)"}  # K: lines the experiments read:
+                                      # xid, unhealthy, healthy, registered, restart
+                                      # (Logs, below); or a file with them (logs.yaml)
+    process: gpulab-plugin            # N: how the node tier runs it, without its image:
+                                      # gpulab-plugin | nvidia-device-plugin
     env: {MIG_STRATEGY: mixed}        # C K: set in every container of its DaemonSet
     expects:                          # what the suites assert for it (Expects, below)
       recovers: true                  # K N: Healthy again after `fakenvml recover`
@@ -78,7 +83,7 @@ from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Annotated, Any, Literal, get_args, get_origin
 
 import yaml
-from pydantic import AfterValidator, Field, model_validator
+from pydantic import AfterValidator, Field, ValidationInfo, field_validator, model_validator
 
 from clusters import built, chart, kube, versions
 from fakenvml import yamlmodel
@@ -399,6 +404,64 @@ class Expectations:
         return self.replicas if self.xid_marks == "every-replica" else 1
 
 
+# The log lines the experiments read (e2e/runner.py parse_log), each a regex searched in
+# one line of the plugin's log, with the named groups its reader takes from the line.
+LOG_GROUPS: dict[str, tuple[str, ...]] = {
+    "xid": ("xid", "dev"),
+    "unhealthy": ("dev",),
+    "healthy": ("dev",),
+    "registered": (),
+    "restart": (),
+}
+# A named group `registered` may have: the resource it registered (others are not counted).
+LOG_RESOURCE = "resource"
+
+
+class Logs(Strict):
+    """What the plugin logs when it acts, as regexes: the experiments' "plugin saw" and
+    "plugin update" columns and their registrations read them. A line left out is not
+    stated: the report says so instead of an empty column. `dev` is the GPU's UUID (a
+    `::<k>` replica suffix is dropped when matched to a fault)."""
+
+    xid: str | None = None  # an Xid it acts on: (?P<xid>) its code, (?P<dev>) the GPU
+    unhealthy: str | None = None  # a ListAndWatch update marking (?P<dev>) Unhealthy
+    healthy: str | None = None  # a ListAndWatch update marking (?P<dev>) Healthy again
+    registered: str | None = None  # registered with the kubelet; (?P<resource>) if named
+    restart: str | None = None  # it saw kubelet.sock come back and registers again
+
+    @field_validator("*")
+    @classmethod
+    def _readable(cls, v: str | None, info: ValidationInfo) -> str | None:
+        if v is None:
+            return v
+        try:
+            regex = re.compile(v)
+        except re.error as e:
+            raise ValueError(f"{v!r} is not a regex: {e}") from None
+        need = LOG_GROUPS[str(info.field_name)]
+        if missing := [g for g in need if g not in regex.groupindex]:
+            names = ", ".join(f"(?P<{g}>...)" for g in missing)
+            raise ValueError(f"{v!r} has no group {names}: the experiments read it from the "
+                             "line")  # fmt: skip
+        return v
+
+    def pattern(self, key: str) -> re.Pattern[str] | None:
+        """The compiled regex of one line (`xid`, `unhealthy` ...), or None: not stated."""
+        v = getattr(self, key)
+        return None if v is None else re.compile(v)
+
+    @property
+    def unstated(self) -> list[str]:
+        """The lines the file does not state, in LOG_GROUPS order."""
+        return [k for k in LOG_GROUPS if getattr(self, k) is None]
+
+
+# How the node tier (tests/plugin) runs a plugin as a process, without its image: gpulab's
+# plugin from this checkout (standin/gpulab.py), or NVIDIA's binary of the subject's
+# version as `make infra` built it (standin/nvidia.py).
+Process = Literal["gpulab-plugin", "nvidia-device-plugin"]
+
+
 class Chart(Strict):
     """A Helm chart the subject is deployed from: a directory, or one inside a Go module."""
 
@@ -431,6 +494,10 @@ class SubjectSpec(Strict):
     socket: str | None = None  # its socket's name in the device-plugins dir; or a glob
     device_ids: DeviceIds
     ready_log: str | None = None  # a regex of a line it logs once it serves its devices
+    # Its log lines the experiments read: a mapping, or a file holding one (relative to the
+    # subject file), which the subjects of one plugin share.
+    logs: Logs = Field(default_factory=Logs)
+    process: Process | None = None  # how the node tier runs it (without its image)
     expects: Expects = Field(default_factory=Expects)
     # Set in (or replacing the value of) every container of the subject's DaemonSet:
     # one manifest serves several configurations (MIG_STRATEGY: single | mixed).
@@ -617,6 +684,19 @@ class Subject:
                            "its devices", "the container tier")  # fmt: skip
         return self.spec.ready_log
 
+    @property
+    def logs(self) -> Logs:
+        """The log lines its file states (the experiments read them; none: not stated)."""
+        return self.spec.logs
+
+    @property
+    def process(self) -> Process:
+        """How the node tier runs it as a process (Unstated when the file does not say)."""
+        if self.spec.process is None:
+            raise unstated(self.source, "process", f"one of {allowed(Process)}",
+                           "the node tier")  # fmt: skip
+        return self.spec.process
+
     def serves_on(self, endpoint: str) -> bool:
         """The plugin registered `endpoint` (a socket's name) as its file says: equal to
         `socket:`, or matched by it as a glob (a name with a timestamp, a node name)."""
@@ -657,9 +737,25 @@ def _expand(data: dict, version: str) -> dict:
     return sub(data)  # type: ignore[return-value]
 
 
+def _with_logs(data: object, path: Path) -> object:
+    """The document with a `logs:` that names a file (shared by the subjects of one
+    plugin) replaced by that file's mapping, validated there: a bad line is refused in one
+    line naming both files and the key."""
+    if not isinstance(data, dict) or not isinstance(data.get("logs"), str):
+        return data
+    where = (path.parent / data["logs"]).resolve()
+    if not where.is_file():
+        raise SubjectError(f"{path}: logs: no file {where}")
+    try:
+        logs = yamlmodel.validate(Logs, yamlmodel.read(where, what="logs file"), str(where))
+    except LoadError as e:
+        raise SubjectError(f"{path}: logs: {e}") from None
+    return {**data, "logs": logs.model_dump(exclude_none=True)}
+
+
 def from_file(path: Path) -> list[Subject]:
     """The subjects a file describes: one, or one per pinned version."""
-    data = yamlmodel.read(path, what="subject", error=SubjectError)
+    data = _with_logs(yamlmodel.read(path, what="subject", error=SubjectError), path)
     spec = yamlmodel.validate(SubjectSpec, data, str(path), error=SubjectError)
     found = [(spec, "")]
     if spec.versions:

@@ -7,11 +7,13 @@ the host's realtime clock: the fault journal's realtime_ns, containerd's log tim
 
 Layers of a fault, each found by its own rule:
 - injected: the journal record's realtime (exact);
-- plugin saw it: the plugin's "XidCriticalError: Xid=N on Device=<uuid>" line, matched in
-  order per GPU (one line per Xid acted on; ignored Xids have none);
-- plugin update: the plugin's "device marked (un)healthy: <uuid>" line (one per
-  ListAndWatch update it sends), given to the earliest fault on that GPU within
-  ATTRIBUTION_S before it that has none yet, so a burst's absorbed Xids show no update;
+- plugin saw it: the plugin's Xid line (its subject's `logs.xid`; NVIDIA's and ours:
+  "XidCriticalError: Xid=N on Device=<uuid>"), matched in order per GPU (one line per Xid
+  acted on; ignored Xids have none);
+- plugin update: the plugin's update line (`logs.unhealthy`, `logs.healthy`: "device
+  marked (un)healthy: <uuid>", one per ListAndWatch update it sends), given to the earliest
+  fault on that GPU within ATTRIBUTION_S before it that has none yet (and, for an Xid, whose
+  Xid line it logged, where it states one), so a burst's absorbed Xids show no update;
 - API: the first node sample after the update whose allocatable moved the expected way
   (down for a fault, up for a recovery); each change is given to one update only. Its
   resolution is the sampling interval.
@@ -125,6 +127,9 @@ class Recording:
     # How faults showed on the API server: "allocatable" or "taints" (Serving.signal); a
     # recording without it had taints where its nodes name devices apart from GPUs.
     signal: str = ""
+    # The plugin's log lines its file does not state (`logs:`: xid, unhealthy, healthy,
+    # registered, restart): the report says "not stated" where it would read them.
+    unstated_logs: list[str] = field(default_factory=list)
 
     # -- persistence
 
@@ -147,6 +152,12 @@ class Recording:
             log=[LogLine(**x) for x in d["log"]],
             pods=[PodInfo(**p) for p in d["pods"]],
         )
+
+    def stated(self, event: str) -> bool:
+        """Whether the plugin's log lines of `event` (update | xid | registered | restart)
+        are stated: an update is, where either of its lines (unhealthy, healthy) is."""
+        keys = ("unhealthy", "healthy") if event == "update" else (event,)
+        return any(k not in self.unstated_logs for k in keys)
 
     @property
     def spec(self) -> ex.Experiment:
@@ -277,6 +288,7 @@ def traces(rec: Recording) -> list[Trace]:
     if rec.by_taints:
         _taint_layer(rec, out)
         return out
+    xids = rec.stated("xid")  # an Xid's update follows its Xid line, where one is stated
     for ln in lines:
         if ln.event != "update" or ln.healthy is None:
             continue
@@ -288,7 +300,7 @@ def traces(rec: Recording) -> list[Trace]:
             if tr.fault.kind in want
             and tr.update is None
             and 0 <= ln.t - tr.fault.t + 0.005 <= ATTRIBUTION_S
-            and (tr.fault.kind != XID or tr.seen is not None)
+            and (tr.fault.kind != XID or tr.seen is not None or not xids)
         ]
         if cands:
             cands[0].update = ln.t
@@ -504,6 +516,9 @@ def _evaluate(rec: Recording, e: ex.Expectation) -> Outcome:
         vals = " → ".join(str(v) for _, v in rec.series(e.node, e.of))
         return Outcome(e.holds(n), e.describe(), f"{max(n, 0)} ({vals})")
     if isinstance(e, ex.PluginLog):
+        if not rec.stated(e.event):
+            return Outcome(False, e.describe(), "not stated: its subject file has no such "
+                           "line (logs:)")  # fmt: skip
         n = sum(
             1 for x in rec.log if x.node == e.node and x.event == e.event and 0 <= x.t <= rec.end
         )

@@ -77,6 +77,16 @@ def _t(s: float | None) -> str:
     return "—" if s is None else f"{s:.3f}"
 
 
+# A cell the plugin's log would fill, where its subject file states no such line (`logs:`).
+NOT_STATED = "not stated"
+
+
+def _said(rec: Recording, event: str, cell: str) -> str:
+    """`cell`, or NOT_STATED where the subject states no log line of `event` (a DRA
+    driver's report reads its Xid line only, and says nothing of the others)."""
+    return cell if rec.by_taints or rec.stated(event) else NOT_STATED
+
+
 def _table(head: list[str], rows: list[list[str]]) -> str:
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     lines += ["| " + " | ".join(r) + " |" for r in rows]
@@ -214,8 +224,8 @@ def _faults(rec: Recording, trs: list[Trace]) -> str:
                     _short(f.node, rec),
                     str(f.gpu),
                     f.label(),
-                    _t(tr.seen),
-                    _t(tr.update),
+                    _said(rec, "xid", _t(tr.seen)),
+                    _said(rec, "update", _t(tr.update)),
                     _api_cell(tr),
                     _dur(tr.to_plugin),
                     _dur(tr.to_api),
@@ -235,9 +245,13 @@ def _faults(rec: Recording, trs: list[Trace]) -> str:
                 _short(f.node, rec),
                 str(f.gpu),
                 label,
-                f"{seen} lines",
-                f"{updates} update{'s' if updates != 1 else ''}"
-                + (f" (first {_t(first.update)})" if first.update is not None else ""),
+                _said(rec, "xid", f"{seen} lines"),
+                _said(
+                    rec,
+                    "update",
+                    f"{updates} update{'s' if updates != 1 else ''}"
+                    + (f" (first {_t(first.update)})" if first.update is not None else ""),
+                ),
                 _api_cell(first),
                 _dur(first.to_plugin),
                 _dur(first.to_api),
@@ -305,9 +319,10 @@ def _activity(rec: Recording, trs: list[Trace]) -> str:
             [
                 _short(node, rec),
                 str(sum(t.fault.node == node for t in trs)),
-                str(sum(x.event == "xid" for x in mine)),
-                str(sum(x.event == "update" for x in mine)),
-                str(sum(x.event == "registered" for x in mine)),
+                *(
+                    _said(rec, e, str(sum(x.event == e for x in mine)))
+                    for e in ("xid", "update", "registered")
+                ),
                 f"{len(series) - 1} ({' → '.join(str(v) for _, v in series)})" if series else "—",
                 str(rec.node_writes(node)),
             ]
@@ -335,7 +350,8 @@ def _disruptions(rec: Recording, ds: list[Disruption]) -> str:
     rows = [
         [_t(d.action.start), d.action.text, _short(d.node, rec),
          "—" if d.before is None else str(d.before), at(d.changed),
-         "—" if d.low is None else str(d.low), at(d.settled), _t(d.registered)]
+         "—" if d.low is None else str(d.low), at(d.settled),
+         _said(rec, "registered", _t(d.registered))]
         for d in ds
     ]  # fmt: skip
     head = ["t (s)", "action", "node", f"{rec.measure} before", "first change", "lowest",
@@ -413,7 +429,13 @@ def _method(rec: Recording) -> str:
         "it that has none yet. *API allocatable*: the first sample after the update where "
         "allocatable moved the expected way.\n"
         f"- Plugin: {rec.plugin}; {len(rec.log)} plugin lines matched a layer.\n"
-        "</details>"
+        + (
+            f"- Not stated in its subject file (`logs:`): {', '.join(rec.unstated_logs)}: "
+            f"{NOT_STATED} where the report would read them.\n"
+            if rec.unstated_logs
+            else ""
+        )
+        + "</details>"
     )
 
 

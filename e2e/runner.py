@@ -18,7 +18,6 @@ sampler reads its ResourceSlices too) and how the lab heals (clusters/serving.py
 
 from __future__ import annotations
 
-import re
 import threading
 import time
 from datetime import UTC, datetime
@@ -30,23 +29,24 @@ from rich.console import Console
 from clusters import dra
 from clusters.lab import RESOURCE, Lab
 from clusters.steps import StepError
+from clusters.subject import LOG_RESOURCE, Logs
 from clusters.subject import load as load_subject
 from e2e import experiments as ex
 from e2e.pods import Pods, load_spec
 from e2e.recording import ActionRun, Fault, LogLine, PodInfo, Recording, Sample
 from fakenvml.journal import Record
 
-# One line per ListAndWatch update, in both plugins' words (NVIDIA: server.go; ours: main.py).
-UPDATE = re.compile(r"'[^']+' device marked (?P<health>healthy|unhealthy): (?P<dev>[^\s,]+)")
-XID = re.compile(r"XidCriticalError: Xid=(?P<xid>\d+) on Device=(?P<dev>[^\s;,]+)")
-REGISTERED = re.compile(r"Registered device plugin for '(?P<res>[^']+)' with Kubelet")
-RESTART = re.compile(r"inotify: \S*kubelet\.sock created, (restarting|re-registering)")
-# NVIDIA's DRA driver (v0.4.1 device_health.go, at its chart's verbosity 4).
-DRA_XID = re.compile(r"Sending XID=(?P<xid>\d+) health event for device (?P<dev>[^\s,]+)")
+# The order a line is tried in (one line is one event): updates, then Xids, then the rest.
+ORDER = ("unhealthy", "healthy", "xid", "registered", "restart")
 
 
-def parse_log(text: str, node: str, t0_ns: int, resource: str = RESOURCE) -> list[LogLine]:
-    """The lines that mark a layer, from `kubectl logs --timestamps` output."""
+def parse_log(
+    text: str, node: str, t0_ns: int, logs: Logs, resource: str = RESOURCE
+) -> list[LogLine]:
+    """The lines that mark a layer, from `kubectl logs --timestamps` output, as `logs` (what
+    serves the GPUs states them: a subject's `logs:`, the DRA driver's) says they read; a
+    registration counts only for `resource` where the line names one."""
+    rules = [(k, p) for k in ORDER if (p := logs.pattern(k)) is not None]
     out = []
     for raw in text.splitlines():
         stamp, _, line = raw.partition(" ")
@@ -54,17 +54,20 @@ def parse_log(text: str, node: str, t0_ns: int, resource: str = RESOURCE) -> lis
         if t_ns is None:
             continue
         t = (t_ns - t0_ns) / 1e9
-        if m := UPDATE.search(line):
-            out.append(
-                LogLine(t, node, "update", m["dev"], m["health"] == "healthy", text=line.strip())
-            )
-        elif m := XID.search(line) or DRA_XID.search(line):
-            out.append(LogLine(t, node, "xid", m["dev"], xid=int(m["xid"]), text=line.strip()))
-        elif m := REGISTERED.search(line):
-            if m["res"] == resource:
-                out.append(LogLine(t, node, "registered", text=line.strip()))
-        elif RESTART.search(line):
-            out.append(LogLine(t, node, "restart", text=line.strip()))
+        found = next(((k, m) for k, p in rules if (m := p.search(line))), None)
+        if found is None:
+            continue
+        key, m = found
+        said = line.strip()
+        if key in ("unhealthy", "healthy"):
+            out.append(LogLine(t, node, "update", m["dev"], key == "healthy", text=said))
+        elif key == "xid":
+            out.append(LogLine(t, node, "xid", m["dev"], xid=int(m["xid"]), text=said))
+        elif key == "registered":
+            if m.groupdict().get(LOG_RESOURCE) in (None, resource):
+                out.append(LogLine(t, node, "registered", text=said))
+        else:
+            out.append(LogLine(t, node, "restart", text=said))
     return out
 
 
@@ -168,7 +171,8 @@ class Runner:
         self._say(f"Experiment {exp.name} on {self.lab.name} with {self.serving.words}")
         self._reset("before the run")
         rec = Recording(exp.model_dump(mode="json"), self.serving.recorded, "", 0,
-                        self._inventories(), signal=self.serving.signal)  # fmt: skip
+                        self._inventories(), signal=self.serving.signal,
+                        unstated_logs=self.serving.logs.unstated)  # fmt: skip
         self.t0_ns = time.time_ns()
         rec.t0_ns = self.t0_ns
         rec.started = datetime.fromtimestamp(self.t0_ns / 1e9, UTC).isoformat(timespec="seconds")
@@ -190,7 +194,9 @@ class Runner:
             (
                 ln
                 for node, text in self.logs.values()
-                for ln in parse_log(text, node, self.t0_ns)
+                for ln in parse_log(
+                    text, node, self.t0_ns, self.serving.logs, self.serving.resource
+                )
                 if ln.t >= 0
             ),
             key=lambda x: x.t,

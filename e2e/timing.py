@@ -16,11 +16,13 @@ from fakenvml.journal import Record
 
 def plugin_update_ns(lab: Lab, node: str, after_ns: int) -> int | None:
     """When the plugin on `node` logged its first ListAndWatch update after `after_ns`
-    (containerd's log timestamps; both plugins log one line per update)."""
+    (containerd's log timestamps; its update lines as its subject states them, `logs:`).
+    None where it logged none, or its subject states none."""
     text = lab.plugin_log(node, timestamps=True)
     if text is None:
         return None
-    times = [int(line.t * 1e9) for line in parse_log(text, node, 0) if line.event == "update"]
+    lines = parse_log(text, node, 0, lab.serving.logs, lab.serving.resource)
+    times = [int(line.t * 1e9) for line in lines if line.event == "update"]
     return min((t for t in times if t >= after_ns), default=None)
 
 

@@ -10,6 +10,9 @@
 - run_plugin(argv, env, private_mount=False): any plugin command, with KUBELET_SOCKET
   pointing at the stand-in; stopped (SIGTERM, then SIGKILL) after the test.
 - nvidia_plugin(version, node): NVIDIA's binary over that node (built on first use).
+- subject_plugin(subject, node, env=None, args=()): the program the subject file names
+  (`process:`, standin/subjects.py) over that node; `standin.subjects.program(subject)
+  .ready(proc)` once it listed its devices.
 
 When a test fails, its report gets the stand-in's records and each plugin's log tail.
 """
@@ -24,6 +27,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 if TYPE_CHECKING:
+    from clusters.subject import Subject
     from fakenvml.node import NodeDir
     from standin.kubelet import Kubelet
     from standin.process import PluginProcess
@@ -122,5 +126,26 @@ def nvidia_plugin(
         except RuntimeError as e:  # not built: one line naming `make infra`, no traceback
             pytest.fail(str(e), pytrace=False)
         return run_plugin(argv, full, inherit_env=False)
+
+    return run
+
+
+@pytest.fixture
+def subject_plugin(
+    run_plugin: Callable[..., PluginProcess], kubelet: Kubelet, tmp_path: Path
+) -> Callable[..., PluginProcess]:
+    """subject_plugin(subject, node, env=None, args=()) -> PluginProcess of the program its
+    file's `process:` names, registering with the stand-in; not waited for."""
+    from standin.subjects import program
+
+    def run(
+        subject: Subject, node: NodeDir, env: dict[str, str] | None = None, args: Sequence[str] = ()
+    ) -> PluginProcess:
+        how = program(subject)
+        try:
+            argv, full = how.command(subject, kubelet.dir, node.path, tmp_path, env)
+        except RuntimeError as e:  # not built: one line naming `make infra`, no traceback
+            pytest.fail(str(e), pytrace=False)
+        return run_plugin([*argv, *args], full, inherit_env=how.inherit_env)
 
     return run

@@ -287,6 +287,27 @@ def test_socket_is_a_name_or_a_glob(tmp_path: Path, socket: str, endpoint: str,
             {"device_ids": {"device_specs": "/dev/gpus/card{index}"}},
             "device_ids: device_specs: expected a device node in /dev named by the GPU",
         ),
+        (
+            {"logs": {"xid": "Xid=(?P<xid>[0-9]+"}},
+            "logs.xid: 'Xid=(?P<xid>[0-9]+' is not a regex: missing ), unterminated subpattern",
+        ),
+        (
+            {"logs": {"xid": "Xid=(?P<xid>[0-9]+)"}},
+            "logs.xid: 'Xid=(?P<xid>[0-9]+)' has no group (?P<dev>...): the experiments read "
+            "it from the line",
+        ),
+        (
+            {"logs": {"unhealthy": "marked unhealthy"}},
+            "logs.unhealthy: 'marked unhealthy' has no group (?P<dev>...)",
+        ),
+        ({"logs": {"restart": "restart["}}, "logs.restart: 'restart[' is not a regex"),
+        ({"logs": {"xids": "Xid"}}, "logs.xids: unknown key (expected one of: xid, unhealthy"),
+        ({"logs": "nope.yaml"}, "logs: no file "),
+        ({"logs": ["x"]}, "logs: expected a mapping"),
+        (
+            {"process": "docker"},
+            "process: expected 'gpulab-plugin' or 'nvidia-device-plugin', found 'docker'",
+        ),
     ],
 )
 def test_a_bad_subject_is_one_line_naming_the_file_and_key(
@@ -298,6 +319,46 @@ def test_a_bad_subject_is_one_line_naming_the_file_and_key(
     assert str(e.value).startswith(f"{path}: ")
     assert message in str(e.value)
     assert "\n" not in str(e.value)
+
+
+def test_a_bad_line_in_a_shared_logs_file_names_both_files_and_the_key(tmp_path: Path) -> None:
+    (tmp_path / "logs.yaml").write_text("xid: 'Xid=(?P<xid>[0-9]+) on (?P<dev>'\n")
+    path = write(tmp_path, {**MINE, "logs": "logs.yaml"})
+    with pytest.raises(SubjectError) as e:
+        subject.load(path)
+    assert str(e.value).startswith(f"{path}: logs: {tmp_path / 'logs.yaml'}: xid: 'Xid=")
+    assert "is not a regex" in str(e.value) and "\n" not in str(e.value)
+
+
+def test_a_logs_file_is_read_relative_to_the_subject_file(tmp_path: Path) -> None:
+    (tmp_path / "shared").mkdir()
+    (tmp_path / "shared" / "logs.yaml").write_text("xid: 'Xid (?P<xid>[0-9]+) on (?P<dev>\\S+)'\n")
+    s = subject.load(write(tmp_path, {**MINE, "logs": "shared/logs.yaml"}))
+    assert s.logs.xid == r"Xid (?P<xid>[0-9]+) on (?P<dev>\S+)"
+    assert s.logs.unstated == ["unhealthy", "healthy", "registered", "restart"]
+
+
+def test_the_subjects_of_one_plugin_name_one_logs_file() -> None:
+    """No line written twice: every subject that runs gpulab's plugin (or NVIDIA's) names
+    its plugin's file; NVIDIA's states no Healthy line (it never marks one Healthy)."""
+    files: dict[str, set[str]] = {}
+    for p in sorted(subject.SUBJECTS_DIR.glob("*.yaml")):
+        data = yaml.safe_load(p.read_text())
+        files.setdefault(data["process"], set()).add(data["logs"])
+    assert files == {"gpulab-plugin": {"logs/gpulab.yaml"},
+                     "nvidia-device-plugin": {"logs/nvidia.yaml"}}  # fmt: skip
+    found = {s.name: s for s in subject.shipped()}
+    assert found["gpulab"].logs.unstated == []
+    assert found["nvidia-v0.17.4"].logs.unstated == ["healthy"]
+    assert found["nvidia-v0.17.4"].logs == found["nvidia-cdi-v0.19.3"].logs
+
+
+def test_examples_state_no_log_lines_nor_a_process() -> None:
+    for s in subject.examples():
+        assert s.logs.unstated == list(subject.LOG_GROUPS)
+        said = r"subject\.yaml: process is not stated, and the node tier reads it: state one of "
+        with pytest.raises(subject.Unstated, match=said + r"gpulab-plugin \| nvidia-device-plugin"):
+            s.process  # noqa: B018
 
 
 def test_a_manifest_without_a_daemonset_is_refused(tmp_path: Path) -> None:

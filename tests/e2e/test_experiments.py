@@ -10,7 +10,9 @@ from pathlib import Path
 import pytest
 
 from clusters import dra, spec
+from clusters import subject as subjects
 from clusters.lab import Lab
+from clusters.subject import Logs
 from e2e import experiments as ex
 from e2e import report
 from e2e.recording import (
@@ -230,7 +232,8 @@ def test_ecc_sends_the_driver_s_xid_48_unless_xid_is_false() -> None:
 # -- plugin log lines
 
 
-def test_parse_log_reads_both_plugins_lines_with_containerd_timestamps() -> None:
+def test_parse_log_reads_the_lines_a_subject_states_with_containerd_timestamps() -> None:
+    """gpulab's plugin logs NVIDIA's words, so its subject's lines read NVIDIA's too."""
     t0 = 1_700_000_000 * 10**9
     text = "\n".join([
         "2023-11-14T22:13:21.000500000Z 2023-11-14 22:13:21,000 I XidCriticalError: Xid=79 "
@@ -245,7 +248,7 @@ def test_parse_log_reads_both_plugins_lines_with_containerd_timestamps() -> None
         "2023-11-14T22:13:25Z 'nvidia.com/gpu' device marked healthy: GPU-a",
         "garbage line without a stamp",
     ])  # fmt: skip
-    lines = parse_log(text, "n1", t0)
+    lines = parse_log(text, "n1", t0, subjects.load("gpulab").logs)
     got = [(round(x.t, 4), x.event, x.device, x.healthy, x.xid) for x in lines]
     assert got == [
         (1.0005, "xid", "GPU-a", None, 79),
@@ -254,6 +257,87 @@ def test_parse_log_reads_both_plugins_lines_with_containerd_timestamps() -> None
         (3.0, "registered", "", None, None),
         (5.0, "update", "GPU-a", True, None),
     ]
+
+
+# What each plugin logs, as it logs it: its registration from a recorded run of both
+# (tests/fakenvml/data/h100), the rest in the words of its source (plugin/health.py and
+# main.py; NVIDIA's health.go, server.go, main.go).
+RECORDED = Path(__file__).parents[1] / "fakenvml" / "data" / "h100" / "h100-plugins.txt"
+
+
+def registered_line(section: str) -> str:
+    block = RECORDED.read_text().split(f"== {section}\n", 1)[1].split("\n== ", 1)[0]
+    return next(ln for ln in block.splitlines() if "Registered device plugin" in ln)
+
+
+SAID = {
+    "gpulab-plugin": [
+        "2026-11-23 05:41:03,001 I XidCriticalError: Xid=79 on Device=GPU-a (gi=-1, ci=-1); "
+        "marking device as unhealthy.",
+        "2026-11-23 05:41:03,002 I 'nvidia.com/gpu' device marked unhealthy: GPU-a (Xid 79)",
+        "2026-11-23 05:41:04,000 I 'nvidia.com/gpu' device marked healthy: GPU-a",
+        registered_line("ours"),
+        "2026-11-23 05:41:05,000 I inotify: /var/lib/kubelet/device-plugins/kubelet.sock "
+        "created, re-registering.",
+    ],
+    "nvidia-device-plugin": [
+        "I1123 05:41:03.001000     536 health.go:158] XidCriticalError: Xid=79 on "
+        "Device=GPU-a; marking device as unhealthy.",
+        "I1123 05:41:03.002000     536 server.go:279] 'nvidia.com/gpu' device marked "
+        "unhealthy: GPU-a",
+        "I1123 05:41:04.000000     536 server.go:279] 'nvidia.com/gpu' device marked healthy: "
+        "GPU-a",  # never logged by it: not stated, so not read
+        registered_line("nvidia v0.19.3"),
+        "I1123 05:41:05.000000     536 main.go:180] inotify: /var/lib/kubelet/device-plugins/"
+        "kubelet.sock created, restarting.",
+    ],
+}
+READ = {
+    "gpulab-plugin": [
+        ("xid", "GPU-a", None, 79), ("update", "GPU-a", False, None),
+        ("update", "GPU-a", True, None), ("registered", "", None, None),
+        ("restart", "", None, None),
+    ],
+    "nvidia-device-plugin": [
+        ("xid", "GPU-a", None, 79), ("update", "GPU-a", False, None),
+        ("registered", "", None, None), ("restart", "", None, None),
+    ],
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("subject", subjects.shipped(), ids=lambda s: s.name)
+def test_a_shipped_subjects_lines_read_its_plugins_log(subject: subjects.Subject) -> None:
+    program = subject.process  # which plugin runs: the words it logs
+    text = "\n".join(f"2026-11-23T05:41:0{k}Z {line}" for k, line in enumerate(SAID[program]))
+    got = parse_log(text, "n1", 0, subject.logs, "nvidia.com/gpu")
+    assert [(x.event, x.device, x.healthy, x.xid) for x in got] == READ[program]
+
+
+def test_a_registration_counts_for_the_subjects_resource_only() -> None:
+    logs = subjects.load("nvidia-mig").logs
+    text = "\n".join([
+        "2026-11-23T05:41:01Z Registered device plugin for 'nvidia.com/mig-1g.10gb' with Kubelet",
+        "2026-11-23T05:41:02Z Registered device plugin for 'nvidia.com/mig-2g.20gb' with Kubelet",
+    ])  # fmt: skip
+    got = parse_log(text, "n1", 0, logs, "nvidia.com/mig-1g.10gb")
+    assert [x.text.split("'")[1] for x in got] == ["nvidia.com/mig-1g.10gb"]
+
+
+def test_the_dra_driver_states_its_xid_line_and_nothing_else() -> None:
+    text = (
+        "2026-11-23T05:41:01Z I1123 05:41:01.000000 1 device_health.go:201] Sending "
+        "XID=79 health event for device GPU-d1\n"
+        "2026-11-23T05:41:02Z Registered device plugin for 'nvidia.com/gpu' with Kubelet"
+    )
+    got = parse_log(text, "n1", 0, dra.DraDriver.logs)
+    assert [(x.event, x.device, x.xid) for x in got] == [("xid", "GPU-d1", 79)]
+    assert dra.DraDriver.logs.unstated == ["unhealthy", "healthy", "registered", "restart"]
+
+
+def test_a_subject_that_states_no_lines_reads_none() -> None:
+    text = "\n".join(f"2026-11-23T05:41:0{k}Z {line}" for k, line in
+                     enumerate(SAID["gpulab-plugin"]))  # fmt: skip
+    assert parse_log(text, "n1", 0, Logs()) == []
 
 
 # -- a recorded run, rendered
@@ -365,6 +449,24 @@ def test_report_renders_markdown_csv_and_png(tmp_path: Path) -> None:
     assert Recording.load(tmp_path / "recording.json") == sample_recording()
 
 
+def test_a_report_says_not_stated_where_the_subject_states_no_line(tmp_path: Path) -> None:
+    """A plugin whose file states no Xid or update line: its cells say so, never blank; a
+    check of such lines fails saying why; an Xid's update is still given to it."""
+    rec = sample_recording()
+    rec.unstated_logs = ["xid", "unhealthy", "healthy", "restart"]
+    rec.log = [x for x in rec.log if x.event == "update"]  # what it logs, unread: kept here
+    outcomes = report.write(rec, tmp_path)
+    md = (tmp_path / "report.md").read_text()
+    assert "| 3x Xid 79 in 20 ms | not stated | not stated | 2.600 (4→3) |" in md
+    assert "| a | 4 | not stated | not stated | 0 |" in md
+    assert "- Not stated in its subject file (`logs:`): xid, unhealthy, healthy, restart" in md
+    (check,) = [o for o in outcomes if "plugin on lab-a" in o.text]
+    assert not check.passed and check.observed.startswith("not stated")
+    assert "not stated" not in (report.write(sample_recording(), tmp_path / "all") and
+                                (tmp_path / "all" / "report.md").read_text())  # fmt: skip
+    assert Recording.load(tmp_path / "recording.json").unstated_logs == rec.unstated_logs
+
+
 def dra_recording() -> Recording:
     """A DRA lab: Xid 79 on lab-a GPU 1 at 2.0 s, the driver's line 5 ms later and the
     device's taint in the 2.2 s sample; Xid 13 (ignored: effect None) on GPU 2 at 3.0 s; a
@@ -408,6 +510,7 @@ def dra_recording() -> Recording:
         rec.samples.append(Sample(t, {"dra-worker": [0, 0, "1"]}, {},
                                   {"dra-worker": taints} if taints else {}))  # fmt: skip
     rec.actions.append(ActionRun(3, "restart_plugin", "restart the plugin's pods", 6, 6, 6.9))
+    rec.unstated_logs = dra.DraDriver.logs.unstated  # as the runner records it
     return rec
 
 
@@ -446,6 +549,7 @@ def test_a_dra_report_shows_taints_not_allocatable(tmp_path: Path) -> None:
     assert "| injected → device taint in API | 3 |" in md
     assert "| worker | 3 | 2 | 3 (0 → 1 → 2 → 0) |" in md
     assert "| tainted before |" in md and "allocatable" not in md.split("## Faults")[1]
+    assert "not stated" not in md  # the driver's one line is all its report reads
     assert Recording.load(tmp_path / "recording.json") == dra_recording()
 
 

@@ -16,7 +16,6 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 
 import grpc
 import pytest
@@ -25,17 +24,19 @@ from clusters import subject as subject_mod
 from clusters.subject import Subject
 from fakenvml.node import NodeDir
 from plugin.api.v1beta1 import HEALTHY
-from standin import Kubelet, gpulab
+from standin import Kubelet
 from standin.process import PluginProcess
+from standin.subjects import node_subjects, program
 
 R = "nvidia.com/gpu"
 H100 = "H100-SXM5-80GB"
 
 
-# The shipped subjects (clusters/subjects/): what each is expected to do comes from its file.
-# This tier starts each plugin as a process with its default config; the time-sliced
-# configs (their config lives in their manifests) run in the container and cluster tiers.
-SUBJECTS = [s for s in subject_mod.shipped() if not s.expects.time_sliced]
+# The shipped subjects (clusters/subjects/): what each is expected to do, and which program
+# runs it (`process:`), comes from its file. This tier starts each plugin as a process with
+# its default config; the time-sliced configs (their config lives in their manifests) run
+# in the container and cluster tiers.
+SUBJECTS = [s for s in node_subjects(subject_mod.shipped()) if not s.expects.time_sliced]
 pytestmark = pytest.mark.parametrize("subject", SUBJECTS, ids=lambda s: s.name)
 
 
@@ -51,23 +52,16 @@ def start(
     subject: Subject,
     kubelet: Kubelet,
     fake_node: Callable[..., NodeDir],
-    run_plugin: Callable[..., PluginProcess],
-    nvidia_plugin: Callable[..., PluginProcess],
-    tmp_path: Path,
+    subject_plugin: Callable[..., PluginProcess],
 ) -> Callable[[int], Running]:
     """start(count): the subject on `count` H100s, registered, listing them all, and its
     health loop waiting on NVML events (faults from then on reach it)."""
 
     def run(count: int = 8) -> Running:
         node = fake_node({"gpus": [{"profile": H100, "count": count}]})
-        if subject.source.stem == "gpulab":  # ours runs as a process from the checkout
-            plugin = run_plugin(*gpulab.command(kubelet.dir, node.path, tmp_path))
-            kubelet.wait_devices(R, count, timeout=30)
-            gpulab.ready(plugin)
-        else:
-            plugin = nvidia_plugin(subject.version, node)
-            kubelet.wait_devices(R, count, timeout=30)
-            plugin.wait_event_wait()
+        plugin = subject_plugin(subject, node)
+        kubelet.wait_devices(R, count, timeout=30)
+        program(subject).ready(plugin)
         return Running(node, [g.uuid for g in node.node().gpus], plugin)
 
     return run

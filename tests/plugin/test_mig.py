@@ -18,11 +18,12 @@ from clusters import subject as subject_mod
 from clusters.subject import Subject
 from fakenvml import driver, library, mig
 from fakenvml.node import NodeDir
-from standin import Kubelet, gpulab
+from standin import Kubelet
 from standin.kubelet import StandinError
 from standin.process import PluginProcess
+from standin.subjects import node_subjects, program
 
-MIG_SUBJECTS = [s for s in subject_mod.shipped() if s.expects.mig != "none"]
+MIG_SUBJECTS = [s for s in node_subjects(subject_mod.shipped()) if s.expects.mig != "none"]
 pytestmark = [
     pytest.mark.parametrize("subject", MIG_SUBJECTS, ids=lambda s: s.name),
     pytest.mark.needs("mig"),  # a MIG subject runs only scenarios that need MIG
@@ -52,14 +53,13 @@ def start(
     subject: Subject,
     kubelet: Kubelet,
     fake_node: Callable[..., NodeDir],
-    run_plugin: Callable[..., PluginProcess],
-    nvidia_plugin: Callable[..., PluginProcess],
+    subject_plugin: Callable[..., PluginProcess],
     tmp_path: Path,
 ) -> Callable[..., Running]:
     """start(device_specs=False): the subject's plugin over two H100s in LAYOUT, every
     resource listed. With device specs, the driver root (its /dev nodes too) is where each
     plugin takes device nodes from: ours by --dev-root, NVIDIA's by PASS_DEVICE_SPECS and
-    NVIDIA_DEV_ROOT."""
+    NVIDIA_DEV_ROOT (standin/subjects.py)."""
 
     def run(device_specs: bool = False) -> Running:
         strategy = subject.expects.mig
@@ -69,24 +69,19 @@ def start(
         root = tmp_path / "driver-root"  # where nvidia.command puts it too
         if device_specs:
             assert driver.install(root, node.node()).no_device_nodes == ""
-        env = {"MIG_STRATEGY": strategy}
-        if subject.name.startswith("gpulab"):
-            argv, full = gpulab.command(kubelet.dir, node.path, tmp_path, env)
-            dev_root = ["--dev-root", str(root / "dev")] if device_specs else []
-            plugin = run_plugin([*argv, *dev_root], full)
-        else:
-            # As the subject's DaemonSet: v0.17 looks for NVML by name before it uses MIG.
-            env["LD_LIBRARY_PATH"] = str(library.path().parent)
-            if device_specs:
-                env |= {"PASS_DEVICE_SPECS": "true", "NVIDIA_DEV_ROOT": str(root)}
-            plugin = nvidia_plugin(subject.version, node, env)
+        # As the subjects' DaemonSets: NVIDIA's v0.17 looks for NVML by name before it uses
+        # MIG (ours is given the same path by its command).
+        env = {"MIG_STRATEGY": strategy, "LD_LIBRARY_PATH": str(library.path().parent)}
+        args: list[str] = []
+        how = program(subject)
+        if device_specs:
+            args, more = how.device_specs(root)
+            env |= more
+        plugin = subject_plugin(subject, node, env, args)
         want = resources(strategy, mig.devices(node))
         for name, devices in want.items():
             kubelet.wait_devices(name, len(devices), timeout=30)
-        if subject.name.startswith("gpulab"):
-            gpulab.ready(plugin)
-        else:
-            plugin.wait_event_wait()
+        how.ready(plugin)
         return Running(node, plugin, want)
 
     return run
