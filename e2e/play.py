@@ -37,14 +37,14 @@ def run(file: str, subject: str | None, out: Path | None, reset: bool, console: 
     exp = ex.load(file)
     if subject:
         exp = exp.model_copy(update={"subject": subject})
-    ex.check_lab(exp, file)
+    checked = ex.check_lab(exp, file)  # the spec the lab then runs: loaded once
     try:
         chosen = load_subject(exp.subject)
     except SubjectError as e:
         console.print(f"[red]gpulab: error:[/] {e}")
         return 2
     try:
-        lab = Lab(exp.lab, subject=chosen, console=console)
+        lab = Lab(checked, subject=chosen, console=console)
         out = out or OUT / f"{exp.name}{lab.serving.report_suffix}"
         lab.up()
         rec = Runner(exp, lab, console, reset_after=reset).run()

@@ -75,6 +75,59 @@ def test_the_readme_is_a_front_page() -> None:
     assert "`make test`" in text and ".ci/run" in text
 
 
+_TARGET = re.compile(r"^([a-z][a-z0-9-]*):(?!=)", re.M)
+_TABLE_COMMAND = re.compile(r"`make ([a-z][a-z0-9-]*)")
+
+
+def make_targets() -> tuple[set[str], set[str]]:
+    """(every target of the Makefile and the files it includes, the internal ones)."""
+    files = [REPO / "Makefile", REPO / "ci" / "cluster.mk"]
+    targets = {t for f in files for t in _TARGET.findall(f.read_text())}
+    internal = re.search(r"^INTERNAL_TARGETS := (.*)$", files[0].read_text(), re.M)
+    assert internal, "Makefile: no INTERNAL_TARGETS line"
+    return targets, set(internal[1].split())
+
+
+def table_commands(path: Path) -> set[str]:
+    """The `make X` commands named in the first cell of a table row."""
+    rows = (line.split("|")[1] for line in path.read_text().splitlines() if line.startswith("| `make"))
+    return {t for cell in rows for t in _TABLE_COMMAND.findall(cell)}
+
+
+@pytest.mark.parametrize("name", ["README.md", "docs/index.md"])
+def test_the_command_table_lists_every_make_target_but_the_internal_ones(name: str) -> None:
+    targets, internal = make_targets()
+    assert internal <= targets, f"INTERNAL_TARGETS names no target: {internal - targets}"
+    listed = table_commands(REPO / name)
+    assert listed - targets == set(), f"{name} lists commands the Makefile lacks"
+    assert targets - internal - listed == set(), f"{name}'s command table lacks these"
+
+
+_LAB_LIST = re.compile(r"the ([a-z][\w-]*(?:, [a-z][\w-]*)*,? and [a-z][\w-]*) labs")
+_LAB_FILES = re.compile(r"`clusters/\{([a-z,-]+)\}\.yaml`")
+
+
+def lab_lists(text: str) -> list[set[str]]:
+    """Each line's labs as prose names them ("the seed, hetero and mig labs", all such
+    lists of the line together) or as a file pattern (`clusters/{seed,hetero}.yaml`)."""
+    found = []
+    for line in text.splitlines():
+        names = {n for m in _LAB_LIST.findall(line) for n in re.split(r",? and |, ", m)}
+        names |= {n for m in _LAB_FILES.findall(line) for n in m.split(",")}
+        if names:
+            found.append(names)
+    return found
+
+
+@pytest.mark.parametrize("name", ["README.md", "docs/index.md", "docs/labs.md"])
+def test_lists_of_the_labs_name_every_shipped_lab(name: str) -> None:
+    shipped = {p.stem for p in (REPO / "clusters").glob("*.yaml")}
+    lists = lab_lists((REPO / name).read_text())
+    assert lists, f"{name} lists no labs: the check reads nothing"
+    for names in lists:
+        assert names == shipped, f"{name}: a list of labs says {sorted(names)}"
+
+
 def test_the_checks_see_links_and_anchors(tmp_path: Path) -> None:
     """The helpers above against a page whose answers are known."""
     page = tmp_path / "page.md"
@@ -90,3 +143,6 @@ def test_the_checks_see_links_and_anchors(tmp_path: Path) -> None:
         "top-1",
     }
     assert links(page) == ["other.md#y"]
+    assert lab_lists("then the seed, hetero and mig labs; the dra and stock labs\n"
+                     "specs (`clusters/{seed,wide}.yaml`)") == [
+        {"seed", "hetero", "mig", "dra", "stock"}, {"seed", "wide"}]  # fmt: skip
