@@ -90,7 +90,8 @@ def make_targets() -> tuple[set[str], set[str]]:
 
 def table_commands(path: Path) -> set[str]:
     """The `make X` commands named in the first cell of a table row."""
-    rows = (line.split("|")[1] for line in path.read_text().splitlines() if line.startswith("| `make"))
+    lines = path.read_text().splitlines()
+    rows = (line.split("|")[1] for line in lines if line.startswith("| `make"))
     return {t for cell in rows for t in _TABLE_COMMAND.findall(cell)}
 
 
