@@ -142,7 +142,7 @@ LAB ?= seed
 # The plugins under test: shipped subject names (gpulab, nvidia, nvidia-v0.17.4, the
 # time-slicing configs gpulab-timeslicing, nvidia-timeslicing, the CDI config nvidia-cdi,
 # the MIG configs gpulab-mig, nvidia-mig (mixed) and gpulab-mig-single, nvidia-mig-single,
-# NVIDIA's Helm chart nvidia-helm) or subject files (clusters/subject.py), comma-separated.
+# NVIDIA's Helm chart nvidia-helm) or subject files (clusters/subjects/subject.py), comma-separated.
 # `make infra` builds their images where a subject says `image: {build: DIR}` and fetches
 # the Go modules their charts come from; `make cluster` deploys the first. nvidia-helm is
 # not in the default list until its one unexplained cluster-tier failure is

@@ -4,7 +4,7 @@
 # (Debian's) over every `run:` script. Then shellcheck over the project's own scripts.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-source clusters/nodeimage/lib.sh
+source clusters/infra/nodeimage/lib.sh
 
 if ! command -v shellcheck >/dev/null; then
   log "actionlint: installing shellcheck"
@@ -28,7 +28,7 @@ fi
 workflows=(.github/workflows/*.yml examples/*/.github/workflows/*.yml)
 "$bin/actionlint" -shellcheck=shellcheck "${workflows[@]}"
 # Every shell script of ours, at warning level (style notes are not failures).
-mapfile -t scripts < <(git ls-files '*.sh' .ci/run clusters/nodeimage/files/usr/local/bin/entrypoint)
+mapfile -t scripts < <(git ls-files '*.sh' .ci/run clusters/infra/nodeimage/files/usr/local/bin/entrypoint)
 shellcheck -x -S warning "${scripts[@]}"
 # action.yml's run: scripts, which actionlint does not shellcheck (it checks only the
 # inputs a workflow passes to it), as ci/run-action.py resolves them.

@@ -15,7 +15,7 @@
 # and does nothing. Idempotent; nothing happens once the binaries are in the cache.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-source clusters/nodeimage/lib.sh
+source clusters/infra/nodeimage/lib.sh
 
 SOURCES=/etc/apt/sources.list.d/gpulab-nonfree.sources
 PREFS=/etc/apt/preferences.d/gpulab-nonfree

@@ -1,6 +1,6 @@
 """What `make infra` built, as labs, subjects and tests read it.
 
-The build steps (clusters/infra.py) record what they made in $GPULAB_CACHE/infra.json
+The build steps (clusters/infra/infra.py) record what they made in $GPULAB_CACHE/infra.json
 (`Products`). Labs and test fixtures only *use* it, through `require()` and `helm()`:
 when something is missing they fail at once with one line that names `make infra`
 (`InfraMissing`). Nothing here builds, so no test timeout ever wraps a build.
@@ -21,8 +21,9 @@ from clusters import versions
 from clusters.steps import StepError
 from fakenvml import library, paths
 
-# The scripts are package data (clusters/scripts, clusters/nodeimage, clusters/images),
-# named relative to ROOT: the checkout, or site-packages for an installed package.
+# The scripts are package data (clusters/infra/scripts, clusters/infra/nodeimage,
+# clusters/infra/images), named relative to ROOT: the checkout, or site-packages for an
+# installed package.
 ROOT = Path(__file__).resolve().parents[1]
 MAKE_INFRA = "run `make infra`" if paths.checkout() else "run `gpulab infra`"
 # What a GPU node runs, and all the gpulab image holds of gpulab (with the `[project]
@@ -89,8 +90,8 @@ def tree_key() -> str:
     pins = ROOT / "pyproject.toml" if paths.checkout() else _dist_info() / "METADATA"
     files: list[Path] = [
         pins,
-        ROOT / "clusters/images/gpulab.Dockerfile",
-        ROOT / "clusters/images/build.sh",
+        ROOT / "clusters/infra/images/gpulab.Dockerfile",
+        ROOT / "clusters/infra/images/build.sh",
         library.default_path(),
     ]
     for pkg in NODE_PACKAGES:

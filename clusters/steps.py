@@ -1,8 +1,8 @@
 """Small pieces the lab's steps are made of: kind, manifests, polls with deadlines.
 
-The machine-level work (engine, kind, images) is clusters/infra.py's (`make infra`); labs
+The machine-level work (engine, kind, images) is clusters/infra/infra.py's (`make infra`); labs
 do the cluster-level work through kind, the docker SDK and the kubernetes client. Every
-wait has a deadline and says what it saw (node status is watched: clusters/capacity.py).
+wait has a deadline and says what it saw (node status is watched: clusters/labs/capacity.py).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import urllib3
 import yaml
 
 REPO = Path(__file__).resolve().parents[1]
-MANIFESTS = Path(__file__).resolve().parent / "manifests"
+MANIFESTS = Path(__file__).resolve().parent / "charts" / "manifests"
 
 
 class StepError(Exception):

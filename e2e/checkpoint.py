@@ -7,7 +7,7 @@ import base64
 import json
 from collections.abc import Iterable, Sequence
 
-from clusters.lab import Lab
+from clusters.labs.lab import Lab
 
 PATH = "/var/lib/kubelet/device-plugins/kubelet_internal_checkpoint"
 

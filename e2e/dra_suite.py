@@ -1,11 +1,11 @@
 """NVIDIA's DRA driver's own test suite run against a gpulab lab: the bats files of the
 driver's Go module (tests/bats), those of its `tests-mock-nvml` target (the tests meant for
 CPU-only nodes and a mock NVML), each installing the driver from the module's own chart as
-upstream's CI does, on the `stock` lab's fake GPUs (clusters/stock.yaml).
+upstream's CI does, on the `stock` lab's fake GPUs (clusters/labs/stock.yaml).
 
 The suite runs unchanged, from the module. What gpulab supplies where upstream's runner has
 a registry and the internet (docs/dra-driver.md, "The driver's own suite"):
-- the runner: the `bats` image (clusters/images/build.sh), as the suite's Dockerfile makes
+- the runner: the `bats` image (clusters/infra/images/build.sh), as the suite's Dockerfile makes
   it (bats-core, its three libraries at /bats-libraries, jq, yq, kubectl, helm);
 - the chart: the module's, its image values pointed at the driver image `make infra`
   built (the suite's `TEST_CHART_LOCAL` way, whose images must be on the nodes already);
@@ -41,11 +41,13 @@ import yaml
 from rich.console import Console
 from rich.table import Table
 
-from clusters import built, chart, dra, fakegpus, kindconfig
-from clusters.lab import Lab
+from clusters import built
+from clusters.charts import chart
+from clusters.labs import dra, fakegpus, kindconfig
+from clusters.labs.lab import Lab
 from fakenvml import docblock
 
-LAB = "stock"  # shared with e2e/test_stock.py, which runs after (clusters/stock.yaml)
+LAB = "stock"  # shared with e2e/test_stock.py, which runs after (clusters/labs/stock.yaml)
 TARGET = "tests-mock-nvml"  # the suite's Makefile target for CPU-only nodes and a mock NVML
 SUITE_DIR = "tests/bats"
 # The suite's CI sets these so (its Makefile, CI branch): 20 pods sharing one claim, once.

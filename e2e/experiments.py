@@ -20,7 +20,7 @@ delete_pod, restart_kubelet, stop_plugin / start_plugin (on a node), restart_plu
 Checks (`check:`): allocatable, capacity, changes, plugin_log, pod, devices_healthy,
 taints, mig_devices.
 
-A lab with `dra:` (clusters/dra.yaml) runs NVIDIA's DRA driver instead of a device plugin
+A lab with `dra:` (clusters/labs/dra.yaml) runs NVIDIA's DRA driver instead of a device plugin
 (`subject:` is not used): `create_pod` makes a ResourceClaimTemplate of `gpus` GPUs (1 by
 default) matching the CEL `selector:`, or with `mig: <profile>` (`1g.10gb`) of `gpus` MIG
 devices of that profile, and the pod uses a claim from it; `restart_plugin`
@@ -44,10 +44,10 @@ from typing import Annotated, Any, Literal, Union
 
 from pydantic import AliasChoices, Field, create_model, field_validator, model_validator
 
-from clusters import dra
-from clusters import spec as labspec
-from clusters.serving import NoPlugin
-from clusters.subject import SubjectName
+from clusters.labs import dra
+from clusters.labs import spec as labspec
+from clusters.labs.serving import NoPlugin
+from clusters.subjects.subject import SubjectName
 from e2e.pods import SPECS
 from fakenvml import faults, mig, yamlmodel
 from fakenvml.yamlmodel import Duration, LoadError, Strict, seconds
@@ -368,7 +368,7 @@ class Taints(_Check):
     equals: int = Field(ge=0)
 
     def matches(self, taint: str) -> bool:
-        """`taint` as clusters.dra.taint_text writes it: key=value:effect."""
+        """`taint` as clusters.labs.dra.taint_text writes it: key=value:effect."""
         if self.key is None:
             return True
         key = taint.split(":")[0].split("=")[0]

@@ -26,15 +26,15 @@ from typing import Any, Literal
 
 import pytest
 
-from clusters import spec
 from clusters.built import InfraMissing
-from clusters.dra import DraDriver
-from clusters.lab import Lab
-from clusters.spec import SpecError
+from clusters.labs import spec
+from clusters.labs.dra import DraDriver
+from clusters.labs.lab import Lab
+from clusters.labs.spec import SpecError
 from clusters.steps import StepError
-from clusters.subject import Subject, SubjectError, Unstated
-from clusters.subject import load as load_subject
-from clusters.subject import names as subject_names
+from clusters.subjects.subject import Subject, SubjectError, Unstated
+from clusters.subjects.subject import load as load_subject
+from clusters.subjects.subject import names as subject_names
 from e2e import htmlreport
 from e2e.pods import Pods
 from e2e.verdict import KUBERNETES, Cell, Verdict, summary
@@ -512,7 +512,7 @@ def namespaced_pods(lab: Lab) -> Iterator[Pods]:
 
 def recovering_gpus(lab: Lab) -> Iterator[Callable[[str], NodeDir]]:
     """get(node) -> NodeDir: inject/recover on that node's GPUs from the host. Afterwards,
-    where a GPU had a fault meanwhile, the lab heals (clusters/serving.py `heal`: faulted
+    where a GPU had a fault meanwhile, the lab heals (clusters/labs/serving.py `heal`: faulted
     GPUs recovered, what serves them restarted where it would not come back by itself,
     until its signal shows every device). A subject that says it recovers but came back
     only after a restart fails the test: the restart keeps it from spilling further."""

@@ -26,11 +26,11 @@ def run(file: str, subject: str | None, out: Path | None, reset: bool, console: 
     instead of the file's when given; its report in `out` (default: out/experiments/<name>
     and what serves the lab adds: `-<subject>` for a device plugin, nothing for NVIDIA's
     DRA driver)."""
-    from clusters.lab import Lab
-    from clusters.spec import SpecError
+    from clusters.labs.lab import Lab
+    from clusters.labs.spec import SpecError
     from clusters.steps import StepError
-    from clusters.subject import SubjectError
-    from clusters.subject import load as load_subject
+    from clusters.subjects.subject import SubjectError
+    from clusters.subjects.subject import load as load_subject
     from e2e import report
     from e2e.runner import Runner
 

@@ -18,14 +18,14 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from kubernetes.stream import stream
 
-from clusters.subject import DeviceIds
+from clusters.subjects.subject import DeviceIds
 from e2e import checkpoint
 from fakenvml import mig
 from fakenvml.mig import MigDevice
 from fakenvml.model import Gpu
 
 if TYPE_CHECKING:
-    from clusters.lab import Lab
+    from clusters.labs.lab import Lab
 
 SPECS = Path(__file__).resolve().parent / "specs"
 

@@ -84,7 +84,7 @@ class Sample:
     # DRA labs: node -> device -> its taints (key=value:effect); untainted devices left out
     taints: dict[str, dict[str, list[str]]] = field(default_factory=dict)
     # Experiments that use MIG: node -> the MIG devices in its fake state (the DRA driver's
-    # names, clusters.dra.made_mig_devices) -> their GPU's index
+    # names, clusters.labs.dra.made_mig_devices) -> their GPU's index
     mig: dict[str, dict[str, int]] = field(default_factory=dict)
 
 

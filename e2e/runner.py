@@ -10,10 +10,10 @@ goes away and at the end. Before and after, every GPU faulted is recovered, plug
 back on their nodes and the experiment's pods are gone, so runs do not leak into each
 other.
 
-What serves the lab's GPUs (`lab.serving`, clusters/serving.py) is asked, never branched
+What serves the lab's GPUs (`lab.serving`, clusters/labs/serving.py) is asked, never branched
 on: how a pod asks for GPUs (NVIDIA's DRA driver: a claim from a ResourceClaimTemplate per
 create_pod), what it was given, where faults show (a driver whose signal is taints: the
-sampler reads its ResourceSlices too) and how the lab heals (clusters/serving.py `heal`).
+sampler reads its ResourceSlices too) and how the lab heals (clusters/labs/serving.py `heal`).
 """
 
 from __future__ import annotations
@@ -26,11 +26,11 @@ from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 from rich.console import Console
 
-from clusters import dra
-from clusters.lab import RESOURCE, Lab
+from clusters.labs import dra
+from clusters.labs.lab import RESOURCE, Lab
 from clusters.steps import StepError
-from clusters.subject import LOG_RESOURCE, Logs
-from clusters.subject import load as load_subject
+from clusters.subjects.subject import LOG_RESOURCE, Logs
+from clusters.subjects.subject import load as load_subject
 from e2e import experiments as ex
 from e2e.pods import Pods, load_spec
 from e2e.recording import ActionRun, Fault, LogLine, PodInfo, Recording, Sample
@@ -366,7 +366,7 @@ class Runner:
 
     def _reset(self, when: str) -> None:
         """No experiment pods (nor what they left: claims), every GPU healthy and what
-        serves them showing every device again (clusters/serving.py `heal`)."""
+        serves them showing every device again (clusters/labs/serving.py `heal`)."""
         t0 = time.monotonic()
         self.lab.ensure_namespace(self.exp.namespace)
         self.pods.delete_all()

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import pytest
 
-from clusters import spec
-from clusters.lab import Lab
-from clusters.subject import Subject
+from clusters.labs import spec
+from clusters.labs.lab import Lab
+from clusters.subjects.subject import Subject
 from e2e import cdi, checkpoint
 from e2e.pods import DEVICE_NODE, Pods
 from e2e.verdict import Verdict

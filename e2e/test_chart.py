@@ -4,7 +4,7 @@ labelled into a pool by the test, `helm upgrade --install` with the plugin of ch
 `helm test`, faults from outside with `fakenvml --node` (pod exec through the API: this
 node's state dir is nowhere on the host), a switch of plugins, and values the chart
 refuses without touching the release. The labs install their fake GPUs through the same
-chart (clusters/fakegpus.py); test_lab_release_passes_helm_test runs its checks there.
+chart (clusters/labs/fakegpus.py); test_lab_release_passes_helm_test runs its checks there.
 """
 
 from __future__ import annotations
@@ -17,11 +17,13 @@ from dataclasses import dataclass
 import pytest
 import yaml
 
-from clusters import built, chart, fakegpus, kindconfig, versions
-from clusters.capacity import node_gpus
-from clusters.host import Host
+from clusters import built, versions
+from clusters.charts import chart
 from clusters.kube import Kube, ready
-from clusters.lab import LABS_ROOT, Lab
+from clusters.labs import fakegpus, kindconfig
+from clusters.labs.capacity import node_gpus
+from clusters.labs.host import Host
+from clusters.labs.lab import LABS_ROOT, Lab
 
 CLUSTER = "gpulab-any"
 NODE = f"{CLUSTER}-control-plane"  # one node: kind removes the control-plane taint

@@ -1,4 +1,4 @@
-"""NVIDIA's DRA driver for GPUs (v0.4.1, its own Helm chart; clusters/dra.py) on the `dra`
+"""NVIDIA's DRA driver for GPUs (v0.4.1, its own Helm chart; clusters/labs/dra.py) on the `dra`
 lab's fake GPUs (hetero's three products, a worker each: H100, T4, A100 80 GB), Kubernetes
 v1.37: the ResourceSlices it publishes against each node's fake GPUs, ResourceClaims from
 pods (one GPU, by attribute, unsatisfiable, shared), pods asking `nvidia.com/gpu` served by the
@@ -18,8 +18,8 @@ from collections.abc import Callable, Iterator
 import pytest
 from kubernetes.utils import parse_quantity
 
-from clusters import dra, spec
-from clusters.lab import Lab
+from clusters.labs import dra, spec
+from clusters.labs.lab import Lab
 from e2e.fixtures import NAMESPACE, gpu_node, lab_fixture, namespaced_pods, recovering_gpus
 from e2e.pods import DEVICE_NODE, Pods
 from e2e.verdict import Verdict
@@ -129,7 +129,7 @@ def expected_attributes(gpu: Gpu, gpus: list[Gpu], driver_version: str) -> dict[
         "driverVersion": f"{major}.{minor}.{patch}",
         "resource.kubernetes.io/pciBusID": driver.pci_address(gpu),
         # From the kernel's link /sys/bus/pci/devices/<bus id> in the driver's pod (gpulab's
-        # image shows the fake GPUs there, clusters/images/dra-kubelet-plugin.sh).
+        # image shows the fake GPUs there, clusters/infra/images/dra-kubelet-plugin.sh).
         "resource.kubernetes.io/pcieRoot": pcie_root(gpus, gpu),
     }
 

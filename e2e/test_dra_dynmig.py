@@ -1,4 +1,4 @@
-"""NVIDIA's DRA driver (clusters/dra.py) with its DynamicMIG gate on the `dra-dynmig` lab's
+"""NVIDIA's DRA driver (clusters/labs/dra.py) with its DynamicMIG gate on the `dra-dynmig` lab's
 two H100s, none in MIG mode: the driver publishes each GPU whole and every MIG device it
 could make (Kubernetes' partitionable devices, KEP-4815), makes the MIG device through NVML
 when it prepares a claim for one and destroys it when the claim is released. gpulab's own
@@ -20,9 +20,10 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from clusters import dra, spec, versions
-from clusters.lab import Lab
-from clusters.serving import recover
+from clusters import versions
+from clusters.labs import dra, spec
+from clusters.labs.lab import Lab
+from clusters.labs.serving import recover
 from e2e.fixtures import NAMESPACE, lab_fixture
 from e2e.pods import Pods
 from e2e.verdict import Verdict

@@ -1,6 +1,6 @@
-"""NVIDIA's DRA driver (v0.4.1, clusters/dra.py) with statically made MIG devices, on the
+"""NVIDIA's DRA driver (v0.4.1, clusters/labs/dra.py) with statically made MIG devices, on the
 `dra-mig` lab: one worker, two H100s, GPU 0 whole and GPU 1 in MIG mode with 3g.40gb,
-2g.20gb and 1g.10gb (clusters/dra-mig.yaml). Without its DynamicMIG gate the driver
+2g.20gb and 1g.10gb (clusters/labs/dra-mig.yaml). Without its DynamicMIG gate the driver
 publishes each existing MIG device in place of its GPU, the mig.nvidia.com DeviceClass
 selects them, and preparing a claim for one adds the GPU instance's and the compute
 instance's capability nodes to the parent's /dev/nvidia<minor>.
@@ -22,9 +22,9 @@ from dataclasses import dataclass
 import pytest
 from kubernetes.utils import parse_quantity
 
-from clusters import dra, kindconfig, spec
-from clusters.dra import minor
-from clusters.lab import Lab
+from clusters.labs import dra, kindconfig, spec
+from clusters.labs.dra import minor
+from clusters.labs.lab import Lab
 from e2e.fixtures import NAMESPACE, lab_fixture, namespaced_pods, recovering_gpus
 from e2e.pods import DEVICE_NODE, Pods
 from e2e.test_dra import (

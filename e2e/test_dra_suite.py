@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from clusters.lab import Lab
+from clusters.labs.lab import Lab
 from e2e import dra_suite
 from e2e.dra_suite import Row
 from e2e.fixtures import lab_fixture

@@ -13,8 +13,8 @@ import os
 from collections.abc import Callable
 from pathlib import Path
 
-from clusters.lab import Lab
-from clusters.subject import load as load_subject
+from clusters.labs.lab import Lab
+from clusters.subjects.subject import load as load_subject
 from e2e import experiments, report
 from e2e.fixtures import lab_fixture
 from e2e.recording import Outcome, Recording, layer_stats, mig_lives, traces

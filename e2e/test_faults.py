@@ -14,9 +14,10 @@ from collections.abc import Callable
 
 import pytest
 
-from clusters import spec, versions
-from clusters.lab import Lab
-from clusters.subject import Subject
+from clusters import versions
+from clusters.labs import spec
+from clusters.labs.lab import Lab
+from clusters.subjects.subject import Subject
 from e2e.pods import Pods
 from e2e.timing import fault_seen, pod_health_seen
 from e2e.verdict import Verdict

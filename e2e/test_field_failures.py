@@ -17,9 +17,9 @@ from collections.abc import Callable
 
 import pytest
 
-from clusters import spec
-from clusters.lab import Lab
-from clusters.subject import Subject
+from clusters.labs import spec
+from clusters.labs.lab import Lab
+from clusters.subjects.subject import Subject
 from e2e.pods import Pods
 from e2e.timing import fault_seen
 from e2e.verdict import Verdict

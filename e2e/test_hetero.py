@@ -1,6 +1,6 @@
 """Suites on the `hetero` lab (an A100, an H100 and a T4 worker), for each subject:
 per-node capacity, scheduling by the labels NVIDIA's gpu-feature-discovery writes (product,
-family, memory, count; clusters/features.py) and those labels held to what GFD wrote on a
+family, memory, count; clusters/labs/features.py) and those labels held to what GFD wrote on a
 real H100, multi-container and init-container pods, and devices freed by a deleted pod."""
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from clusters import spec
-from clusters.lab import Lab
-from clusters.subject import Subject
+from clusters.labs import spec
+from clusters.labs.lab import Lab
+from clusters.subjects.subject import Subject
 from e2e.fixtures import gpu_node, lab_fixture, namespaced_pods
 from e2e.pods import Pods
 from e2e.verdict import Verdict

@@ -12,9 +12,9 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from clusters import spec, toolkit
-from clusters.lab import Lab
-from clusters.subject import Subject
+from clusters.labs import spec, toolkit
+from clusters.labs.lab import Lab
+from clusters.subjects.subject import Subject
 from e2e.fixtures import lab_fixture, namespaced_pods
 from e2e.pods import Pods
 from e2e.timing import fault_seen

@@ -1,6 +1,6 @@
 """Restart suites on the `seed` lab, for each whole-GPU plugin: the node's kubelet restarted
 $GPULAB_RESTARTS times (default 20), then the plugin's pod as often. Asserted from the
-kubelet's own metrics (clusters/kubelet_metrics.py): a registration for every restart, capacity
+kubelet's own metrics (clusters/labs/kubelet_metrics.py): a registration for every restart, capacity
 and allocatable restored every time, Allocate served by the new plugin after each of its
 restarts, running pods untouched and no pod failing admission (UnexpectedAdmissionError).
 """
@@ -16,11 +16,11 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from clusters import spec
-from clusters.kubelet_metrics import DeviceMetrics, scrape
-from clusters.lab import Lab
+from clusters.labs import spec
+from clusters.labs.kubelet_metrics import DeviceMetrics, scrape
+from clusters.labs.lab import Lab
 from clusters.steps import poll
-from clusters.subject import Subject
+from clusters.subjects.subject import Subject
 from e2e import checkpoint
 from e2e.fixtures import subjects
 from e2e.pods import Pods

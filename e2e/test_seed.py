@@ -1,6 +1,6 @@
 """The seeds' scenario, end to end on the `seed` lab, for each plugin under test.
 
-Two GPU workers (clusters/seed.yaml); the plugin runs on the first only. test-gpu-8 runs there
+Two GPU workers (clusters/labs/seed.yaml); the plugin runs on the first only. test-gpu-8 runs there
 with 8 distinct GPUs of that node; test-gpu-3 stays Pending (Insufficient nvidia.com/gpu)
 until the plugin starts on the second worker, then runs there. kubelet's checkpoint lists
 exactly what each container got (the plugin's ids, each compared as the GPU it names).
@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from clusters import spec
-from clusters.lab import Lab
-from clusters.subject import Subject
+from clusters.labs import spec
+from clusters.labs.lab import Lab
+from clusters.subjects.subject import Subject
 from e2e import checkpoint
 from e2e.pods import Pods
 from e2e.verdict import Verdict

@@ -1,7 +1,7 @@
 """NVIDIA's device-plugin Helm chart installed the way NVIDIA documents it, at its default
-values, on a lab node that a stock deployment takes for a GPU node (clusters/stock.yaml):
+values, on a lab node that a stock deployment takes for a GPU node (clusters/labs/stock.yaml):
 fake GPUs on its PCI bus and in its /dev, the NVIDIA Container Toolkit as its containerd's
-default runtime in CDI mode (clusters/toolkit.py), NFD running, and no plugin.
+default runtime in CDI mode (clusters/labs/toolkit.py), NFD running, and no plugin.
 
 The values set are only those no cluster without a registry can do without and NVIDIA's
 documented switches: the locally built image (repository, tag), `gfd.enabled=true` (the
@@ -17,9 +17,11 @@ from collections.abc import Callable, Iterator, Sequence
 
 import pytest
 
-from clusters import built, chart, features, spec, versions
-from clusters.lab import Lab
-from clusters.subject import DeviceIds
+from clusters import built, versions
+from clusters.charts import chart
+from clusters.labs import features, spec
+from clusters.labs.lab import Lab
+from clusters.subjects.subject import DeviceIds
 from e2e.fixtures import NAMESPACE, lab_fixture
 from e2e.pods import DEVICE_ENV, Pods
 from e2e.verdict import Verdict

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from kubernetes import client
 
-from clusters.lab import Lab
+from clusters.labs.lab import Lab
 from clusters.steps import StepError
 from e2e.pods import Pods
 from e2e.runner import parse_log

@@ -28,15 +28,15 @@ if TYPE_CHECKING:
 
     from rich.console import Console
 
-    from clusters.spec import Lab as LabSpec
+    from clusters.labs.spec import Lab as LabSpec
 
 # -- commands with a parser of their own: every word after the command is theirs ---------
 
 
 def infra(argv: list[str]) -> int:
-    """The build steps (clusters/infra.py), or the CI cache's export, import and key
-    (clusters/infracache.py)."""
-    from clusters import infra, infracache
+    """The build steps (clusters/infra/infra.py), or the CI cache's export, import and key
+    (clusters/infra/infracache.py)."""
+    from clusters.infra import infra, infracache
 
     if argv[:1] and argv[0] in infracache.COMMANDS:
         return infracache.main(argv, "gpulab infra")
@@ -113,7 +113,7 @@ def inject(argv: list[str], labs_root: Path | None = None) -> int:
 def node_state(lab: str, node: str, labs_root: Path | None = None) -> Path:
     """The host dir of a lab node's fakenvml state (kind bind-mounts it into the node);
     LookupError, in one line, for an unknown lab or node or a lab that is not up here."""
-    from clusters import kindconfig, spec
+    from clusters.labs import kindconfig, spec
     from fakenvml.node import NodeDir
 
     try:
@@ -125,7 +125,7 @@ def node_state(lab: str, node: str, labs_root: Path | None = None) -> Path:
         raise LookupError(f"lab {name} has no GPU node {node!r} "
                           f"(its GPU nodes: {', '.join(gpu_nodes) or 'none'})")  # fmt: skip
     if labs_root is None:
-        from clusters.lab import LABS_ROOT
+        from clusters.labs.lab import LABS_ROOT
 
         labs_root = LABS_ROOT
     path = kindconfig.state_dir(labs_root, found, node)
@@ -147,10 +147,10 @@ def _lab_down(args: argparse.Namespace) -> int:
 
 
 def _with_lab(args: argparse.Namespace, do: Callable[..., object]) -> int:
-    from clusters.lab import Lab
-    from clusters.spec import SpecError
+    from clusters.labs.lab import Lab
+    from clusters.labs.spec import SpecError
     from clusters.steps import StepError
-    from clusters.subject import SubjectError
+    from clusters.subjects.subject import SubjectError
 
     try:
         do(Lab(args.lab, subject=getattr(args, "subject", None)))
@@ -161,7 +161,7 @@ def _with_lab(args: argparse.Namespace, do: Callable[..., object]) -> int:
 
 
 def _lab_list(args: argparse.Namespace) -> int:
-    from clusters import spec
+    from clusters.labs import spec
 
     running, unknown = running_clusters()
     print("\n".join(lab_lines(spec.shipped(), running)))
@@ -172,7 +172,8 @@ def _lab_list(args: argparse.Namespace) -> int:
 
 def running_clusters() -> tuple[set[str] | None, str]:
     """The kind clusters on this machine, or None and why they are unknown."""
-    from clusters import built, host, steps
+    from clusters import built, steps
+    from clusters.labs import host
 
     try:
         kind = built.Products.load().kind
@@ -186,7 +187,7 @@ def running_clusters() -> tuple[set[str] | None, str]:
 def lab_lines(labs: list[LabSpec], running: set[str] | None) -> list[str]:
     """One line a lab: name, nodes, fake GPUs, what serves them, whether a kind cluster of
     its name runs here (`?`: unknown); then the kind clusters that are no shipped lab."""
-    from clusters import dra, serving
+    from clusters.labs import dra, serving
 
     rows = [("LAB", "NODES", "GPUS", "SERVES", "CLUSTER")]
     for lab in labs:
@@ -263,12 +264,13 @@ def _parser() -> argparse.ArgumentParser:
 
     acts = lab.add_subparsers(dest="action", required=True, metavar="ACTION")
     up = acts.add_parser("up", help="the lab running its plugin (a running cluster is reused)")
-    up.add_argument("lab", help="a lab under clusters/ (seed, hetero, mig, dra, ...) or a path")
+    up.add_argument("lab", help="a lab under clusters/labs/ (seed, hetero, mig, dra, ...) "
+                                "or a path")  # fmt: skip
     up.add_argument("--subject", help="the plugin under test: gpulab, nvidia, nvidia-v0.17.4 "
                     "or a subject file, or none: fake GPUs only (default: the lab's)")  # fmt: skip
     up.set_defaults(run=_lab_up)
     down = acts.add_parser("down", help="delete the lab's cluster and its state on this machine")
-    down.add_argument("lab", help="a lab under clusters/ or a path")
+    down.add_argument("lab", help="a lab under clusters/labs/ or a path")
     down.set_defaults(run=_lab_down)
     acts.add_parser("list", help="the shipped labs, and which have a cluster running here"
                     ).set_defaults(run=_lab_list)  # fmt: skip

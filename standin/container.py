@@ -40,8 +40,8 @@ from testcontainers.core.config import testcontainers_config
 from testcontainers.core.container import DockerContainer
 from testcontainers.core.wait_strategies import LogMessageWaitStrategy
 
-from clusters import kindconfig
-from clusters.subject import Subject
+from clusters.labs import kindconfig
+from clusters.subjects.subject import Subject
 from fakenvml import driver
 from fakenvml.node import NodeDir
 

@@ -2,7 +2,7 @@
 
     argv, env = nvidia.command("v0.19.3", kubelet.dir, node.path, workdir)
 
-The binary comes from `make infra` (clusters/scripts/nvidia-plugin.sh, into $GPULAB_CACHE). It
+The binary comes from `make infra` (clusters/infra/scripts/nvidia-plugin.sh, into $GPULAB_CACHE). It
 dlopens libnvidia-ml.so.1 from `<container driver root>/usr/lib/x86_64-linux-gnu` first,
 so a driver root holding a link to our library is all it needs; its plugin socket path is
 compiled in (/var/lib/kubelet/device-plugins), hence the private mount namespace, in which
@@ -37,7 +37,7 @@ SOCKET = "nvidia-gpu.sock"
 def versions() -> tuple[str, ...]:
     """The versions the suites run, newest first (clusters/versions.env, or
     $GPULAB_NVIDIA_PLUGIN_VERSIONS). v0.20.0 is not served by the Go module proxy here;
-    clusters/scripts/nvidia-plugin.sh --git builds it from a clone."""
+    clusters/infra/scripts/nvidia-plugin.sh --git builds it from a clone."""
     return pins.nvidia_plugin_versions()
 
 

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 if TYPE_CHECKING:
-    from clusters.subject import Subject
+    from clusters.subjects.subject import Subject
     from fakenvml.node import NodeDir
     from standin.kubelet import Kubelet
     from standin.process import PluginProcess

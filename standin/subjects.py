@@ -6,7 +6,7 @@
     run.ready(proc)
 
 The node tier runs programs, not images, so it knows how to start each program a subject
-may name (clusters.subject.Process): gpulab's plugin from this checkout, NVIDIA's binary
+may name (clusters.subjects.subject.Process): gpulab's plugin from this checkout, NVIDIA's binary
 of the subject's version. Which one runs comes from the subject file, never its name.
 """
 
@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import get_args
 
-from clusters.subject import Process, Subject
+from clusters.subjects.subject import Process, Subject
 from standin import gpulab, nvidia
 from standin.process import PluginProcess
 

@@ -105,12 +105,12 @@ def test_the_command_table_lists_every_make_target_but_the_internal_ones(name: s
 
 
 _LAB_LIST = re.compile(r"the ([a-z][\w-]*(?:, [a-z][\w-]*)*,? and [a-z][\w-]*) labs")
-_LAB_FILES = re.compile(r"`clusters/\{([a-z,-]+)\}\.yaml`")
+_LAB_FILES = re.compile(r"`clusters/labs/\{([a-z,-]+)\}\.yaml`")
 
 
 def lab_lists(text: str) -> list[set[str]]:
     """Each line's labs as prose names them ("the seed, hetero and mig labs", all such
-    lists of the line together) or as a file pattern (`clusters/{seed,hetero}.yaml`)."""
+    lists of the line together) or as a file pattern (`clusters/labs/{seed,hetero}.yaml`)."""
     found = []
     for line in text.splitlines():
         names = {n for m in _LAB_LIST.findall(line) for n in re.split(r",? and |, ", m)}
@@ -122,7 +122,7 @@ def lab_lists(text: str) -> list[set[str]]:
 
 @pytest.mark.parametrize("name", ["README.md", "docs/index.md", "docs/labs.md"])
 def test_lists_of_the_labs_name_every_shipped_lab(name: str) -> None:
-    shipped = {p.stem for p in (REPO / "clusters").glob("*.yaml")}
+    shipped = {p.stem for p in (REPO / "clusters/labs").glob("*.yaml")}
     lists = lab_lists((REPO / name).read_text())
     assert lists, f"{name} lists no labs: the check reads nothing"
     for names in lists:
@@ -145,5 +145,5 @@ def test_the_checks_see_links_and_anchors(tmp_path: Path) -> None:
     }
     assert links(page) == ["other.md#y"]
     assert lab_lists("then the seed, hetero and mig labs; the dra and stock labs\n"
-                     "specs (`clusters/{seed,wide}.yaml`)") == [
+                     "specs (`clusters/labs/{seed,wide}.yaml`)") == [
         {"seed", "hetero", "mig", "dra", "stock"}, {"seed", "wide"}]  # fmt: skip

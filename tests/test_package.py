@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from clusters import spec
+from clusters.labs import spec
 from tests.e2e.test_experiments import sample_recording
 
 REPO = Path(__file__).resolve().parents[1]
@@ -108,8 +108,8 @@ def test_every_package_imports_from_the_wheel_and_only_the_product_ships(
     assert str(REPO) not in res.stderr.split("\n")
     names = zipfile.ZipFile(installed.wheel).namelist()
     assert {n.split("/")[0] for n in names} == {*PACKAGES, installed.dist_info.name}
-    for shipped in ("clusters/scripts/kind.sh", "clusters/images/build.sh",
-                    "clusters/nodeimage/files/usr/local/bin/entrypoint",
+    for shipped in ("clusters/infra/scripts/kind.sh", "clusters/infra/images/build.sh",
+                    "clusters/infra/nodeimage/files/usr/local/bin/entrypoint",
                     "plugin/api/v1beta1/api_pb2_grpc.py", "fakenvml/src/core.c",
                     "e2e/experiments/xid-storm.yaml", "clusters/versions.env",
                     "standin/pytest_plugin.py", "gpulab/cli.py"):  # fmt: skip
@@ -189,7 +189,7 @@ def test_infra_lists_its_shipped_scripts(installed: Installed) -> None:
                           ("nvidia-plugins", "scripts/nvidia-plugin.sh"),
                           ("node-image", "nodeimage/build.sh"),
                           ("lab-images", "images/build.sh")):  # fmt: skip
-        assert f"{group:<15} {installed.site / 'clusters' / script}" in lines
+        assert f"{group:<15} {installed.site / 'clusters/infra' / script}" in lines
     assert lines[-1].startswith(f"cache: {installed.env['GPULAB_CACHE']}")
     res = installed.run("gpulab", "infra", "--help")
     assert res.returncode == 0 and "node-image" in res.stdout and "export DIR" in res.stdout
@@ -205,7 +205,7 @@ def test_the_e2e_suites_load_as_a_pytest_plugin(installed: Installed) -> None:
 
 
 def test_the_gpulab_image_is_made_of_the_installed_files(installed: Installed) -> None:
-    code = ("import json; from clusters import built, infra; "
+    code = ("import json; from clusters import built; from clusters.infra import infra; "
             "print(json.dumps({'key': built.tree_key(), **infra.image_env('k')}))")  # fmt: skip
     res = installed.run("python", "-c", code)
     assert res.returncode == 0, res.stderr

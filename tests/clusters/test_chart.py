@@ -8,8 +8,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from clusters import built, kube, subject, versions
-from clusters.subject import Subject, SubjectError
+from clusters import built, kube, versions
+from clusters.subjects import subject
+from clusters.subjects.subject import Subject, SubjectError
 from tests.clusters.test_subject import MINE, write
 
 NVIDIA_HELM = [s for s in subject.shipped() if s.spec.chart and s.spec.chart.go_module]

@@ -1,5 +1,5 @@
 """The DRA lab's spec and the values gpulab gives NVIDIA's DRA driver chart, rendered by
-the real helm from the release's own chart (clusters/dra.py)."""
+the real helm from the release's own chart (clusters/labs/dra.py)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,9 @@ import docker
 import pytest
 import yaml
 
-from clusters import built, chart, dra, kindconfig, spec
+from clusters import built
+from clusters.charts import chart
+from clusters.labs import dra, kindconfig, spec
 from fakenvml import driver, inventory, mig
 from fakenvml.node import NodeDir
 
@@ -85,7 +87,7 @@ def test_the_dra_mig_lab_has_a_whole_gpu_beside_one_in_mig_mode() -> None:
 def test_the_plugin_runs_by_name_privileged_with_the_driver_root_where_the_wrapper_looks(
     rendered: list[dict],
 ) -> None:
-    """What the image's wrapper (clusters/images/dra-kubelet-plugin.sh) relies on in the
+    """What the image's wrapper (clusters/infra/images/dra-kubelet-plugin.sh) relies on in the
     chart: the script runs `gpu-kubelet-plugin` by name (the wrapper is first in PATH), the
     container may mount, and the driver root is at /driver-root."""
     ds = next(d for d in rendered if d["kind"] == "DaemonSet")

@@ -7,7 +7,10 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from clusters import built, chart, fakegpus, spec, subject, versions
+from clusters import built, versions
+from clusters.charts import chart
+from clusters.labs import fakegpus, spec
+from clusters.subjects import subject
 from fakenvml import inventory
 
 IMAGE = "gpulab/gpulab:abc123"

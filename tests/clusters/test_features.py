@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import yaml
 
-from clusters import features
-from clusters.lab import Lab
+from clusters.labs import features
+from clusters.labs.lab import Lab
 
 IMAGE = "gpulab/node-feature-discovery:v0.18.3-abc"
 

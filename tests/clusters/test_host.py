@@ -8,13 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from clusters.host import Host, LabInUse
+from clusters.labs.host import Host, LabInUse
 
 
 def test_a_lab_another_process_drives_is_refused_at_once_naming_it(tmp_path: Path) -> None:
     holder = subprocess.Popen(
         [sys.executable, "-c", "import sys, time; from pathlib import Path; "
-         "from clusters.host import Host; Host('seed', Path(sys.argv[1])).claim(); "
+         "from clusters.labs.host import Host; Host('seed', Path(sys.argv[1])).claim(); "
          "print('held', flush=True); time.sleep(60)", str(tmp_path / "seed")],
         stdout=subprocess.PIPE, text=True)  # fmt: skip
     try:

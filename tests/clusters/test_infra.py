@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from clusters import built, infra, versions
+from clusters import built, versions
+from clusters.infra import infra
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from clusters import built, infracache
+from clusters import built
+from clusters.infra import infracache
 from gpulab import cli
 
 DIGEST_PINNED = "kindest/node:v1.37.0@sha256:" + "a" * 64

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from clusters.kubelet_metrics import DeviceMetrics, parse
+from clusters.labs.kubelet_metrics import DeviceMetrics, parse
 
 TEXT = """\
 # HELP kubelet_device_plugin_alloc_duration_seconds [ALPHA] Duration in seconds to serve ...

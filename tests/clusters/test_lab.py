@@ -15,9 +15,9 @@ import pytest
 from docker.models.containers import Container
 from rich.console import Console
 
-from clusters import actions, features, serving, spec, toolkit
-from clusters.lab import RESOURCE, Lab
-from clusters.registration import Mark, registrations
+from clusters.labs import actions, features, serving, spec, toolkit
+from clusters.labs.lab import RESOURCE, Lab
+from clusters.labs.registration import Mark, registrations
 from clusters.steps import StepError
 from e2e.fixtures import bring_up
 

@@ -7,9 +7,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from clusters import actions, built, capacity, kindconfig, spec, versions
-from clusters.lab import Lab
-from clusters.serving import NoPlugin
+from clusters import built, versions
+from clusters.labs import actions, capacity, kindconfig, spec
+from clusters.labs.lab import Lab
+from clusters.labs.serving import NoPlugin
 from clusters.steps import StepError
 
 
@@ -65,7 +66,7 @@ def test_gpu_nodes_get_state_mounts_labels_and_fast_status_updates() -> None:
         {"hostPath": "/labs/seed/toolkit/runtime.toml",
          "containerPath": "/etc/nvidia-container-runtime/config.toml", "readOnly": True},
     ]  # fmt: skip
-    # GPU product/count labels are GFD's (clusters/features.py), not the kind config's.
+    # GPU product/count labels are GFD's (clusters/labs/features.py), not the kind config's.
     assert w2["labels"] == {"gpulab.dev/fake-gpus": "true", "gpulab.dev/plugin": "true"}
     assert w2["labels"]["gpulab.dev/plugin"] == "true"
     assert "nodeStatusUpdateFrequency: 2s" in cfg["kubeadmConfigPatches"][0]

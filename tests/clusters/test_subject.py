@@ -12,9 +12,11 @@ import pytest
 import yaml
 from pydantic import BaseModel
 
-from clusters import chart, spec, subject
 from clusters.built import InfraMissing
-from clusters.subject import SubjectError
+from clusters.charts import chart
+from clusters.labs import spec
+from clusters.subjects import subject
+from clusters.subjects.subject import SubjectError
 from e2e.fixtures import summary_key
 from fakenvml import inventory
 from fakenvml.mig import MigDevice, mig_uuid
@@ -571,7 +573,7 @@ def keys_of(model: type[BaseModel], prefix: str = "") -> set[str]:
 
 
 def test_the_guide_documents_every_key_of_the_model_and_no_other() -> None:
-    """docs/subjects.md's "Every key" table cannot drift from clusters/subject.py."""
+    """docs/subjects.md's "Every key" table cannot drift from clusters/subjects/subject.py."""
     section = GUIDE.read_text().split("## Every key", 1)[1].split("\n## ", 1)[0]
     rows = re.findall(r"^\| `([a-z0-9_.]+)` \|", section, re.MULTILINE)
     assert len(rows) == len(set(rows)), "a key has two rows"

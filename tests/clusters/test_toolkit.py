@@ -1,4 +1,4 @@
-"""The NVIDIA Container Toolkit's lab side (clusters/toolkit.py) without a cluster: the CDI
+"""The NVIDIA Container Toolkit's lab side (clusters/labs/toolkit.py) without a cluster: the CDI
 spec edit, the generate command, and the configs `nvidia-ctk runtime configure` writes in
 the node image, and a MIG driver root's spec (needs `make infra`: the node image and the
 toolkit's binaries)."""
@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from clusters import built, kindconfig, toolkit, versions
+from clusters import built, versions
+from clusters.labs import kindconfig, toolkit
 from fakenvml import mig
 from fakenvml.node import NodeDir
 

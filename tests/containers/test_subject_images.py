@@ -11,9 +11,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from clusters import built, infra
-from clusters import subject as subjects
-from clusters.subject import Subject
+from clusters import built
+from clusters.infra import infra
+from clusters.subjects import subject as subjects
+from clusters.subjects.subject import Subject
 from e2e import cdi
 from fakenvml import mig
 from fakenvml.mig import MigDevice

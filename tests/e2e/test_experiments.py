@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from clusters import dra, spec
-from clusters import subject as subjects
-from clusters.lab import Lab
-from clusters.subject import Logs
+from clusters.labs import dra, spec
+from clusters.labs.lab import Lab
+from clusters.subjects import subject as subjects
+from clusters.subjects.subject import Logs
 from e2e import experiments as ex
 from e2e import report
 from e2e.recording import (

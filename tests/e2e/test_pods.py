@@ -15,7 +15,7 @@ from types import SimpleNamespace
 import pytest
 from kubernetes import client
 
-from clusters.subject import DeviceIds
+from clusters.subjects.subject import DeviceIds
 from e2e import checkpoint
 from e2e.pods import Pods
 from fakenvml import inventory

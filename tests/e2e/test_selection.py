@@ -236,7 +236,7 @@ def test_a_subject_run_leaves_gpulabs_own_suites_out() -> None:
 
 HEAL_SUITE = """
 import pytest
-from clusters.lab import Lab
+from clusters.labs.lab import Lab
 
 calls = []
 Lab.restart_plugin = lambda self: calls.append(self.name)

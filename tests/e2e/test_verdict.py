@@ -11,7 +11,7 @@ from pathlib import Path
 
 from pytest import CollectReport, TestReport
 
-from clusters.dra import DraDriver
+from clusters.labs.dra import DraDriver
 from e2e.fixtures import summary_rows
 from e2e.verdict import Cell, failures, first_line, grid, summary
 

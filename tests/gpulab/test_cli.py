@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from clusters import dra, kindconfig, spec
-from clusters import lab as labs
+from clusters.labs import dra, kindconfig, spec
+from clusters.labs import lab as labs
 from fakenvml.journal import Kind
 from fakenvml.node import NodeDir
 from gpulab import cli

@@ -20,8 +20,8 @@ from dataclasses import dataclass
 import grpc
 import pytest
 
-from clusters import subject as subject_mod
-from clusters.subject import Subject
+from clusters.subjects import subject as subject_mod
+from clusters.subjects.subject import Subject
 from fakenvml.node import NodeDir
 from plugin.api.v1beta1 import HEALTHY
 from standin import Kubelet

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from clusters import subject as subject_mod
-from clusters.subject import Subject
+from clusters.subjects import subject as subject_mod
+from clusters.subjects.subject import Subject
 from fakenvml import driver, library, mig
 from fakenvml.node import NodeDir
 from standin import Kubelet

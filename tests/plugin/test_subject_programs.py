@@ -9,8 +9,8 @@ from typing import get_args
 
 import pytest
 
-from clusters import subject
-from clusters.subject import Process, Subject
+from clusters.subjects import subject
+from clusters.subjects.subject import Process, Subject
 from fakenvml.node import NodeDir
 from standin import Kubelet, nvidia
 from standin.process import PluginProcess

@@ -1,0 +1,485 @@
+"""The infrastructure the cluster tier needs, as one ordered list of steps (`make infra`).
+
+    gpulab infra                  # every step; seconds when warm
+    gpulab infra nvidia-plugins   # only some groups (see GROUPS)
+    gpulab infra tree-key         # the gpulab image's input key
+    gpulab infra --list           # each group's scripts; runs nothing
+    gpulab infra export DIR       # products + images for a CI cache (infracache)
+    gpulab infra import DIR       # ... restored; then every step finds its product
+    gpulab infra key              # the key an export must match
+
+Each step runs one script in a process group of its own, with the script's output in a
+log file under $GPULAB_CACHE/logs: one status line per step (✓ or ✗ and seconds), a line a
+minute while a step runs long, and on failure the log's last lines and its path. An
+interrupted run kills the whole group, so no orphaned build goes on writing into the cache.
+
+What the steps made is recorded in $GPULAB_CACHE/infra.json (clusters/built.py), which
+labs and test fixtures only read.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.metadata
+import os
+import signal
+import subprocess
+import sys
+import time
+import tomllib
+from collections.abc import Callable, Iterable
+from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
+from typing import TypeVar
+
+from rich.console import Console
+
+from clusters import built, versions
+from clusters.built import ROOT, Products
+from clusters.subjects.subject import Subject, SubjectError
+from clusters.subjects.subject import examples as subject_examples
+from clusters.subjects.subject import load as load_subject
+from clusters.subjects.subject import names as subject_names
+from clusters.subjects.subject import shipped as subject_shipped
+from fakenvml import library, paths
+
+T = TypeVar("T")
+STEPS = {  # group -> the scripts its steps run (`--list`)
+    "engine": ["clusters/infra/scripts/docker.sh"],
+    "kind": ["clusters/infra/scripts/kind.sh"],
+    "helm": ["clusters/infra/scripts/helm.sh"],
+    "nvidia-plugins": ["clusters/infra/scripts/nvidia-plugin.sh"],
+    "node-image": [
+        "clusters/infra/scripts/node-image.sh",
+        "clusters/infra/nodeimage/build.sh",
+        "clusters/infra/nodeimage/rootfs.sh",
+    ],
+    "lab-images": ["clusters/infra/images/build.sh", "clusters/infra/scripts/dra-driver.sh"],
+}
+
+
+class InfraError(Exception):
+    """A step failed; the message names the step and its log."""
+
+
+def node_requirements() -> list[str]:
+    """gpulab's base requirements (`[project] dependencies`, no extra): what a GPU node
+    runs, and what the gpulab image installs."""
+    if (root := paths.checkout()) is not None:
+        with (root / "pyproject.toml").open("rb") as f:
+            return list(tomllib.load(f)["project"]["dependencies"])
+    return [r for r in importlib.metadata.requires("gpulab") or [] if "extra ==" not in r]
+
+
+def image_env(key: str) -> dict[str, str]:
+    """What clusters/infra/images/build.sh needs to build the gpulab image: the interpreter (and
+    its pip), the library, the requirements, the node's packages, and where gpulab is: the
+    checkout to build a wheel of, or the installed package's site to copy from."""
+    env = {"GPULAB_TREE_KEY": key, "GPULAB_PYTHON": sys.executable,
+           "GPULAB_LIBRARY": str(library.default_path()),
+           "GPULAB_NODE_REQS": "\n".join(node_requirements()),
+           "GPULAB_NODE_PACKAGES": " ".join(built.NODE_PACKAGES)}  # fmt: skip
+    if (root := paths.checkout()) is not None:
+        return {**env, "GPULAB_SOURCE": str(root)}
+    return {**env, "GPULAB_SITE": str(ROOT)}
+
+
+# -- running steps -----------------------------------------------------------------------
+
+
+class Runner:
+    """Runs steps in order with one status line each; stops at the first failure."""
+
+    TICK_S = 60
+
+    def __init__(self, console: Console | None = None) -> None:
+        self.console = console or Console(stderr=True, soft_wrap=True)
+        self.logs = built.cache_dir() / "logs"
+        self.products = Products.load()
+        self.running: set[subprocess.Popen[str]] = set()  # steps in flight, in any lane
+
+    def stop(self) -> None:
+        """Kill every step still running (another lane's, when this one failed)."""
+        for proc in list(self.running):
+            _kill_group(proc)
+
+    def step(self, title: str, fn: Callable[[], T]) -> T:
+        t0 = time.monotonic()
+        try:
+            result = fn()
+        except InfraError as e:
+            self.console.print(f"[red]✗[/] {title} [dim]({time.monotonic() - t0:.1f}s)[/]")
+            self.console.print(f"  {e}", highlight=False)
+            raise
+        except KeyboardInterrupt:
+            self.console.print(f"[red]✗[/] {title}: interrupted")
+            raise
+        shown = (
+            ", ".join(f"{k}={v}" for k, v in result.items()) if isinstance(result, dict) else result
+        )
+        note = f" [dim]→ {shown}[/]" if shown else ""
+        self.console.print(
+            f"[green]✓[/] {title}{note} [dim]({time.monotonic() - t0:.1f}s)[/]", highlight=False
+        )
+        return result
+
+    def script(
+        self, title: str, log_name: str, path: str, *args: str, env: dict[str, str] | None = None
+    ) -> str:
+        """Run a shipped script (a path relative to ROOT, or absolute) in its own process
+        group; stderr to the step's log, stdout returned (the product). A line a minute
+        while it runs. The scripts get the same cache this process uses."""
+        self.logs.mkdir(parents=True, exist_ok=True)
+        log, out = self.logs / f"{log_name}.log", self.logs / f"{log_name}.out"
+        t0 = time.monotonic()
+        with log.open("w") as err, out.open("w") as products:
+            proc = subprocess.Popen(
+                [str(ROOT / path), *args],
+                stdout=products,
+                stderr=err,
+                text=True,
+                env={**os.environ, "GPULAB_CACHE": str(built.cache_dir()), **(env or {})},
+                start_new_session=True,
+                cwd=paths.checkout() or self.logs,
+            )
+            self.running.add(proc)
+            try:
+                self._wait(proc, title, log, t0)
+            except BaseException:
+                _kill_group(proc)
+                raise
+            finally:
+                self.running.discard(proc)
+        if proc.returncode != 0:
+            tail = "\n".join("    " + line for line in _tail(log, 8))
+            raise InfraError(
+                f"{path} {' '.join(args)} exited {proc.returncode}; last lines of {log}:\n{tail}"
+            )
+        return out.read_text().strip()
+
+    def _wait(self, proc: subprocess.Popen[str], title: str, log: Path, t0: float) -> None:
+        while True:
+            try:
+                proc.wait(timeout=self.TICK_S)
+                return
+            except subprocess.TimeoutExpired:
+                last = (_tail(log, 1) or [""])[0]
+                mins = (time.monotonic() - t0) / 60
+                self.console.print(
+                    f"  … {title}: {mins:.0f} min [dim]{last[:100]}[/]", highlight=False
+                )
+
+
+def _kill_group(proc: subprocess.Popen[str]) -> None:
+    """SIGTERM the step's process group (the script and every build it started), then
+    SIGKILL what is left after 5 s."""
+    for sig, wait_s in ((signal.SIGTERM, 5.0), (signal.SIGKILL, 5.0)):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            proc.wait(timeout=wait_s)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
+def _tail(path: Path, n: int) -> list[str]:
+    try:
+        return path.read_text(errors="replace").splitlines()[-n:]
+    except OSError:
+        return []
+
+
+# -- the steps ---------------------------------------------------------------------------
+
+GROUPS = ("engine", "kind", "helm", "nvidia-plugins", "node-image", "lab-images")
+
+
+def run(groups: Iterable[str] = GROUPS, console: Console | None = None) -> Products:
+    """Bring up every step of `groups`, in the fixed order; returns (and records) what
+    they made."""
+    want = set(groups)
+    unknown = want - set(GROUPS)
+    if unknown:
+        raise ValueError(f"unknown group(s) {', '.join(sorted(unknown))} ({', '.join(GROUPS)})")
+    r = Runner(console)
+    t0 = time.monotonic()
+    if want & {"engine", "node-image", "lab-images"}:
+        r.step("Docker engine", lambda: _engine(r))
+    # The debootstraps (disk and network bound) run beside the Go builds (CPU bound, at
+    # nice 10): on 2 cores they hide behind the first compiles.
+    chosen = _choose_node_images(r) if "node-image" in want else {}
+    local = any(not c.startswith("upstream ") for c in chosen.values())
+    beside = ThreadPoolExecutor(max_workers=1)
+    lane = beside.submit(_debootstraps, r, want, local)
+    try:
+        _run(r, want, chosen, lane)
+    except BaseException:
+        r.stop()
+        raise
+    finally:
+        beside.shutdown(wait=True)
+    r.console.print(
+        f"[bold green]Infrastructure ready[/] in {time.monotonic() - t0:.1f}s "
+        f"[dim](recorded in {built.manifest_path()}, logs in {r.logs})[/]",
+        highlight=False,
+    )
+    return r.products
+
+
+def _debootstraps(r: Runner, want: set[str], node_rootfs: bool) -> dict[str, str]:
+    """The node root filesystem (when a node image is built here) and the lab base and
+    workload images: what needs Docker and Debian's packages but no Go build."""
+    made: dict[str, str] = {}
+    if node_rootfs:
+        rootfs = "clusters/infra/nodeimage/rootfs.sh"
+        r.step("Node root filesystem (debootstrap)",
+               lambda: r.script("node rootfs", "node-rootfs", rootfs))  # fmt: skip
+    if "lab-images" in want:
+        for which, title in (("base", "Lab base image (debootstrap)"),
+                             ("workload", "Workload image (busybox)"),
+                             ("bats-base", "DRA suite runner's base (debootstrap)")):  # fmt: skip
+            made.update(r.step(title, lambda w=which: _image(r, w)))
+    return made
+
+
+def _image(r: Runner, which: str, env: dict[str, str] | None = None) -> dict[str, str]:
+    out = r.script(f"{which} image", f"image-{which}", "clusters/infra/images/build.sh", which,
+                   env=env)  # fmt: skip
+    return dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
+
+
+def _run(r: Runner, want: set[str], chosen: dict[str, str],
+         lane: Future[dict[str, str]]) -> None:  # fmt: skip
+    p = r.products
+    if "kind" in want:
+        p.kind = r.step(
+            f"kind {versions.get('KIND_VERSION')}",
+            lambda: r.script("kind", "kind", "clusters/infra/scripts/kind.sh").splitlines()[-1],
+        )
+        p.save()
+    if "helm" in want:
+        p.helm = r.step(
+            f"helm {versions.get('HELM_VERSION')} (Go)",
+            lambda: r.script("helm", "helm", "clusters/infra/scripts/helm.sh").splitlines()[-1],
+        )
+        p.save()
+        for module in chart_modules():
+            r.step(f"Chart module {module}",
+                   lambda m=module: r.script(f"module {m}", f"module-{m.replace('/', '_')}",
+                                             "clusters/infra/scripts/helm.sh", "module",
+                                             m))  # fmt: skip
+    if want & {"nvidia-plugins", "lab-images"}:
+        for v in versions.nvidia_plugin_versions():
+            p.nvidia[v] = r.step(
+                f"NVIDIA device plugin {v} (Go)",
+                lambda v=v: r.script(
+                    f"NVIDIA plugin {v}",
+                    f"nvidia-plugin-{v}",
+                    "clusters/infra/scripts/nvidia-plugin.sh",
+                    v,
+                ),
+            )
+            p.save()
+        newest = Path(p.nvidia[versions.nvidia_plugin_versions()[0]]).parent
+        p.toolkit = str((newest / "nvidia-container-runtime").resolve().parent)
+        p.save()
+    if "node-image" in want:
+        for kube, choice in chosen.items():
+            p.node_images[kube] = _node_image_of(r, kube, choice, lane)
+            p.save()
+        control = versions.kube_version()
+        for kubelet in _skewed(control):
+            p.node_images[versions.node_image_key(control, kubelet)] = _worker_image(
+                r, control, kubelet, p.node_images[control]
+            )
+            p.save()
+    if "lab-images" in want:
+        p.images.update(lane.result())
+        _lab_images(r, p)
+        p.save()
+        # Subjects whose image is built from a Dockerfile: the examples, and those named in
+        # $GPULAB_SUBJECTS (`make infra SUBJECT=path/to/subject.yaml`).
+        # Subjects that run one build directory differently (its modes) share its image.
+        built: dict[Path, tuple[str, str]] = {}
+        for s in subjects_wanted():
+            if s.spec.image.build is None:
+                continue
+            context = s.path(s.spec.image.build)
+            if context in built:
+                first, tag = built[context]
+                p.subjects[s.name] = r.step(f"Subject {s.name}'s image: {first}'s",
+                                            lambda t=tag: t)  # fmt: skip
+            else:
+                p.subjects[s.name] = r.step(f"Subject {s.name}'s image",
+                                            lambda s=s: _build_subject(r, s, p))  # fmt: skip
+                built[context] = (s.name, p.subjects[s.name])
+            p.save()
+
+
+def _engine(r: Runner) -> str:
+    r.script("Docker engine", "docker", "clusters/infra/scripts/docker.sh")
+    out = subprocess.run(
+        ["docker", "version", "-f", "{{.Server.Version}}"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    return f"Docker {out.stdout.strip()}"
+
+
+def _choose_node_images(r: Runner) -> dict[str, str]:
+    """Per Kubernetes version: `upstream <image>` (kind's own, here or pulled) or `local`
+    (built here)."""
+    choose = ("clusters/infra/scripts/node-image.sh", "--choose")
+    return {kube: r.step(f"Node image {kube}: pull or build",
+                         lambda k=kube: r.script("node image", f"node-image-choose-{k}", *choose,
+                                                 env={"GPULAB_KUBE_VERSION": k}))
+            for kube in versions.kube_versions()}  # fmt: skip
+
+
+def _node_image_of(r: Runner, kube: str, source: str, lane: Future[dict[str, str]]) -> str:
+    """kind's own image of `kube` (chosen), else built here."""
+    env = {"GPULAB_KUBE_VERSION": kube}
+    if source.startswith("upstream "):
+        return source.split(" ", 1)[1]
+    build = "clusters/infra/nodeimage/build.sh"
+    for name, title in (
+        ("kubernetes", f"Kubernetes {kube} binaries (Go)"),
+        ("components", f"etcd, CoreDNS, crictl (Go), pause (C) for {kube}"),
+        ("images", f"Control-plane images {kube}"),
+    ):
+        if name == "images":
+            lane.result()  # the root filesystem they go into
+        r.step(title, lambda n=name, t=title: r.script(t, f"node-{n}-{kube}", build, n, env=env))
+
+    def node() -> str:  # the script's last line names the image
+        out = r.script("node image", f"node-image-{kube}", build, "node", env=env)
+        return out.splitlines()[-1]
+
+    return r.step(f"Node image {kube}", node)
+
+
+def _skewed(control: str) -> list[str]:
+    """The pinned older kubelets the skew policy allows beside `control` (the run's
+    Kubernetes): those that get a worker image."""
+    behind = (versions.kube_minor(control) - versions.kube_minor(k) for k in
+              versions.kubelet_versions())  # fmt: skip
+    return [k for k, b in zip(versions.kubelet_versions(), behind, strict=True)
+            if 0 < b <= versions.KUBELET_SKEW]  # fmt: skip
+
+
+def _worker_image(r: Runner, control: str, kubelet: str, base: str) -> str:
+    """`base` (the node image of `control`) with the kubelet of `kubelet` built alone."""
+    env = {"GPULAB_KUBE_VERSION": control, "KUBELET_VERSION": kubelet, "BASE_NODE_IMAGE": base}
+    return r.step(f"Worker node image {control} with kubelet {kubelet} (Go: the kubelet)",
+                  lambda: r.script("worker image", f"node-worker-{control}-kubelet-{kubelet}",
+                                   "clusters/infra/nodeimage/build.sh", "worker",
+                                   env=env).splitlines()[-1])  # fmt: skip
+
+
+def _lab_images(r: Runner, p: Products) -> None:
+    if paths.checkout() is None and not library.default_path().is_file():
+        # An installed package builds its library here (a checkout's is `make install`'s).
+        from fakenvml.native import build
+
+        r.step("fakenvml library (gcc)", lambda: str(build.build("release", library.build_dir())))
+    key = built.tree_key()
+    for which, title, env in (
+        ("gpulab", "gpulab image (fakenvml + plugin)", image_env(key)),
+        ("nvidia", "NVIDIA plugin images", None),
+        ("nfd", f"node-feature-discovery {versions.get('NFD_VERSION')} image (Go)", None),
+        ("dra", f"NVIDIA DRA driver {versions.get('DRA_DRIVER_VERSION')} image (Go)", None),
+        ("bats", f"DRA driver's suite runner (bats {versions.get('BATS_VERSION')})", None),
+    ):
+        p.images.update(r.step(title, lambda w=which, e=env: _image(r, w, e)))
+    p.tree_key = key
+
+
+def subjects_wanted() -> list[Subject]:
+    """The examples' subjects, and those named in $GPULAB_SUBJECTS (names or paths,
+    comma-separated)."""
+    named = [load_subject(n) for n in subject_names(os.environ.get("GPULAB_SUBJECTS", ""))]
+    seen: dict[Path, Subject] = {s.source.resolve(): s for s in subject_examples()}
+    for s in named:
+        seen.setdefault(s.source.resolve(), s)
+    return list(seen.values())
+
+
+def chart_modules() -> list[str]:
+    """The Go modules (module@version) whose charts the shipped and wanted subjects use."""
+    found = subject_shipped() + subjects_wanted()
+    return sorted(
+        {s.spec.chart.go_module for s in found if s.spec.chart and s.spec.chart.go_module}
+    )
+
+
+def _build_subject(r: Runner, s: Subject, p: Products) -> str:
+    img = s.spec.image
+    if img.prepare is not None:
+        # Go's caches are gpulab's (lib.sh's), so a Go plugin builds from the modules
+        # NVIDIA's plugin builds already fetched.
+        go = built.cache_dir() / "go"
+        env = {"GOMODCACHE": str(go / "mod"), "GOCACHE": str(go / "build"),
+               "GOFLAGS": "-buildvcs=false -modcacherw"}  # fmt: skip
+        r.script(f"{s.name}: {img.prepare}", f"subject-{s.name}-prepare",
+                 str(s.path(img.prepare)), env=env)  # fmt: skip
+    tag = s.build_tag
+    if not built.image_present(tag):
+        r.script(f"{s.name} image", f"subject-{s.name}", "/usr/bin/env", "docker", "build",
+                 "-q", "-t", tag, "--build-arg", f"GPULAB_BASE_IMAGE={p.images['base']}",
+                 str(s.path(img.build or ".")))  # fmt: skip
+    return tag
+
+
+def _list(groups: Iterable[str]) -> int:
+    """Each group's scripts, resolved where this package is; 1 when one is not there."""
+    missing = 0
+    for g in groups:
+        for script in STEPS.get(g, []):
+            path = ROOT / script
+            ok = path.is_file() and os.access(path, os.X_OK)
+            missing += not ok
+            print(f"{g:<15} {path}{'' if ok else '  (missing or not executable)'}")
+    print(f"cache: {built.cache_dir()}  record: {built.manifest_path()}")
+    return 1 if missing else 0
+
+
+def main(argv: list[str], prog: str = "gpulab infra") -> int:
+    """The build steps' command line; `gpulab infra` hands export, import and key to
+    clusters/infra/infracache.py (the GROUP help names them)."""
+    ap = argparse.ArgumentParser(
+        prog=prog,
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    ap.add_argument(
+        "groups",
+        nargs="*",
+        metavar="GROUP",
+        help=f"some of {', '.join(GROUPS)}, or tree-key (default: all); "
+        "or export DIR, import DIR, key (a cache for CI: `%(prog)s export --help`)",
+    )
+    ap.add_argument("--list", action="store_true", help="list the steps' scripts; run nothing")
+    args = ap.parse_args(argv)
+    if args.list:
+        if unknown := set(args.groups) - set(GROUPS):
+            print(f"infra: error: unknown group(s) {', '.join(sorted(unknown))} "
+                  f"({', '.join(GROUPS)})", file=sys.stderr)  # fmt: skip
+            return 2
+        return _list(args.groups or GROUPS)
+    if args.groups == ["tree-key"]:
+        print(built.tree_key())
+        return 0
+    try:
+        run(args.groups or GROUPS)
+    except (ValueError, SubjectError) as e:
+        print(f"infra: error: {e}", file=sys.stderr)
+        return 2
+    except InfraError:
+        return 1  # the failed step's ✗ line and log tail are printed already
+    except KeyboardInterrupt:
+        return 130
+    return 0

@@ -1,0 +1,157 @@
+#!/usr/bin/env bash
+# Builds NVIDIA's k8s-device-plugin (cmd/nvidia-device-plugin) at pinned versions from the
+# Go module proxy, into a cache outside the repository:
+#   $GPULAB_CACHE/nvidia-device-plugin/<version>/nvidia-device-plugin
+# and, beside it, the NVIDIA Container Toolkit version that release's go.mod requires, built
+# once per toolkit version into $GPULAB_CACHE/nvidia-container-toolkit/<toolkit version>/
+# and linked from the plugin's dir:
+#   nvidia-ctk                every pinned release: its CDI specs name it as the hook that
+#                             runs in every GPU container, so the CDI subjects install it on
+#                             the node (as the GPU operator's toolkit does)
+#   nvidia-container-runtime  the newest pinned release only (what lab GPU nodes run,
+#   nvidia-cdi-hook           clusters/labs/toolkit.py): the OCI runtime containerd runs instead
+#                             of runc, which turns NVIDIA_VISIBLE_DEVICES into CDI devices,
+#                             and the hook the specs `nvidia-ctk cdi generate` writes name
+# Not the legacy pieces (nvidia-container-runtime-hook, nvidia-container-cli): they need
+# libnvidia-container, a C library no Go module provides; the runtime's CDI mode does
+# without them. And gpu-feature-discovery (cmd/gpu-feature-discovery, the same module and version: GFD
+# ships from this repository since v0.15), which writes the nvidia.com/* node labels.
+# Idempotent: a version whose binary exists is not rebuilt. Progress goes to stderr and
+# the binary paths to stdout, so `BIN=$(clusters/infra/scripts/nvidia-plugin.sh v0.17.4)` works.
+#
+# usage: clusters/infra/scripts/nvidia-plugin.sh [VERSION...]            (default: every pinned version)
+#        clusters/infra/scripts/nvidia-plugin.sh --git GITDIR VERSION...  (build the tag from a clone instead)
+#
+# Why not `go install <pkg>@<version>`: it also asks the proxy for the module's version
+# list (to check for deprecation), and the proxy this lab uses answers 403 for that list,
+# which go install treats as fatal. Downloading the one module version and building it as
+# the main module gives the same build (its own go.mod and go.sum) without the list.
+#
+# Why --git: the proxy does not serve every release (v0.20.0 answers 403 "This module
+# version is not available"). A clone's tag builds offline: the repository vendors its
+# dependencies.
+set -euo pipefail
+
+# The Go caches, toolchain and flags all Go builds here share, log/die, with_ticker.
+# shellcheck source=../nodeimage/lib.sh
+source "$(dirname "$0")/../nodeimage/lib.sh"
+# The pinned versions (clusters/versions.env), or $GPULAB_NVIDIA_PLUGIN_VERSIONS.
+versions=${GPULAB_NVIDIA_PLUGIN_VERSIONS:-$NVIDIA_PLUGIN_VERSIONS}
+read -ra VERSIONS <<<"${versions//,/ }"
+MODULE=github.com/NVIDIA/k8s-device-plugin
+TOOLKIT=github.com/NVIDIA/nvidia-container-toolkit
+
+# The installed go (>= 1.26) is newer than every pinned release needs (v0.17.4: 1.23,
+# v0.19.3: 1.25, v0.20.0: 1.26). The plugin binds NVML through cgo (dlopen at run time;
+# no NVIDIA headers or libraries).
+export CGO_ENABLED=1
+# go-nvml calls NVML functions that nvml.h marks deprecated: hundreds of warnings, no news.
+export CGO_CFLAGS="${CGO_CFLAGS:--O2 -g} -Wno-deprecated-declarations"
+
+command -v go >/dev/null || die "nvidia-plugin: no Go toolchain on PATH (need go >= 1.26)"
+command -v gcc >/dev/null || die "nvidia-plugin: no gcc on PATH (cgo needs it); install gcc"
+
+# Prints the directory of a module version's source (MODULE VERSION), downloading it
+# through the proxy.
+module_source() {
+  local json
+  json=$(go mod download -json "$1@$2") || {
+    die "nvidia-plugin: the Go module proxy does not serve $1@$2:
+  $(sed -n 's/^\s*"Error": "\(.*\)"$/\1/p' <<<"$json" | sed 's/\\n\\t/ /g')
+  build the plugin from a clone instead: clusters/infra/scripts/nvidia-plugin.sh --git <clone of NVIDIA/k8s-device-plugin> VERSION"
+  }
+  sed -n 's/^\s*"Dir": "\(.*\)",$/\1/p' <<<"$json"
+}
+
+build() {
+  local version=$1 gitdir=$2 dir=$GPULAB_CACHE/nvidia-device-plugin/$1
+  local bin=$dir/nvidia-device-plugin
+  local gfd=$dir/gpu-feature-discovery
+  local toolkit=(nvidia-ctk) cmd
+  [[ $version != "${VERSIONS[0]}" ]] || toolkit+=(nvidia-container-runtime nvidia-cdi-hook)
+  local missing=0
+  for cmd in "${toolkit[@]}"; do [[ -x $dir/$cmd ]] || missing=1; done
+  if [[ -x $bin && $missing == 0 && (-x $gfd || -f $gfd.refused) ]]; then
+    log "nvidia-plugin $version: cached at $bin"
+    echo "$bin"
+    return
+  fi
+  mkdir -p "$dir"
+  local src mode start=$SECONDS
+  # Build into a scratch dir and move the binary in whole, so a killed build never leaves
+  # a half-written binary that later runs would take as cached; scratch dirs of killed
+  # builds go first.
+  rm -rf "$dir"/.build.*
+  tmp=$(mktemp -d "$dir/.build.XXXXXX")
+  if [[ -n $gitdir ]]; then
+    log "nvidia-plugin $version: source from $gitdir (tag $version, vendored dependencies)"
+    mkdir "$tmp/src"
+    # Only what the build reads: tests/ holds large vendored trees of its own that a
+    # partial clone may lack.
+    git -C "$gitdir" archive "$version" -- go.mod go.sum api cmd internal vendor |
+      tar -x -C "$tmp/src" || die "nvidia-plugin $version: cannot export tag $version from $gitdir"
+    src=$tmp/src mode=vendor
+  else
+    log "nvidia-plugin $version: downloading $MODULE@$version"
+    src=$(module_source "$MODULE" "$version")
+    # The module zip carries vendor/modules.txt but not the vendored packages.
+    mode=mod
+  fi
+  if [[ ! -x $bin ]]; then
+    log "nvidia-plugin $version: go build ./cmd/nvidia-device-plugin ($(go env GOVERSION); about 2 min cold, under 1 min warm)"
+    (cd "$src" && with_ticker "$version" nice -n 10 go build -mod=$mode -trimpath \
+      -o "$tmp/nvidia-device-plugin" ./cmd/nvidia-device-plugin) || die "nvidia-plugin $version: go build failed (see above)"
+    mv "$tmp/nvidia-device-plugin" "$bin"
+  fi
+  if [[ ! -x $gfd && ! -f $gfd.refused ]]; then
+    log "nvidia-plugin $version: go build ./cmd/gpu-feature-discovery (shares the plugin's build cache)"
+    if (cd "$src" && with_ticker "gfd $version" nice -n 10 go build -mod=$mode -trimpath \
+      -o "$tmp/gpu-feature-discovery" ./cmd/gpu-feature-discovery) 2> >(tee "$tmp/gfd.err" >&2); then
+      mv "$tmp/gpu-feature-discovery" "$gfd"
+    elif grep -q '403 Forbidden' "$tmp/gfd.err"; then
+      # The proxy refuses a dependency (v0.17.4 needs node-feature-discovery v0.15.7: 403):
+      # a fact about this proxy, kept so later runs do not retry; that image has no GFD.
+      grep -m1 '403 Forbidden' "$tmp/gfd.err" | sed 's/^[^ ]* //' >"$gfd.refused"
+      log "nvidia-plugin $version: gpu-feature-discovery not built, the Go module proxy refuses a dependency: $(cat "$gfd.refused")"
+    else
+      die "nvidia-plugin $version: building gpu-feature-discovery failed (see above)"
+    fi
+  fi
+  if ((missing)); then
+    local tk tk_src tkdir
+    tk=$(awk -v m="$TOOLKIT" '$1 == m { print $2; exit }' "$src/go.mod")
+    [[ -n $tk ]] || die "nvidia-plugin $version: its go.mod requires no $TOOLKIT"
+    tkdir=$GPULAB_CACHE/nvidia-container-toolkit/$tk
+    mkdir -p "$tkdir"
+    for cmd in "${toolkit[@]}"; do
+      if [[ ! -x $tkdir/$cmd ]]; then
+        log "nvidia-plugin $version: go build $TOOLKIT@$tk ./cmd/$cmd"
+        tk_src=$(module_source "$TOOLKIT" "$tk")
+        # The version string upstream's Makefile sets (its LIB_VERSION: no leading v).
+        (cd "$tk_src" && with_ticker "$cmd $tk" nice -n 10 go build -mod=mod -trimpath \
+          -ldflags "-s -w -X $TOOLKIT/internal/info.version=${tk#v}" \
+          -o "$tmp/$cmd" "./cmd/$cmd") || die "nvidia-plugin $version: building $cmd $tk failed (see above)"
+        mv "$tmp/$cmd" "$tkdir/$cmd"
+      fi
+      # Relative, so an infra cache exported and imported elsewhere keeps it.
+      ln -sfn "../../nvidia-container-toolkit/$tk/$cmd" "$dir/$cmd"
+    done
+  fi
+  rm -rf "$tmp"
+  log "nvidia-plugin $version: built in $((SECONDS - start)) s -> $bin"
+  echo "$bin"
+}
+
+tmp=
+trap '[[ -z $tmp ]] || rm -rf "$tmp"' EXIT
+
+gitdir=
+if [[ ${1:-} == --git ]]; then
+  [[ $# -ge 3 ]] || die "nvidia-plugin: usage: $0 --git GITDIR VERSION..."
+  gitdir=$2
+  shift 2
+fi
+(($#)) || set -- "${VERSIONS[@]}"
+for v in "$@"; do
+  build "$v" "$gitdir"
+done

@@ -1,0 +1,194 @@
+"""Lab specs (clusters/labs/*.yaml): a validated, versioned description of a kind lab.
+
+    name: seed
+    kubernetes: v1.36.1             # optional: the lab run's version (make e2e KUBE=...)
+    subject: gpulab                 # plugin under test by default: a subject name or path,
+                                    # or none (fake GPUs only)
+    dra: {feature_gates: {...}}     # or NVIDIA's DRA driver instead of a plugin (no subject)
+    feature_gates: {DRAExtendedResource: true}   # Kubernetes' own, on every component
+    node_status_update_frequency: 2s
+    container_toolkit: true         # NVIDIA Container Toolkit in GPU nodes' containerd
+    nodes:
+      - role: control-plane
+      - role: worker
+        gpus: [{profile: H100-SXM5-80GB, count: 10}]   # a fakenvml inventory's `gpus:`
+        topology: {...}                               # optional, as in inventories
+        driver_version: "580.159.04"                  # optional, as in inventories
+        extra_resources: {example.com/rdma: 10}       # counted, served by our plugin
+        plugin: {start: true}       # false: the plugin DaemonSet skips this node until
+                                    # the node is labelled (the seeds' second worker)
+
+kind names nodes by role and order (<lab>-control-plane, <lab>-worker, <lab>-worker2,
+...), so a node's name follows from its position; `Node.name` computes it.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, field_validator
+
+from clusters import versions
+from clusters.subjects.subject import SubjectName
+from fakenvml import inventory, yamlmodel
+from fakenvml.errors import FakeNvmlError
+from fakenvml.model import Node as GpuNode
+from fakenvml.yamlmodel import Duration, LoadError, Strict
+
+LABS_DIR = Path(__file__).resolve().parent
+_NAME = re.compile(r"[a-z0-9]([-a-z0-9]{0,30}[a-z0-9])?")
+
+
+class SpecError(LoadError):
+    """A lab spec that cannot become a cluster; one line naming the file and key."""
+
+
+class PluginPlacement(Strict):
+    start: bool = True
+
+
+class NodeSpec(Strict):
+    role: Literal["control-plane", "worker"] = "worker"
+    gpus: list[dict] | None = None
+    topology: dict | None = None
+    driver_version: str | None = None  # the node's fake driver (default: the profiles')
+    extra_resources: dict[str, int] = Field(default_factory=dict)
+    plugin: PluginPlacement = PluginPlacement()
+
+
+class DraSpec(Strict):
+    """A lab whose GPUs a DRA driver serves (NVIDIA's, clusters/labs/dra.py) instead of a
+    device plugin."""
+
+    # The driver's feature gates (FEATURE_GATES); NVMLDeviceHealthCheck makes it taint
+    # devices on Xid and GPU-lost events.
+    feature_gates: dict[str, bool] = Field(default_factory=dict)
+
+
+class LabSpec(Strict):
+    name: str
+    kubernetes: str | None = None  # None: the run's (clusters.versions.kube_version())
+    subject: SubjectName = "gpulab"
+    dra: DraSpec | None = None  # set: NVIDIA's DRA driver, no device plugin (`subject`)
+    node_status_update_frequency: Duration = Field(2.0, gt=0)
+    # The NVIDIA Container Toolkit in GPU nodes' containerd (clusters/labs/toolkit.py), the
+    # nvidia runtime their default, as on GPU nodes; false: plain runc.
+    container_toolkit: bool = True
+    # Kubernetes feature gates, on every component (kind's `featureGates`): explicit even
+    # where the version's default agrees, for suites that read them from the API server's
+    # command line (the DRA driver's own checks DRAExtendedResource so).
+    feature_gates: dict[str, bool] = Field(default_factory=dict)
+    nodes: list[NodeSpec] = Field(min_length=1)
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        if not _NAME.fullmatch(v):
+            raise ValueError(f"{v!r}: expected 1-32 lower-case letters, digits or '-'")
+        return v
+
+    @field_validator("kubernetes")
+    @classmethod
+    def _version(cls, v: str | None) -> str | None:
+        if v is not None and not re.fullmatch(r"v1\.(3[3-9])\.\d+", v):
+            raise ValueError(f"{v!r}: expected a Kubernetes version v1.33.x or newer")
+        return v
+
+    @field_validator("nodes")
+    @classmethod
+    def _one_control_plane(cls, v: list[NodeSpec]) -> list[NodeSpec]:
+        if sum(n.role == "control-plane" for n in v) != 1:
+            raise ValueError("a lab has exactly one control-plane node")
+        return v
+
+
+class Node:
+    """A spec node with its kind name and, for GPU nodes, its fakenvml inventory."""
+
+    def __init__(self, lab: LabSpec, spec: NodeSpec, name: str) -> None:
+        self.lab, self.spec, self.name = lab, spec, name
+        self.gpu_node: GpuNode | None = None
+        self.inventory: dict | None = None  # as a fakenvml inventory file would say it
+        if spec.gpus is not None:
+            inv: dict = {"gpus": spec.gpus}
+            if spec.topology is not None:
+                inv["topology"] = spec.topology
+            if spec.driver_version is not None:
+                inv["driver_version"] = spec.driver_version
+            self.gpu_node = inventory.from_dict(inv, name)
+            self.inventory = inv
+
+    @property
+    def gpu_count(self) -> int:
+        return len(self.gpu_node.gpus) if self.gpu_node else 0
+
+    @property
+    def gpu_product(self) -> str:
+        """The product label value, as GPU feature discovery writes it (spaces -> '-')."""
+        return self.gpu_node.gpus[0].name.replace(" ", "-") if self.gpu_node else ""
+
+
+class Lab:
+    """A validated spec plus derived node names; what kindconfig and the Lab runner use."""
+
+    def __init__(self, spec: LabSpec, source: Path | None = None) -> None:
+        self.spec, self.source = spec, source
+        self.nodes: list[Node] = []
+        workers = 0
+        for n in spec.nodes:
+            if n.role == "control-plane":
+                name = f"{spec.name}-control-plane"
+            else:
+                workers += 1
+                name = f"{spec.name}-worker" + (str(workers) if workers > 1 else "")
+            self.nodes.append(Node(spec, n, name))
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    @property
+    def control_plane(self) -> Node:
+        """Its one control-plane node (the spec allows no other count)."""
+        return next(n for n in self.nodes if n.spec.role == "control-plane")
+
+    @property
+    def kubernetes(self) -> str:
+        """The Kubernetes version this lab runs: its spec's, else the run's."""
+        return self.spec.kubernetes or versions.kube_version()
+
+    @property
+    def kubelet(self) -> str:
+        """The kubelet its workers run: the control plane's version, or an older one within
+        the skew policy ($GPULAB_KUBELET_VERSION; ValueError beyond it)."""
+        return versions.kubelet_version(self.kubernetes)
+
+    @property
+    def versions_text(self) -> str:
+        """v1.37.0, or v1.37.0 (kubelet v1.34.0) where the workers' kubelet is older."""
+        return versions.describe(self.kubernetes)
+
+    @property
+    def gpu_nodes(self) -> list[Node]:
+        return [n for n in self.nodes if n.gpu_node]
+
+
+def from_dict(data: object, source: str = "lab spec", path: Path | None = None) -> Lab:
+    spec = yamlmodel.validate(LabSpec, data, source, error=SpecError)
+    try:
+        return Lab(spec, path)
+    except FakeNvmlError as e:
+        raise SpecError(f"{source}: GPU inventory: {e}") from None
+
+
+def load(name_or_path: str | Path) -> Lab:
+    """A lab by name (clusters/<name>.yaml) or by path."""
+    path = yamlmodel.resolve(name_or_path, [LABS_DIR], what="lab", error=SpecError)
+    return from_dict(yamlmodel.read(path, what="lab", error=SpecError), str(path), path)
+
+
+def shipped() -> list[Lab]:
+    """The labs that ship: clusters/<name>.yaml."""
+    return [load(p) for p in sorted(LABS_DIR.glob("*.yaml"))]
