@@ -81,3 +81,12 @@ def test_the_checks_see_what_they_look_for() -> None:
     assert is_script("ci/x.sh", "") and is_script("ci/run", "#!/bin/sh\n")
     assert not is_script("docs/x.md", "git clone it")
     assert FETCH.search("git  clone https://example.com/a.git") and not FETCH.search("git cloned")
+
+
+CONFLICT = re.compile(r"^(<{7}|>{7}) ", re.M)
+
+
+def test_no_file_holds_a_merge_conflict_marker(files: dict[str, str]) -> None:
+    found = [name for name, text in files.items() if CONFLICT.search(text)]
+    assert not found, f"unresolved merge conflicts in {found}"
+    assert CONFLICT.search("a\n<<<<<<< HEAD\nb\n") and not CONFLICT.search("<<<<<<<< x")
