@@ -22,7 +22,8 @@ from standin.process import DEFAULT_DIR, in_private_mount, kubelet_env
 CACHE = paths.cache_dir() / "nvidia-device-plugin"
 
 # The settings under which the plugin runs on a library alone (no driver files, no
-# /dev/nvidia*): see shared/design/FACTS.md.
+# /dev/nvidia*), options as NVIDIA/k8s-device-plugin's README documents them ("Configuration
+# Option Details").
 SETTINGS = {
     "DEVICE_LIST_STRATEGY": "envvar",
     "PASS_DEVICE_SPECS": "false",
