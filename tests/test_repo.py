@@ -58,6 +58,17 @@ def test_no_file_cites_a_search_tool_id(files: dict[str, str]) -> None:
     assert not cited, f"{SEARCH_ID} in {cited}: cite the public source by name, or state the fact"
 
 
+# The team's design notes live beside the repository, not in it: no reader of the
+# repository can follow a citation of them.
+TEAM_NOTES = re.compile(r"\b(?:shared/design/|design/FACTS\.md|FACTS\.md)")
+
+
+def test_no_file_cites_the_teams_notes(files: dict[str, str]) -> None:
+    cited = sorted(n for n, text in files.items() if TEAM_NOTES.search(text)
+                   and n not in (HERE, "CHANGELOG.md"))  # fmt: skip
+    assert not cited, f"the team's notes cited in {cited}: cite the public source"
+
+
 def test_no_file_names_a_path_of_one_machine(files: dict[str, str]) -> None:
     found = [f"{n}: {p}" for n, text in sorted(files.items()) for p in machine_paths(text)]
     assert not found, "paths of one machine (make them relative to the repository): " + (
