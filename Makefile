@@ -61,7 +61,8 @@ CI_KUBELET := $(firstword $(shell . clusters/versions.env && echo $$KUBELET_VERS
 # Every tier, timed (bench/budget.py, which holds each tier's budget): `make infra`, lint,
 # the unit and node tier, the fakenvml suite again under ASan+UBSan, a bounded fuzz run,
 # then the cluster tier (real kind labs) through `make e2e` on the newest Kubernetes, and
-# a smoke set with $(CI_KUBELET)'s kubelet on the workers (e2e-skew, below). A failed tier fails `make test` but the later
+# a smoke set with $(CI_KUBELET)'s kubelet on the workers (e2e-skew, below), then the
+# action on that lab. A failed tier fails `make test` but the later
 # tiers still run (all but after `make infra`, which every tier needs), and the time report
 # always ends it: each tier's time and tests against its budget, the slowest tests,
 # build/budget.json and build/budget.md. Over budget is a warning, never a failure. JUnit
@@ -97,11 +98,11 @@ test:
 	  $(TIMED) fuzz -- $(MAKE) --no-print-directory fuzz FUZZ_SECONDS=30 || status=1; \
 	  GPULAB_RESTARTS=$(E2E_RESTARTS) $(TIMED) e2e --junit $(JUNIT)/e2e.xml -- \
 	    $(MAKE) --no-print-directory e2e-suites E2E_JUNIT=$(JUNIT)/e2e.xml || status=1; \
-	  $(TIMED) action --junit $(BUILD)/action/temp/gpulab-results/e2e-junit.xml -- \
-	    $(MAKE) --no-print-directory action-check || status=1; \
 	  GPULAB_RESTARTS=$(E2E_SKEW_RESTARTS) $(TIMED) e2e-skew --junit $(JUNIT)/e2e-skew.xml -- \
 	    $(MAKE) --no-print-directory e2e-suites KUBELET=$(CI_KUBELET) SUBJECT=$(CI_SKEW_SUBJECTS) \
-	    E2E_JUNIT=$(JUNIT)/e2e-skew.xml E2E_ARGS="$(E2E_SKEW_ARGS)" || status=1; \
+	    E2E_JUNIT=$(JUNIT)/e2e-skew.xml E2E_ARGS="$(E2E_SKEW_ARGS)" KEEP=1 || status=1; \
+	  $(TIMED) action --junit $(BUILD)/action/temp/gpulab-results/e2e-junit.xml -- \
+	    $(MAKE) --no-print-directory action-check ACTION_KUBELET=$(CI_KUBELET) || status=1; \
 	fi; \
 	py=$(PY); [[ -x $$py ]] || py=python3; $$py -m bench.budget report || status=1; \
 	exit $$status
@@ -110,13 +111,18 @@ test:
 # (ci/run-action.py): the example plugin gpulab never saw, its smoke set on the seed lab.
 # The infra cache is off: an export is a `docker save` of every image (minutes);
 # tests/clusters/test_infracache.py round-trips one instead. The runner's steps use sudo.
+# `make test` runs it right after the skew pass, with that pass's kubelet (the action's
+# kubelet-version input): the skew pass keeps its seed lab (KEEP=1) and the action's suites
+# reuse it rather than make a second one (a lab handed on with nothing run between: no
+# idle lab beside other suites), and delete it.
+ACTION_KUBELET ?=
 action-check: install
 	@command -v sudo >/dev/null || DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
 	  --no-install-recommends sudo >/dev/null
 	@rm -rf $(BUILD)/action
 	@GPULAB_RESTARTS=1 $(PY) ci/run-action.py --work $(BUILD)/action \
 	  --input subject=examples/tiny-gpu-plugin/subject.yaml --input infra-cache=false \
-	  --input "args=-m smoke"
+	  --input "args=-m smoke" --input kubelet-version=$(ACTION_KUBELET)
 
 # Two workers, a file each at a time (module fixtures such as test_lab.py's seed lab stay
 # in one): the lab tests mostly wait on kind while the node tier runs beside them.

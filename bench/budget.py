@@ -54,7 +54,9 @@ BUDGETS: dict[str, int] = {
     "e2e": 1020,
     # the skew pass (CI_KUBELET's kubelet on the workers) smoke set: gpulab and nvidia, -m smoke
     "e2e-skew": 210,
-    "action": 180,  # action.yml run step by step (ci/run-action.py): the tiny plugin's smoke set
+    # action.yml run step by step (ci/run-action.py): the tiny plugin's smoke set, on the
+    # seed lab the skew pass handed on
+    "action": 180,
 }
 TOTAL_BUDGET = 30 * 60  # the whole warm run: what a reviewer waits for
 COLD_GOAL = 50 * 60  # a new machine, where `make infra` builds the node and lab images first
