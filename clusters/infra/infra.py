@@ -54,6 +54,7 @@ STEPS = {  # group -> the scripts its steps run (`--list`)
         "clusters/infra/nodeimage/build.sh",
         "clusters/infra/nodeimage/rootfs.sh",
     ],
+    "kubelets": ["clusters/infra/nodeimage/build.sh"],
     "lab-images": ["clusters/infra/images/build.sh", "clusters/infra/scripts/dra-driver.sh"],
 }
 
@@ -194,7 +195,9 @@ def _tail(path: Path, n: int) -> list[str]:
 
 # -- the steps ---------------------------------------------------------------------------
 
-GROUPS = ("engine", "kind", "helm", "nvidia-plugins", "node-image", "lab-images")
+# kubelets: the workers' images with older kubelets (KUBELET_VERSIONS), which only the
+# skew pass needs: `make test` builds them at nice 19 beside its first tiers.
+GROUPS = ("engine", "kind", "helm", "nvidia-plugins", "node-image", "kubelets", "lab-images")
 
 
 def run(groups: Iterable[str] = GROUPS, console: Console | None = None) -> Products:
@@ -206,7 +209,7 @@ def run(groups: Iterable[str] = GROUPS, console: Console | None = None) -> Produ
         raise ValueError(f"unknown group(s) {', '.join(sorted(unknown))} ({', '.join(GROUPS)})")
     r = Runner(console)
     t0 = time.monotonic()
-    if want & {"engine", "node-image", "lab-images"}:
+    if want & {"engine", "node-image", "kubelets", "lab-images"}:
         r.step("Docker engine", lambda: _engine(r))
     # The debootstraps (disk and network bound) run beside the Go builds (CPU bound, at
     # nice 10): on 2 cores they hide behind the first compiles.
@@ -290,10 +293,11 @@ def _run(r: Runner, want: set[str], chosen: dict[str, str],
         for kube, choice in chosen.items():
             p.node_images[kube] = _node_image_of(r, kube, choice, lane)
             p.save()
+    if "kubelets" in want:
         control = versions.kube_version()
         for kubelet in _skewed(control):
             p.node_images[versions.node_image_key(control, kubelet)] = _worker_image(
-                r, control, kubelet, p.node_images[control]
+                r, control, kubelet, p.node_images.get(control, "")
             )
             p.save()
     if "lab-images" in want:
@@ -373,11 +377,18 @@ def _skewed(control: str) -> list[str]:
 
 def _worker_image(r: Runner, control: str, kubelet: str, base: str) -> str:
     """`base` (the node image of `control`) with the kubelet of `kubelet` built alone."""
+    if not base:  # the group alone, before any node image was made
+        why = f"no node image of Kubernetes {control} recorded; run `gpulab infra node-image`"
+        return r.step(f"Worker node image {control} with kubelet {kubelet}", lambda: _missing(why))
     env = {"GPULAB_KUBE_VERSION": control, "KUBELET_VERSION": kubelet, "BASE_NODE_IMAGE": base}
     return r.step(f"Worker node image {control} with kubelet {kubelet} (Go: the kubelet)",
                   lambda: r.script("worker image", f"node-worker-{control}-kubelet-{kubelet}",
                                    "clusters/infra/nodeimage/build.sh", "worker",
                                    env=env).splitlines()[-1])  # fmt: skip
+
+
+def _missing(why: str) -> str:
+    raise InfraError(why)
 
 
 def _lab_images(r: Runner, p: Products) -> None:
