@@ -73,6 +73,34 @@ def test_a_node_file_reads_through_the_engine(seed: Lab) -> None:
         seed.node_read(FIRST, "/etc")
 
 
+def test_pods_on_two_workers_reach_each_other_and_resolve_services(seed: Lab) -> None:
+    """The node image's pod network (gpulab-podnet: a bridge per node and routes to the
+    others' pod CIDRs) and CoreDNS: a pod on one worker pings a pod on the other and
+    resolves the API server's Service name. No GPU is asked for. (Before the tests that
+    make the lab again: the module's `seed` then reaches an API server that is gone.)"""
+    from e2e.fixtures import namespaced_pods  # the suites' namespace, emptied afterwards
+
+    gen = namespaced_pods(seed)
+    pods = next(gen)
+    try:
+        for i, worker in enumerate(WORKERS):
+            spec = pods.gpu_pod(f"net-{i}", 0, worker)
+            del spec["spec"]["containers"][0]["resources"]
+            pods.create(spec)
+        ip = pods.wait_running("net-1").status.pod_ip
+        pods.wait_running("net-0")
+        out = pods.exec("net-0", ["busybox", "ping", "-c", "1", "-W", "5", ip],
+                        lambda o: "1 packets received" in o)  # fmt: skip
+        assert f"from {ip}" in out
+        name = "kubernetes.default.svc.cluster.local"
+        out = pods.exec("net-0", ["busybox", "nslookup", name], lambda o: "Name:" in o)
+        cluster_ip = seed.core.read_namespaced_service("kubernetes", "default").spec.cluster_ip
+        assert re.search(rf"Name:\s+{re.escape(name)}\s+Address:\s+{re.escape(cluster_ip)}$",
+                         out, re.M), out  # fmt: skip
+    finally:
+        next(gen, None)
+
+
 def test_a_stalled_label_wait_says_which_side_and_restarts_nfd_and_gfd(seed: Lab) -> None:
     """nfd-master frozen (SIGSTOP) and a worker's GFD and PCI labels removed: nothing puts
     them back until the wait's stall restarts NFD and GFD; it says so on the console, with
@@ -267,30 +295,3 @@ def test_a_failed_up_deletes_the_cluster_it_created_unless_retained(
     finally:
         if lab.exists():
             lab.down()
-
-
-def test_pods_on_two_workers_reach_each_other_and_resolve_services(seed: Lab) -> None:
-    """The node image's pod network (gpulab-podnet: a bridge per node and routes to the
-    others' pod CIDRs) and CoreDNS: a pod on one worker pings a pod on the other and
-    resolves the API server's Service name. No GPU is asked for."""
-    from e2e.fixtures import namespaced_pods  # the suites' namespace, emptied afterwards
-
-    gen = namespaced_pods(seed)
-    pods = next(gen)
-    try:
-        for i, worker in enumerate(WORKERS):
-            spec = pods.gpu_pod(f"net-{i}", 0, worker)
-            del spec["spec"]["containers"][0]["resources"]
-            pods.create(spec)
-        ip = pods.wait_running("net-1").status.pod_ip
-        pods.wait_running("net-0")
-        out = pods.exec("net-0", ["busybox", "ping", "-c", "1", "-W", "5", ip],
-                        lambda o: "1 packets received" in o)  # fmt: skip
-        assert f"from {ip}" in out
-        name = "kubernetes.default.svc.cluster.local"
-        out = pods.exec("net-0", ["busybox", "nslookup", name], lambda o: "Name:" in o)
-        cluster_ip = seed.core.read_namespaced_service("kubernetes", "default").spec.cluster_ip
-        assert re.search(rf"Name:\s+{re.escape(name)}\s+Address:\s+{re.escape(cluster_ip)}$",
-                         out, re.M), out  # fmt: skip
-    finally:
-        next(gen, None)
