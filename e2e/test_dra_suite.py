@@ -35,6 +35,12 @@ FILES = (
     "tests/bats/test_gpu_dynmig.bats",
 )
 OUT = Path("build/dra-suite")
+# The whole suite runs in the first test's setup (dra_suite_rows), which pytest-timeout
+# bounds as one test: the project's 300 s default is a single test's. A deadline per file
+# instead: on the 2-core machine of 2026-12-02 (builds and tiers ~1.9x slower than the one
+# before) eight files took 300 s and the cold CI run killed the ninth; 120 s a file keeps
+# a hung file bounded without ending a suite that is only slow.
+pytestmark = pytest.mark.timeout(120 * len(FILES))
 
 
 @lab_fixture(dra_suite.LAB, scope="module")
