@@ -15,7 +15,9 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 HERE = Path(__file__).resolve().relative_to(REPO).as_posix()
 
-SEARCH_ID = "find_string"  # this file is the one place that may name it
+# A session's search-tool citation ("find" "_string" id ...), joined here so that no file,
+# this one included, holds the literal the check looks for.
+SEARCH_ID = "find" + "_string"
 # An absolute path under one machine's checkout or home, where a path starts: after a
 # space, quote, bracket, `=`, `:` or `,` (not `$tmp/root/...` or `lookup/root/root.go`).
 MACHINE_PATH = re.compile(r"(?:^|[\s\"'`(\[{<=:,;])(/(?:work|root)/[^\s\"'`)]*)", re.M)
@@ -54,7 +56,7 @@ def files() -> dict[str, str]:
 
 
 def test_no_file_cites_a_search_tool_id(files: dict[str, str]) -> None:
-    cited = sorted(n for n, text in files.items() if SEARCH_ID in text and n != HERE)
+    cited = sorted(n for n, text in files.items() if SEARCH_ID in text)
     assert not cited, f"{SEARCH_ID} in {cited}: cite the public source by name, or state the fact"
 
 
