@@ -8,6 +8,7 @@ wait has a deadline and says what it saw (node status is watched: clusters/labs/
 from __future__ import annotations
 
 import subprocess
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -24,11 +25,21 @@ class StepError(Exception):
 
 
 def kind(kind_bin: str, *args: str, capture: bool = False) -> str:
-    res = subprocess.run([kind_bin, *args], text=True,
+    """kind's stdout when `capture`; its stderr (progress, and why it failed) is passed on
+    after it ends and its tail is in the StepError: a lab that comes up in a background
+    thread of the e2e session has its output captured by whichever test runs then, and a
+    CI log's tail showed only "kind create cluster failed (exit 1)"."""
+    res = subprocess.run([kind_bin, *args], text=True, stderr=subprocess.PIPE,
                          stdout=subprocess.PIPE if capture else None)  # fmt: skip
+    sys.stderr.write(res.stderr)
     if res.returncode != 0:
-        raise StepError(f"kind {' '.join(args[:2])} failed (exit {res.returncode})")
+        tail = "\n".join(res.stderr.rstrip().splitlines()[-KIND_TAIL:])
+        raise StepError(f"kind {' '.join(args[:2])} failed (exit {res.returncode}):\n{tail}")
     return res.stdout or ""
+
+
+# Lines of kind's stderr a failure keeps: kubeadm's last words sit at the end of its output.
+KIND_TAIL = 25
 
 
 def manifest(name: str, images: dict[str, str]) -> list[dict]:

@@ -426,6 +426,7 @@ class LabPool:
         self.pool = ThreadPoolExecutor(max_workers=max(min(live, 2), 1))
         self.deleting = ThreadPoolExecutor(max_workers=1)  # beside the suites, one at a time
         self.coming: dict[str, Future[Lab]] = {}
+        self.going: dict[str, Future[None]] = {}
         self.done: set[str] = set()
         self._fill()
 
@@ -440,6 +441,9 @@ class LabPool:
     def get(self, name: str, subject: Subject | None = None) -> Lab:
         if name not in self.coming or name in self.done:  # not foreseen, or asked again
             self.done.discard(name)
+            going = self.going.pop(name, None)
+            if going is not None:  # a kind create beside its own delete fails: after it
+                going.result()
             self.coming[name] = self.pool.submit(bring_up, Lab(name, subject=subject))
         lab = self.coming[name].result()
         if subject is not None and lab.subject.name != subject.name:
@@ -457,7 +461,7 @@ class LabPool:
         self.done.add(name)
         f = self.coming.get(name)
         if not self.keep and f is not None and f.done() and not f.exception():
-            self.deleting.submit(f.result().down)
+            self.going[name] = self.deleting.submit(f.result().down)
 
     def close(self) -> None:
         for name in list(self.coming):

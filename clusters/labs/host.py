@@ -4,16 +4,21 @@ kind bind-mounts into the nodes."""
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import io
 import os
 import shutil
 import tarfile
+import time
 from pathlib import Path
 
 import yaml
 
 from clusters import built, steps
+
+# Where a failed `kind create`'s node logs go (the e2e tier's other outputs are in build/ too).
+FAILED_LOGS = Path("build/kind-logs")
 
 
 class LabInUse(steps.StepError):
@@ -84,8 +89,22 @@ class Host:
         self.dir.mkdir(parents=True, exist_ok=True)
         cfg_file = self.dir / "kind.yaml"
         cfg_file.write_text(yaml.safe_dump(kind_config, sort_keys=False))
-        steps.kind(self.kind, "create", "cluster", "--name", self.name, "--config",
-                   str(cfg_file), "--kubeconfig", str(self.kubeconfig), "--wait", "0s")  # fmt: skip
+        try:
+            steps.kind(self.kind, "create", "cluster", "--name", self.name, "--config",
+                       str(cfg_file), "--kubeconfig", str(self.kubeconfig), "--wait", "0s",
+                       "--retain")  # fmt: skip
+        except steps.StepError as e:
+            # Retained only for its logs (the nodes' journals, kubelet's, containerd's):
+            # what kubeadm's last lines in the error do not say is in there.
+            logs = FAILED_LOGS / f"{self.name}-{time.strftime('%Y%m%d-%H%M%S')}"
+            try:
+                steps.kind(self.kind, "export", "logs", str(logs), "--name", self.name)
+                where = f"the nodes' logs: {logs}"
+            except steps.StepError:
+                where = "the nodes' logs could not be exported"
+            with contextlib.suppress(steps.StepError):
+                self.delete()
+            raise steps.StepError(f"{e}\n({where})") from None
 
     def delete(self) -> None:
         # Its own kubeconfig: labs deleted beside others being created never share a file

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from clusters import steps
 from clusters.labs.host import Host, LabInUse
 
 
@@ -32,3 +33,18 @@ def test_a_lab_another_process_drives_is_refused_at_once_naming_it(tmp_path: Pat
     Host("seed", tmp_path / "seed").claim()  # this process's second object shares the claim
     mine.release()
     Host("other", tmp_path / "other").release()
+
+
+def test_a_failed_kind_says_why_in_its_error(tmp_path: Path) -> None:
+    """kind's last lines of stderr are in the error (the CI log shows the error alone)."""
+    fake = tmp_path / "kind"
+    fake.write_text(
+        "#!/bin/sh\necho ' ✗ Starting control-plane' >&2\n"
+        "echo 'ERROR: failed to init node with kubeadm' >&2\nexit 1\n"
+    )
+    fake.chmod(0o755)
+    with pytest.raises(steps.StepError) as e:
+        steps.kind(str(fake), "create", "cluster")
+    assert str(e.value).splitlines() == [
+        "kind create cluster failed (exit 1):", " ✗ Starting control-plane",
+        "ERROR: failed to init node with kubeadm"]  # fmt: skip

@@ -204,6 +204,39 @@ def test_the_pool_keeps_at_most_live_labs_and_drops_each_after_its_last_test(
     assert rec.events.index("down seed") > rec.events.index("up seed")
 
 
+def test_a_lab_asked_again_after_its_last_test_comes_up_after_its_delete(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A lab a test asks for after the one its pool took for the last (a fixture the pool
+    did not foresee) is made again only once its delete has ended: kind refuses to create
+    a cluster beside the delete of one with its name."""
+    rec = Recorder()
+    deleting = threading.Event()
+    release = threading.Event()
+
+    def slow_down(lab: object) -> None:
+        deleting.set()
+        release.wait(10)
+        with rec.lock:
+            rec.events.append(f"down {lab.name}")  # type: ignore[attr-defined]
+
+    def lab(name: str, subject: object = None) -> object:
+        made = rec.lab(name, subject)
+        made.down = lambda: slow_down(made)  # type: ignore[attr-defined]
+        return made
+
+    monkeypatch.setattr(fixtures, "Lab", lab)
+    monkeypatch.setattr(fixtures, "bring_up", rec.bring_up)
+    pool = fixtures.LabPool(["dra"], {"dra": "t1"}, keep=False, live=2)
+    pool.get("dra")
+    pool.finished("t1")
+    assert deleting.wait(5)
+    threading.Timer(0.3, release.set).start()
+    pool.get("dra")  # asked again while the delete runs
+    pool.close()
+    assert rec.events[:3] == ["up dra", "down dra", "up dra"]
+
+
 def test_a_kept_pool_takes_nothing_down(monkeypatch: pytest.MonkeyPatch) -> None:
     rec = Recorder()
     monkeypatch.setattr(fixtures, "Lab", rec.lab)
