@@ -178,18 +178,37 @@ def heal(ctx: Context, serving: Serving, since: dict[str, int] | None = None) ->
     return Healed(recovered, serving.heal(ctx, disturbed))
 
 
+def respec(ctx: Context) -> list[str]:
+    """The GPU nodes of a reused cluster whose fake GPUs are not the spec's (its YAML was
+    edited since: a GPU count, a profile), given the spec's now; their names."""
+    changed = []
+    for n in ctx.lab.gpu_nodes:
+        d = ctx.fake_gpus(n.name)
+        if d.exists() and [g.uuid for g in d.node().gpus] != [g.uuid for g in n.gpu_node.gpus]:
+            d.init(n.gpu_node)
+            changed.append(n.name)
+    return changed
+
+
 def clear_faults(serving: Serving) -> Action:
     """UP's last action on a reused cluster: a lab starts from its spec (an interrupted test
-    never recovered what it injected), and what serves it forgets what it saw."""
+    never recovered what it injected; a GPU node's inventory edited in the YAML since), and
+    what serves it forgets what it saw. The new inventory is written here, before the
+    forget: a server discovers GPUs when it starts (the DRA driver's forget restarts it at
+    once), and the chart's deploy that follows finds the state it would write."""
 
     def clear(ctx: Context) -> object:
         if ctx.created:
             return SKIP
-        if recover(ctx)[0]:
+        changed = respec(ctx)
+        if changed:
+            ctx.console.print(f"  GPUs changed in the spec since the cluster was made: "
+                              f"{', '.join(changed)}", highlight=False)  # fmt: skip
+        if recover(ctx)[0] or changed:
             serving.forget(ctx)
         return None
 
-    return Action("Clear faults left from an earlier run", clear)
+    return Action("Clear faults left from an earlier run (and GPUs the spec changed)", clear)
 
 
 # -- device plugins

@@ -210,7 +210,7 @@ def test_a_lab_left_by_an_interrupted_run_comes_back_at_full_capacity(seed: Lab)
         node.restart(timeout=0)
 
     again, log = reuse("seed")
-    assert "✓ seed: Clear faults left from an earlier run" in log
+    assert "✓ seed: Clear faults left from an earlier run (and GPUs the spec changed)" in log
     assert "recreating it" not in log
     for worker in WORKERS:
         assert again.capacity(worker) == (N, N)

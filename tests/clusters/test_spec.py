@@ -264,3 +264,29 @@ def test_what_a_lab_is_given_reaches_the_context_its_actions_read() -> None:
     lab.health_deadline_s = 5
     lab.images = {"gpulab": "gpulab/gpulab:1"}
     assert (lab.ctx.health_deadline_s, lab.ctx.images) == (5, {"gpulab": "gpulab/gpulab:1"})
+
+
+def test_a_reused_clusters_gpus_follow_a_spec_edited_since(tmp_path: Path) -> None:
+    """A GPU count edited in a lab's YAML reaches the nodes of the cluster it reuses: the
+    state is rewritten from the spec and only those nodes are named (what serves the GPUs
+    then forgets them); a second look finds nothing to change."""
+    from types import SimpleNamespace
+
+    from clusters.labs.serving import respec
+    from fakenvml.node import NodeDir
+
+    seed = spec.load("seed")
+    assert seed.source is not None
+    doc = yaml.safe_load(seed.source.read_text())
+    doc["nodes"][1]["gpus"][0]["count"] = 9  # the first GPU worker only
+    edited = tmp_path / "seed.yaml"
+    edited.write_text(yaml.safe_dump(doc))
+    nine = spec.load(edited)
+    ctx = SimpleNamespace(lab=nine, fake_gpus=lambda node: NodeDir(tmp_path / node))
+    for n in seed.gpu_nodes:  # the cluster as the 10-GPU spec made it
+        NodeDir(tmp_path / n.name).init(n.gpu_node)
+    first, second = (n.name for n in nine.gpu_nodes)
+    assert respec(ctx) == [first]  # type: ignore[arg-type]
+    assert len(NodeDir(tmp_path / first).node().gpus) == 9
+    assert len(NodeDir(tmp_path / second).node().gpus) == 10
+    assert respec(ctx) == []  # type: ignore[arg-type]
