@@ -278,3 +278,26 @@ def test_the_tiny_plugins_devices_mode_refuses_a_node_without_the_gpus_device_no
     c.stop()
     assert "exit code: 1" in str(e.value)
     assert "GPU 0 (GPU-" in str(e.value) and "has no device node" in str(e.value)
+
+
+def test_the_gpulab_image_ships_its_bytecode() -> None:
+    """Every module a plugin start imports comes from bytecode compiled into the image (a
+    container writes none: PYTHONDONTWRITEBYTECODE), so no start compiles grpc or pydantic
+    again (clusters/infra/images/gpulab.Dockerfile)."""
+    import docker
+
+    try:
+        image = built.require(["gpulab"]).images["gpulab"]
+    except built.InfraMissing as e:
+        pytest.fail(str(e), pytrace=False)
+    script = (
+        "import importlib.util, os, sys, plugin.main, fakenvml.cli\n"
+        "mods = [m for m in list(sys.modules.values()) if getattr(m, '__file__', '') and "
+        "m.__file__.endswith('.py') and '/dist-packages/' in m.__file__]\n"
+        "print(len(mods)); print(*[m.__name__ for m in mods "
+        "if not os.path.exists(importlib.util.cache_from_source(m.__file__))])"
+    )
+    out = docker.from_env().containers.run(image, ["python3", "-c", script], entrypoint=[],
+                                           remove=True).decode().splitlines()  # fmt: skip
+    assert int(out[0]) > 100, out  # grpc, pydantic, protobuf, prometheus_client, ours
+    assert out[1:] == [""], f"imported without bytecode in the image: {out[1]}"
