@@ -4,7 +4,6 @@ kind bind-mounts into the nodes."""
 
 from __future__ import annotations
 
-import contextlib
 import fcntl
 import io
 import os
@@ -94,16 +93,16 @@ class Host:
                        str(cfg_file), "--kubeconfig", str(self.kubeconfig), "--wait", "0s",
                        "--retain")  # fmt: skip
         except steps.StepError as e:
-            # Retained only for its logs (the nodes' journals, kubelet's, containerd's):
-            # what kubeadm's last lines in the error do not say is in there.
+            # Retained for its logs (the nodes' journals, kubelet's, containerd's): what
+            # kubeadm's last lines in the error do not say is in there. Whether the
+            # half-made cluster then goes is Lab.up's call, as for any failed action
+            # (KEEP=1 keeps it).
             logs = FAILED_LOGS / f"{self.name}-{time.strftime('%Y%m%d-%H%M%S')}"
             try:
                 steps.kind(self.kind, "export", "logs", str(logs), "--name", self.name)
                 where = f"the nodes' logs: {logs}"
             except steps.StepError:
                 where = "the nodes' logs could not be exported"
-            with contextlib.suppress(steps.StepError):
-                self.delete()
             raise steps.StepError(f"{e}\n({where})") from None
 
     def delete(self) -> None:

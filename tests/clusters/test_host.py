@@ -48,3 +48,25 @@ def test_a_failed_kind_says_why_in_its_error(tmp_path: Path) -> None:
     assert str(e.value).splitlines() == [
         "kind create cluster failed (exit 1):", " ✗ Starting control-plane",
         "ERROR: failed to init node with kubeadm"]  # fmt: skip
+
+
+def test_a_failed_create_exports_the_nodes_logs_and_leaves_the_delete_to_the_lab(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The cluster is retained for `kind export logs`; deleting it is Lab.up's call (KEEP=1
+    keeps it), so Host.create deletes nothing itself."""
+    calls = tmp_path / "calls"
+    fake = tmp_path / "kind"
+    fake.write_text(
+        f'#!/bin/sh\necho "$1 $2" >>{calls}\n'
+        '[ "$1" = create ] && { echo "ERROR: boom" >&2; exit 1; }\nexit 0\n'
+    )
+    fake.chmod(0o755)
+    monkeypatch.chdir(tmp_path)
+    host = Host("lab", tmp_path / "lab")
+    host.kind = str(fake)
+    with pytest.raises(
+        steps.StepError, match=r"(?s)ERROR: boom.*the nodes' logs: build/kind-logs/lab-"
+    ):
+        host.create({"kind": "Cluster"})
+    assert calls.read_text().splitlines() == ["create cluster", "export logs"]
