@@ -58,6 +58,9 @@ class Products:
     toolkit: str = ""
     tree_key: str = ""  # the checkout state the gpulab image was built from
     subjects: dict[str, str] = field(default_factory=dict)  # subject name -> image built
+    # node image -> it with the lab images in its containerd (PRELOADED): what a new lab's
+    # nodes start from; labs record and compare the node image itself (Host.create).
+    preloaded: dict[str, str] = field(default_factory=dict)
 
     @classmethod
     def load(cls) -> Products:
@@ -74,12 +77,22 @@ class Products:
         """The image of a node running Kubernetes `kube` with `kubelet` (None: kube's own)."""
         return self.node_images[versions.node_image_key(kube, kubelet)]
 
+    def lab_node_images(self) -> dict[str, str]:
+        """node image -> its preloaded image, for those whose preloaded image is in the
+        engine (an infra cache restores node images, never these)."""
+        return {k: v for k, v in self.preloaded.items() if v and image_present(v)}
+
     def save(self) -> None:
         path = manifest_path()
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(f".tmp.{os.getpid()}")
         tmp.write_text(json.dumps(asdict(self), indent=2) + "\n")
         os.replace(tmp, path)
+
+
+# The recorded images (Products.images) a lab's nodes run, preloaded into every node image
+# so that a lab loads none of them; the others (base, bats-base, bats) run on the host.
+PRELOADED = ("gpulab", "workload", "nfd", "dra", "nvidia-*")
 
 
 def tree_key() -> str:

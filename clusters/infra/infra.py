@@ -20,6 +20,7 @@ labs and test fixtures only read.
 from __future__ import annotations
 
 import argparse
+import fnmatch
 import importlib.metadata
 import os
 import signal
@@ -321,6 +322,27 @@ def _run(r: Runner, want: set[str], chosen: dict[str, str],
                                             lambda s=s: _build_subject(r, s, p))  # fmt: skip
                 built[context] = (s.name, p.subjects[s.name])
             p.save()
+    if want & {"node-image", "kubelets", "lab-images"}:
+        _preload(r, p)
+
+
+def _preload(r: Runner, p: Products) -> None:
+    """Every recorded node image with the lab images in its containerd (built.PRELOADED),
+    once both are there; the images a lab then loads are only what a subject adds."""
+    images = sorted(v for k, v in p.images.items()
+                    if any(fnmatch.fnmatch(k, pat) for pat in built.PRELOADED))  # fmt: skip
+    if not images:
+        return
+    for key, base in p.node_images.items():
+        env = {"GPULAB_KUBE_VERSION": key.split("+")[0], "BASE_NODE_IMAGE": base,
+               "PRELOAD_IMAGES": " ".join(images)}  # fmt: skip
+        p.preloaded[base] = r.step(
+            f"Lab images preloaded into {base}",
+            lambda e=env, k=key: r.script("preload", f"node-preload-{k}",
+                                          "clusters/infra/nodeimage/build.sh", "preload",
+                                          env=e).splitlines()[-1],
+        )  # fmt: skip
+        p.save()
 
 
 def _engine(r: Runner) -> str:

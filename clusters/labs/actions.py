@@ -124,7 +124,7 @@ def create_cluster(ctx: Context) -> object:
     if ctx.host.exists():
         return SKIP
     ctx.created = True
-    ctx.host.create(kind_config(ctx))
+    ctx.host.create(kind_config(ctx), built.Products.load().lab_node_images())
     return None
 
 

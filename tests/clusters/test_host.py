@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 from clusters import steps
 from clusters.labs.host import Host, LabInUse
@@ -70,3 +71,23 @@ def test_a_failed_create_exports_the_nodes_logs_and_leaves_the_delete_to_the_lab
     ):
         host.create({"kind": "Cluster"})
     assert calls.read_text().splitlines() == ["create cluster", "export logs"]
+
+
+def test_kind_gets_the_preloaded_node_image_and_the_lab_records_its_own(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A node image with a preloaded stand-in is created from the stand-in; kind.yaml (what
+    a reused lab is compared with) keeps the node image, so new lab images built since
+    (new stand-ins) do not make a reused lab's config differ."""
+    given = tmp_path / "given.yaml"
+    fake = tmp_path / "kind"
+    fake.write_text(f'#!/bin/sh\n[ "$1" = create ] && cp "$6" {given}\nexit 0\n')
+    fake.chmod(0o755)
+    host = Host("lab", tmp_path / "lab")
+    host.kind = str(fake)
+    config = {"kind": "Cluster", "nodes": [{"role": "control-plane", "image": "node:a"},
+                                           {"role": "worker", "image": "node:b"}]}  # fmt: skip
+    host.create(config, {"node:a": "lab-node:a"})
+    assert [n["image"] for n in yaml.safe_load(given.read_text())["nodes"]] == [
+        "lab-node:a", "node:b"]  # fmt: skip
+    assert host.config() == config

@@ -11,6 +11,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from rich.console import Console
@@ -196,3 +197,50 @@ def _wait_for(proc: subprocess.Popen[str], done: Callable[[], bool], what: str) 
         assert proc.poll() is None, f"the build ended before {what}"
         assert time.monotonic() < deadline, f"waited 600 s for {what}"
         time.sleep(0.2)
+
+
+def test_every_node_image_has_the_lab_images_preloaded_with_the_engines_ids() -> None:
+    """`make infra`'s preloaded node images (what labs create nodes from): each holds every
+    lab image of built.PRELOADED in its containerd under the engine's image ID, the ID
+    `kind load` compares before it sends an image, so a new lab loads none of them."""
+    import fnmatch
+    import json
+
+    import docker
+
+    p = built.require(())  # what `make infra` recorded (the unit tier runs after it)
+    want = {ref: docker.from_env().images.get(ref).id for key, ref in p.images.items()
+            if any(fnmatch.fnmatch(key, pat) for pat in built.PRELOADED)}  # fmt: skip
+    assert {"gpulab", "nfd", "workload"} <= set(p.images) and want
+    # The run's node image at least (a worker image of the skew pass may still be building
+    # beside the unit tier, its preload after it).
+    assert p.node_image(versions.kube_version()) in p.preloaded
+    sock = "/tmp/preload-check/sock"
+    for base, lab in p.preloaded.items():
+        node = docker.from_env().containers.run(
+            lab, entrypoint=["containerd", "--state", "/tmp/preload-check", "--address", sock],
+            privileged=True, detach=True)  # fmt: skip
+        try:
+
+            def ctr(*args: str, node: Any = node) -> str:
+                for _ in range(100):
+                    res = node.exec_run(["ctr", "--address", sock, "-n", "k8s.io", *args])
+                    if res.exit_code == 0 or b"no such file" not in res.output:
+                        break
+                    time.sleep(0.1)  # containerd still starting
+                assert res.exit_code == 0, res.output.decode()
+                return res.output.decode()
+
+            def config_of(digest: str) -> str:
+                doc = json.loads(ctr("content", "get", digest))
+                if "manifests" in doc:  # an index: its image manifest
+                    doc = json.loads(ctr("content", "get", doc["manifests"][0]["digest"]))
+                return doc["config"]["digest"]
+
+            have = {}
+            for line in ctr("images", "ls").splitlines()[1:]:
+                ref, _, digest = line.split()[:3]
+                have[ref.removeprefix("docker.io/")] = config_of(digest)
+        finally:
+            node.remove(force=True)
+        assert {ref: have.get(ref) for ref in want} == want, f"{lab} (from {base})"
