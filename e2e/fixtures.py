@@ -18,10 +18,12 @@ the cluster up; `make e2e KEEP=1`).
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
 from typing import Any, Literal
 
 import pytest
@@ -428,7 +430,30 @@ class LabPool:
         self.coming: dict[str, Future[Lab]] = {}
         self.going: dict[str, Future[None]] = {}
         self.done: set[str] = set()
+        # (seconds since the pool began, lab, what happened): where the tier's time went,
+        # which the labs' own progress lines (printed from threads into whichever test ran)
+        # cannot tell. write() puts it in build/.
+        self.t0 = time.monotonic()
+        self.timeline: list[tuple[float, str, str]] = []
         self._fill()
+
+    def _event(self, name: str, what: str) -> None:
+        self.timeline.append((round(time.monotonic() - self.t0, 1), name, what))
+
+    def _up(self, lab: Lab) -> Lab:
+        self._event(lab.name, "up")
+        try:
+            made = bring_up(lab)
+        except BaseException:
+            self._event(lab.name, "up failed")
+            raise
+        self._event(lab.name, "ready")
+        return made
+
+    def _down(self, lab: Lab) -> None:
+        self._event(lab.name, "down")
+        lab.down()
+        self._event(lab.name, "gone")
 
     def _fill(self) -> None:
         for name in self.order:
@@ -436,7 +461,7 @@ class LabPool:
             if len(active) >= self.live:
                 return
             if name not in self.coming:
-                self.coming[name] = self.pool.submit(bring_up, Lab(name))
+                self.coming[name] = self.pool.submit(self._up, Lab(name))
 
     def get(self, name: str, subject: Subject | None = None) -> Lab:
         if name not in self.coming or name in self.done:  # not foreseen, or asked again
@@ -444,7 +469,7 @@ class LabPool:
             going = self.going.pop(name, None)
             if going is not None:  # a kind create beside its own delete fails: after it
                 going.result()
-            self.coming[name] = self.pool.submit(bring_up, Lab(name, subject=subject))
+            self.coming[name] = self.pool.submit(self._up, Lab(name, subject=subject))
         lab = self.coming[name].result()
         if subject is not None and lab.subject.name != subject.name:
             lab.use_subject(subject)
@@ -454,6 +479,7 @@ class LabPool:
         """After a test: labs whose last test it was go down, and the next come up."""
         for name, last in self.last.items():
             if last == nodeid and name not in self.done:
+                self._event(name, "last test done")
                 self._release(name)
         self._fill()
 
@@ -461,17 +487,63 @@ class LabPool:
         self.done.add(name)
         f = self.coming.get(name)
         if not self.keep and f is not None and f.done() and not f.exception():
-            self.going[name] = self.deleting.submit(f.result().down)
+            self.going[name] = self.deleting.submit(self._down, f.result())
 
     def close(self) -> None:
         for name in list(self.coming):
-            if name not in self.done:
+            if name not in self.done:  # the session's last tests (their teardown is now)
+                self._event(name, "last test done")
                 self._release(name)
         self.pool.shutdown()
         self.deleting.shutdown()
 
+    def spans(self) -> list[dict[str, Any]]:
+        """Per lab bring-up, in order: when it started, its seconds to ready, how long its
+        tests held it, and its delete's seconds (None: not seen, as for a kept lab)."""
+        out: list[dict[str, Any]] = []
+        for t, name, what in self.timeline:
+            if what == "up":
+                out.append({"lab": name, "up_at_s": t, "up_s": None, "used_s": None,
+                            "down_s": None, "failed": False})  # fmt: skip
+                continue
+            span = next((x for x in reversed(out) if x["lab"] == name), None)
+            if span is None:  # its last test ran without it (skipped before setup)
+                continue
+            start = span["up_at_s"]
+            if what == "ready":
+                span["up_s"] = round(t - start, 1)
+            elif what == "up failed":
+                span["failed"] = True
+            elif what == "last test done" and span["up_s"] is not None:
+                span["used_s"] = round(t - start - span["up_s"], 1)
+            elif what == "down":
+                span["down_at"] = t
+            elif what == "gone" and "down_at" in span:
+                span["down_s"] = round(t - span.pop("down_at"), 1)
+        for span in out:
+            span.pop("down_at", None)
+        return out
+
+    def write(self, path: Path) -> None:
+        """The timeline and its spans as JSON, and a table beside it (`.md`)."""
+        path.parent.mkdir(parents=True, exist_ok=True)
+        spans = self.spans()
+        path.write_text(json.dumps({"events": self.timeline, "labs": spans}, indent=1) + "\n")
+
+        def cell(v: float | None) -> str:
+            return "—" if v is None else f"{v:.0f}"
+
+        rows = [f"| {s['lab']} | {cell(s['up_at_s'])} | {cell(s['up_s'])}"
+                f"{' (failed)' if s['failed'] else ''} | {cell(s['used_s'])} | "
+                f"{cell(s['down_s'])} |" for s in spans]  # fmt: skip
+        path.with_suffix(".md").write_text(
+            "## e2e: the labs' timeline (seconds from the session's start)\n\n"
+            "| lab | up at | to ready | held by its tests | delete |\n|---|--:|--:|--:|--:|\n"
+            + "\n".join(rows) + "\n")  # fmt: skip
+
 
 _POOL = pytest.StashKey[LabPool]()
+TIMELINE = Path("build/e2e-labs.json")  # and .md: where the labs' time went
 # Labs up or coming up at once: the --lab lab and hetero (their suites alternate), and the
 # next one coming up beside them.
 LIVE_LABS = int(os.environ.get("GPULAB_LIVE_LABS", "3"))
@@ -489,6 +561,7 @@ def labs(request: pytest.FixtureRequest) -> Iterator[Callable[..., Lab]]:
     yield pool.get
     del request.config.stash[_POOL]
     pool.close()
+    pool.write(TIMELINE)
 
 
 @pytest.hookimpl(hookwrapper=True)

@@ -5,9 +5,11 @@ lab up (no cluster: what is checked is the order of calls)."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -297,3 +299,37 @@ def test_a_failed_scenario_leaves_fresh_plugin_pods_for_the_next(pytester: pytes
     pytester.makepyfile(test_heal=HEAL_SUITE)
     result = pytester.runpytest("-p", "no:cacheprovider")
     result.assert_outcomes(passed=2, failed=1)
+
+
+def test_the_pool_writes_each_labs_bring_up_use_and_delete(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """build/e2e-labs.json and .md: per bring-up, when it began, its seconds to ready, how
+    long its tests held it and its delete's seconds; a failed bring-up says so."""
+    rec = Recorder()
+
+    def bring_up(lab: object) -> object:
+        time.sleep(0.2)
+        if lab.name == "broken":  # type: ignore[attr-defined]
+            raise RuntimeError("kind create failed")
+        return rec.bring_up(lab)
+
+    monkeypatch.setattr(fixtures, "Lab", rec.lab)
+    monkeypatch.setattr(fixtures, "bring_up", bring_up)
+    pool = fixtures.LabPool(["seed", "broken"], {"seed": "t1", "broken": "t2", "never": "t0"},
+                            keep=False, live=2)  # fmt: skip
+    pool.finished("t0")  # a lab whose last test ran without it: nothing to record
+    pool.get("seed")
+    time.sleep(0.3)
+    pool.finished("t1")
+    with pytest.raises(RuntimeError):
+        pool.get("broken")
+    pool.finished("t2")
+    pool.close()
+    pool.write(tmp_path / "labs.json")
+    spans = {s["lab"]: s for s in json.loads((tmp_path / "labs.json").read_text())["labs"]}
+    seed, broken = spans["seed"], spans["broken"]
+    assert seed["up_s"] >= 0.2 and seed["used_s"] >= 0.3 and seed["down_s"] is not None
+    assert broken["failed"] and broken["up_s"] is None and broken["down_s"] is None
+    table = (tmp_path / "labs.md").read_text()
+    assert "| seed | 0 |" in table and "| broken |" in table and "—" in table
