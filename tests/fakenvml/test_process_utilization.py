@@ -79,8 +79,17 @@ def test_last_seen_time_stamp_returns_only_newer_samples(nvml: object, state: No
     state.add_process(3, pid=31, used=1 << 30, sm_util=50, mem_util=50)
     [first] = nv.nvmlDeviceGetProcessUtilization(h, 0)
     deadline = time.monotonic() + 5
-    while (time.time_ns() // 1000) // PERIOD_US == first.timeStamp // PERIOD_US:
-        assert raw(h, None, 0, first.timeStamp) == (NOT_FOUND, 0)  # the same period
+
+    def period() -> int:
+        return (time.time_ns() // 1000) // PERIOD_US
+
+    while period() == first.timeStamp // PERIOD_US:
+        got = raw(h, None, 0, first.timeStamp)
+        # Only a call that began and ended in the first sample's period must find nothing
+        # newer (CI once read the next period's sample: it rolled over between the check
+        # above and the call).
+        if period() == first.timeStamp // PERIOD_US:
+            assert got == (NOT_FOUND, 0)  # the same period
         assert time.monotonic() < deadline
         time.sleep(0.005)
     [later] = nv.nvmlDeviceGetProcessUtilization(h, first.timeStamp)
