@@ -543,7 +543,7 @@ class LabPool:
 
 
 _POOL = pytest.StashKey[LabPool]()
-TIMELINE = Path("build/e2e-labs.json")  # and .md: where the labs' time went
+TIMELINE = Path("build/e2e-labs.json")  # and .md: where the labs' time went (no --junitxml)
 # Labs up or coming up at once: the --lab lab and hetero (their suites alternate), and the
 # next one coming up beside them.
 LIVE_LABS = int(os.environ.get("GPULAB_LIVE_LABS", "3"))
@@ -561,7 +561,10 @@ def labs(request: pytest.FixtureRequest) -> Iterator[Callable[..., Lab]]:
     yield pool.get
     del request.config.stash[_POOL]
     pool.close()
-    pool.write(TIMELINE)
+    # Beside the session's JUnit XML where it writes one (make test's e2e tiers each do,
+    # and each would overwrite one shared file), else build/e2e-labs.json.
+    xml = request.config.getoption("xmlpath", None)
+    pool.write(Path(xml).with_suffix(".labs.json") if xml else TIMELINE)
 
 
 @pytest.hookimpl(hookwrapper=True)

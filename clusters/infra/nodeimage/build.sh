@@ -301,7 +301,8 @@ step_preload() {
     --change 'CMD []' --change "LABEL gpulab.node.inputs=$key" "$c" "$ref" >/dev/null ||
     { docker rm -f "$c" >/dev/null 2>&1; die "docker commit of $ref failed"; }
   docker rm "$c" >/dev/null
-  # The one it replaces, unless a node still runs it (then a later build removes it).
+  # The one it replaces, unless a node still runs it (then it stays, untagged, for
+  # `docker image prune`).
   [[ -n $old ]] && docker rmi "${old%%|*}" >/dev/null 2>&1 || true
   echo "$ref"
 }
