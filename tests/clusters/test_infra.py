@@ -215,16 +215,15 @@ def test_every_node_image_has_the_lab_images_preloaded_with_the_engines_ids() ->
     # The run's node image at least (a worker image of the skew pass may still be building
     # beside the unit tier, its preload after it).
     assert p.node_image(versions.kube_version()) in p.preloaded
-    sock = "/tmp/preload-check/sock"
     for base, lab in p.preloaded.items():
         node = docker.from_env().containers.run(
-            lab, entrypoint=["containerd", "--state", "/tmp/preload-check", "--address", sock],
-            privileged=True, detach=True)  # fmt: skip
+            lab, entrypoint=["containerd"], privileged=True, detach=True
+        )  # its own defaults
         try:
 
             def ctr(*args: str, node: Any = node) -> str:
                 for _ in range(100):
-                    res = node.exec_run(["ctr", "--address", sock, "-n", "k8s.io", *args])
+                    res = node.exec_run(["ctr", "-n", "k8s.io", *args])
                     if res.exit_code == 0 or b"no such file" not in res.output:
                         break
                     time.sleep(0.1)  # containerd still starting
