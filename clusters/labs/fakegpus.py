@@ -38,7 +38,10 @@ def test(kubeconfig: Path, release: str, namespace: str, timeout_s: int = 180) -
 
 
 def uninstall(kubeconfig: Path, release: str, namespace: str) -> str:
-    args = ["uninstall", release, "--namespace", namespace, "--wait"]
+    """Returns once the release's pods are gone too: with helm's default (background)
+    cascade, --wait ends when the DaemonSets are deleted, before the garbage collector has
+    even marked their pods (CI saw both pods still running after it returned)."""
+    args = ["uninstall", release, "--namespace", namespace, "--wait", "--cascade", "foreground"]
     return chart.run(built.helm(), args, kubeconfig)
 
 
