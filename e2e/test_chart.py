@@ -83,7 +83,9 @@ def cluster() -> Iterator[Cluster]:
                                "image": products.node_images[kube_version]}]}  # fmt: skip
     if extra := kindconfig.host_kubelet_config(kube_version):
         config["kubeadmConfigPatches"] = ["kind: KubeletConfiguration\n" + extra]
-    host.create(config)
+    # The preloaded node image where there is one: the same node, with the images below
+    # already in its containerd, so the load sends nothing (docs/labs.md).
+    host.create(config, products.lab_node_images())
     try:
         images = {"gpulab": products.images["gpulab"], "nvidia": products.images[newest]}
         host.load(list(images.values()), [NODE])
