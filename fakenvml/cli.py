@@ -238,6 +238,8 @@ def _delay(args: argparse.Namespace) -> None:
 
 
 def _events(args: argparse.Namespace) -> None:
+    if args.follow:
+        _exit_on_sigterm()
     d = NodeDir(_state_dir(args))
     uuids = {g.index: g.uuid for g in d.node().gpus}
     start = args.since  # seq numbers start at 1, so "after seq N" is record index N
@@ -295,8 +297,21 @@ def _remote(args: argparse.Namespace, argv: list[str]) -> int:
 def _persistenced(args: argparse.Namespace) -> None:
     from fakenvml import persistenced
 
+    _exit_on_sigterm()
     persistenced.serve(Path(args.root), _state_dir(args),
                        Path(args.ready) if args.ready else None)  # fmt: skip
+
+
+def _exit_on_sigterm() -> None:
+    """A command that runs until stopped exits at once, with status 0, on SIGTERM. In the
+    chart's pods it is PID 1, for which the kernel ignores a signal with no handler: without
+    this, every stop of a fake-GPU pod waited out its 30 s grace period and a SIGKILL."""
+    import signal
+
+    def stop(signum: int, frame: object) -> None:
+        raise SystemExit(0)
+
+    signal.signal(signal.SIGTERM, stop)
 
 
 def _state_dir(args: argparse.Namespace) -> Path:

@@ -265,6 +265,25 @@ def test_events_follow_prints_events_as_they_are_injected(node: Path, run: Run) 
         child.wait(timeout=10)
 
 
+def test_events_follow_exits_cleanly_on_sigterm(node: Path) -> None:
+    """A stop asks with SIGTERM: the follower exits 0 (the default action would leave -15;
+    as a pod's PID 1, with no handler, it would not exit at all)."""
+    child = subprocess.Popen(
+        [sys.executable, "-m", "fakenvml.cli", "events", "--follow", "--state-dir", str(node)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=child_env(node),
+    )  # fmt: skip
+    try:
+        run_inject = [sys.executable, "-m", "fakenvml.cli", "inject", "xid", "0", "13",
+                      "--state-dir", str(node)]  # fmt: skip
+        subprocess.run(run_inject, check=True, env=child_env(node), capture_output=True)
+        assert "xid 13" in _line(child)  # following, so its handler is in place
+        child.terminate()
+        assert child.wait(timeout=10) == 0, child.stderr.read() if child.stderr else ""
+    finally:
+        child.kill()
+        child.wait()
+
+
 def _line(child: subprocess.Popen[str], timeout: float = 10) -> str:
     assert child.stdout is not None
     deadline = time.monotonic() + timeout

@@ -154,6 +154,26 @@ def test_without_the_socket_nvml_has_no_driver(nvidia_smi: Path, node: NodeDir) 
     assert "couldn't communicate with the NVIDIA driver" in res.stdout
 
 
+def test_the_daemon_exits_cleanly_on_sigterm(node: NodeDir, tmp_path: Path) -> None:
+    """A stop asks with SIGTERM: the daemon exits 0, not by the default action (-15), which
+    the kernel never takes for the chart pod's PID 1."""
+    ready = tmp_path / "listening"
+    proc = subprocess.Popen(
+        ["python3", "-m", "fakenvml", "persistenced", str(tmp_path / "root"), "--state-dir",
+         str(node.path), "--ready", str(ready)], env={**os.environ, "PYTHONPATH": str(Path.cwd())},
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 20
+        while not ready.exists():
+            assert proc.poll() is None and time.monotonic() < deadline, "never listened"
+            time.sleep(0.05)
+        proc.terminate()
+        assert proc.wait(timeout=10) == 0
+    finally:
+        proc.kill()
+        proc.wait()
+
+
 def test_a_daemon_without_state_says_so_in_one_line(tmp_path: Path) -> None:
     res = subprocess.run(
         ["python3", "-m", "fakenvml", "persistenced", str(tmp_path / "root"), "--state-dir",
