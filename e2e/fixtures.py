@@ -24,7 +24,7 @@ import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 import pytest
 
@@ -343,22 +343,65 @@ def bring_up(lab: Lab) -> Lab:
 # Fixtures that stand for a lab, and which lab: each suite's lab_fixture records its own as
 # pytest imports the suite, before the collection hooks read them. `lab` is the --lab one.
 LAB_FIXTURES: dict[str, str] = {}
+# Clusters that are no lab spec (the chart's plain cluster): name -> what makes one. The
+# pool brings them up and down like labs, beside the suites before them.
+CLUSTER_MAKERS: dict[str, Callable[[], Pooled]] = {}
+# Jobs that run on a lab beside the other suites (NVIDIA's DRA suite): fixture name ->
+# (lab, job). The job starts as soon as its lab is up; the fixture's value is its result.
+LAB_JOBS: dict[str, tuple[str, Callable[[Lab], Any]]] = {}
+
+
+class Pooled(Protocol):
+    """What the pool holds: a Lab, or a cluster a suite makes itself."""
+
+    def down(self) -> None: ...
+
+
+def _declare(name: str, lab: str) -> None:
+    known = LAB_FIXTURES.setdefault(name, lab)
+    if known != lab:  # the name is all labs_of sees of a test's fixtures
+        raise ValueError(f"fixture {name!r} stands for lab {known!r} elsewhere, "
+                         f"not {lab!r}: give it a name of its own")  # fmt: skip
 
 
 def lab_fixture(
-    lab: str, *, scope: Literal["session", "module", "function"] = "session"
+    lab: str,
+    *,
+    scope: Literal["session", "module", "function"] = "session",
+    make: Callable[[], Pooled] | None = None,
 ) -> Callable[[Callable[..., Any]], Any]:
     """@lab_fixture("hetero") over a fixture function (which gets the lab from `labs`):
     a pytest fixture of `scope` that stands for that lab, so the session brings the lab up
     for the tests that use it, in their order (labs_of), and their summary cells show its
-    Kubernetes version."""
+    Kubernetes version. `make`: a cluster that is no lab spec, made (and pooled) by it."""
 
     def declare(fn: Callable[..., Any]) -> Any:
-        known = LAB_FIXTURES.setdefault(fn.__name__, lab)
-        if known != lab:  # the name is all labs_of sees of a test's fixtures
-            raise ValueError(f"fixture {fn.__name__!r} stands for lab {known!r} elsewhere, "
-                             f"not {lab!r}: give it a name of its own")  # fmt: skip
+        _declare(fn.__name__, lab)
+        if make is not None:
+            CLUSTER_MAKERS[lab] = make
         return pytest.fixture(scope=scope)(fn)
+
+    return declare
+
+
+def lab_job(lab: str) -> Callable[[Callable[[Lab], Any]], Any]:
+    """@lab_job("stock") over job(lab) -> result: a session fixture of the job's name whose
+    value is its result. The job runs on `lab` as soon as the lab is up, in a thread beside
+    the other labs' suites, and before the lab's own tests get it (`labs` waits for it):
+    a suite that runs minutes on a lab of its own no longer runs alone. The lab's tests
+    (this fixture's among them) come right after the first labs' (by_lab), so its place
+    is given back soon after."""
+
+    def declare(job: Callable[[Lab], Any]) -> Any:
+        _declare(job.__name__, lab)
+        LAB_JOBS[job.__name__] = (lab, job)
+
+        def result(labs: LabPool) -> Any:
+            return labs.job_result(lab)
+
+        result.__name__ = job.__name__
+        result.__doc__ = job.__doc__
+        return pytest.fixture(scope="session", name=job.__name__)(result)
 
     return declare
 
@@ -403,12 +446,16 @@ def by_lab(items: list[pytest.Item], config: pytest.Config) -> list[pytest.Item]
             first.setdefault(name, i)
     together = {config.getoption("--lab"), "hetero"}
     phase0 = min((first[n] for n in together if n in first), default=0)
+    with_jobs = {lab for lab, _ in LAB_JOBS.values()}
 
-    def key(item: pytest.Item) -> int:
+    def key(item: pytest.Item) -> float:
         used = labs_of(item, config)
         if not used:
             return first_position[id(item)]
-        return min(phase0 if n in together else first[n] for n in used)
+        # A lab with a job: its tests right after the first phase's, so the lab comes up
+        # beside that phase (its job then runs there) and goes soon after.
+        return min(phase0 if n in together else phase0 + 0.5 if n in with_jobs else first[n]
+                   for n in used)  # fmt: skip
 
     first_position = {id(item): i for i, item in enumerate(items)}
     return sorted(items, key=key)
@@ -421,13 +468,17 @@ class LabPool:
     unless kept. kind create and image loads mostly wait, so a lab comes up beside the
     suites of the one before it."""
 
-    def __init__(self, order: list[str], last: dict[str, str], keep: bool, live: int) -> None:
+    def __init__(self, order: list[str], last: dict[str, str], keep: bool, live: int,
+                 jobs: dict[str, Callable[[Lab], Any]] | None = None) -> None:  # fmt: skip
         self.order, self.last, self.keep, self.live = order, last, keep, live
+        self.jobs = jobs or {}  # lab -> its job (LAB_JOBS), started once the lab is up
+        self.running: dict[str, Future[Any]] = {}
         # Two bring-ups at a time: a third beside them slowed the first lab the suites
         # wait for (the load average passed 30); the third starts when one is up.
         self.pool = ThreadPoolExecutor(max_workers=max(min(live, 2), 1))
         self.deleting = ThreadPoolExecutor(max_workers=1)  # beside the suites, one at a time
-        self.coming: dict[str, Future[Lab]] = {}
+        self.working = ThreadPoolExecutor(max_workers=1)  # the labs' jobs
+        self.coming: dict[str, Future[Any]] = {}  # a Lab, or a CLUSTER_MAKERS cluster
         self.going: dict[str, Future[None]] = {}
         self.done: set[str] = set()
         # (seconds since the pool began, lab, what happened): where the tier's time went,
@@ -440,20 +491,30 @@ class LabPool:
     def _event(self, name: str, what: str) -> None:
         self.timeline.append((round(time.monotonic() - self.t0, 1), name, what))
 
-    def _up(self, lab: Lab) -> Lab:
-        self._event(lab.name, "up")
+    def _up(self, name: str, subject: Subject | None = None) -> Any:
+        self._event(name, "up")
         try:
-            made = bring_up(lab)
+            made = (CLUSTER_MAKERS[name]() if name in CLUSTER_MAKERS
+                    else bring_up(Lab(name, subject=subject)))  # fmt: skip
         except BaseException:
-            self._event(lab.name, "up failed")
+            self._event(name, "up failed")
             raise
-        self._event(lab.name, "ready")
+        self._event(name, "ready")
+        if name in self.jobs and name not in self.running:
+            self.running[name] = self.working.submit(self._job, name, made)
         return made
 
-    def _down(self, lab: Lab) -> None:
-        self._event(lab.name, "down")
-        lab.down()
-        self._event(lab.name, "gone")
+    def _job(self, name: str, lab: Lab) -> Any:
+        self._event(name, "job")
+        try:
+            return self.jobs[name](lab)
+        finally:
+            self._event(name, "job done")
+
+    def _down(self, name: str, made: Pooled) -> None:
+        self._event(name, "down")
+        made.down()
+        self._event(name, "gone")
 
     def _fill(self) -> None:
         for name in self.order:
@@ -461,19 +522,28 @@ class LabPool:
             if len(active) >= self.live:
                 return
             if name not in self.coming:
-                self.coming[name] = self.pool.submit(self._up, Lab(name))
+                self.coming[name] = self.pool.submit(self._up, name)
 
-    def get(self, name: str, subject: Subject | None = None) -> Lab:
+    def get(self, name: str, subject: Subject | None = None) -> Any:
         if name not in self.coming or name in self.done:  # not foreseen, or asked again
             self.done.discard(name)
             going = self.going.pop(name, None)
             if going is not None:  # a kind create beside its own delete fails: after it
                 going.result()
-            self.coming[name] = self.pool.submit(self._up, Lab(name, subject=subject))
+            self.coming[name] = self.pool.submit(self._up, name, subject)
         lab = self.coming[name].result()
+        if name in self.running:  # its job first: the lab's tests get it afterwards
+            self.running[name].exception()
         if subject is not None and lab.subject.name != subject.name:
             lab.use_subject(subject)
         return lab
+
+    __call__ = get  # labs(name, subject=None), as the suites call it
+
+    def job_result(self, name: str) -> Any:
+        """The result of `name`'s job (raising what it raised), once it is done."""
+        self.get(name)
+        return self.running[name].result()
 
     def finished(self, nodeid: str) -> None:
         """After a test: labs whose last test it was go down, and the next come up."""
@@ -487,7 +557,7 @@ class LabPool:
         self.done.add(name)
         f = self.coming.get(name)
         if not self.keep and f is not None and f.done() and not f.exception():
-            self.going[name] = self.deleting.submit(self._down, f.result())
+            self.going[name] = self.deleting.submit(self._down, name, f.result())
 
     def close(self) -> None:
         for name in list(self.coming):
@@ -495,16 +565,18 @@ class LabPool:
                 self._event(name, "last test done")
                 self._release(name)
         self.pool.shutdown()
+        self.working.shutdown()
         self.deleting.shutdown()
 
     def spans(self) -> list[dict[str, Any]]:
-        """Per lab bring-up, in order: when it started, its seconds to ready, how long its
-        tests held it, and its delete's seconds (None: not seen, as for a kept lab)."""
+        """Per lab bring-up, in order: when it started, its seconds to ready, its job's
+        seconds, how long its tests held it, and its delete's seconds (None: not seen, as
+        for a kept lab)."""
         out: list[dict[str, Any]] = []
         for t, name, what in self.timeline:
             if what == "up":
-                out.append({"lab": name, "up_at_s": t, "up_s": None, "used_s": None,
-                            "down_s": None, "failed": False})  # fmt: skip
+                out.append({"lab": name, "up_at_s": t, "up_s": None, "job_s": None,
+                            "used_s": None, "down_s": None, "failed": False})  # fmt: skip
                 continue
             span = next((x for x in reversed(out) if x["lab"] == name), None)
             if span is None:  # its last test ran without it (skipped before setup)
@@ -516,12 +588,17 @@ class LabPool:
                 span["failed"] = True
             elif what == "last test done" and span["up_s"] is not None:
                 span["used_s"] = round(t - start - span["up_s"], 1)
+            elif what == "job":
+                span["job_at"] = t
+            elif what == "job done" and "job_at" in span:
+                span["job_s"] = round(t - span.pop("job_at"), 1)
             elif what == "down":
                 span["down_at"] = t
             elif what == "gone" and "down_at" in span:
                 span["down_s"] = round(t - span.pop("down_at"), 1)
         for span in out:
             span.pop("down_at", None)
+            span.pop("job_at", None)
         return out
 
     def write(self, path: Path) -> None:
@@ -534,11 +611,12 @@ class LabPool:
             return "—" if v is None else f"{v:.0f}"
 
         rows = [f"| {s['lab']} | {cell(s['up_at_s'])} | {cell(s['up_s'])}"
-                f"{' (failed)' if s['failed'] else ''} | {cell(s['used_s'])} | "
-                f"{cell(s['down_s'])} |" for s in spans]  # fmt: skip
+                f"{' (failed)' if s['failed'] else ''} | {cell(s['job_s'])} | "
+                f"{cell(s['used_s'])} | {cell(s['down_s'])} |" for s in spans]  # fmt: skip
         path.with_suffix(".md").write_text(
             "## e2e: the labs' timeline (seconds from the session's start)\n\n"
-            "| lab | up at | to ready | held by its tests | delete |\n|---|--:|--:|--:|--:|\n"
+            "| lab | up at | to ready | its job | held by its tests | delete |\n"
+            "|---|--:|--:|--:|--:|--:|\n"
             + "\n".join(rows) + "\n")  # fmt: skip
 
 
@@ -550,15 +628,18 @@ LIVE_LABS = int(os.environ.get("GPULAB_LIVE_LABS", "3"))
 
 
 @pytest.fixture(scope="session")
-def labs(request: pytest.FixtureRequest) -> Iterator[Callable[..., Lab]]:
+def labs(request: pytest.FixtureRequest) -> Iterator[LabPool]:
     """labs(name, subject=None) -> that lab, up (re-used when it already runs) and running
     `subject`; the labs come and go as LabPool says."""
     items = request.session.items
     last = {n: item.nodeid for item in items for n in labs_of(item, request.config)}
+    used = {f for item in items for f in getattr(item, "fixturenames", ())}
+    jobs = {lab: job for name, (lab, job) in LAB_JOBS.items() if name in used}
     pool = LabPool(labs_wanted(items, request.config), last,
-                   keep=request.config.getoption("--keep-lab"), live=LIVE_LABS)  # fmt: skip
+                   keep=request.config.getoption("--keep-lab"), live=LIVE_LABS,
+                   jobs=jobs)  # fmt: skip
     request.config.stash[_POOL] = pool
-    yield pool.get
+    yield pool
     del request.config.stash[_POOL]
     pool.close()
     # Beside the session's JUnit XML where it writes one (make test's e2e tiers each do,

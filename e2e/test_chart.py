@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import pytest
@@ -24,6 +24,8 @@ from clusters.labs import fakegpus, kindconfig
 from clusters.labs.capacity import node_gpus
 from clusters.labs.host import Host
 from clusters.labs.lab import LABS_ROOT, Lab
+from clusters.steps import StepError
+from e2e.fixtures import lab_fixture
 
 CLUSTER = "gpulab-any"
 NODE = f"{CLUSTER}-control-plane"  # one node: kind removes the control-plane taint
@@ -64,14 +66,18 @@ class Cluster:
                                "--kubeconfig", str(self.host.kubeconfig)],
                               capture_output=True, text=True, timeout=60, check=False)  # fmt: skip
 
+    def down(self) -> None:
+        self.host.delete()
+
     def revision(self) -> int:
         out = chart.run(built.helm(), ["status", RELEASE, "-n", NAMESPACE, "-o", "yaml"],
                         self.host.kubeconfig)  # fmt: skip
         return int(yaml.safe_load(out)["version"])
 
 
-@pytest.fixture(scope="module")
-def cluster() -> Iterator[Cluster]:
+def plain_cluster() -> Cluster:
+    """The plain cluster, made by the lab pool (e2e/fixtures.py CLUSTER_MAKERS) beside the
+    suites before this one, as a lab is; deleted when it goes down or fails to come up."""
     kube_version = versions.kube_version()
     newest = f"nvidia-{versions.nvidia_plugin_versions()[0]}"
     products = built.require(["gpulab", newest], kube_version)
@@ -91,11 +97,18 @@ def cluster() -> Iterator[Cluster]:
         host.load(list(images.values()), [NODE])
         kube = Kube(host.kubeconfig)
         ok, why = kube.healthy(180)
-        assert ok, why
+        if not ok:
+            raise StepError(f"{CLUSTER}: {why}")
         kube.label_node(NODE, POOL_LABEL)
-        yield Cluster(host, kube, images)
-    finally:
+        return Cluster(host, kube, images)
+    except BaseException:
         host.delete()
+        raise
+
+
+@lab_fixture(CLUSTER, scope="module", make=plain_cluster)
+def cluster(labs: Callable[..., Cluster]) -> Cluster:
+    return labs(CLUSTER)
 
 
 def test_the_chart_makes_a_labelled_node_a_fake_gpu_node_with_gpulabs_plugin(

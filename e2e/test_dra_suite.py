@@ -8,7 +8,6 @@ written to build/dra-suite/ (report.md, report.json, bats.log)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -17,7 +16,7 @@ from rich.console import Console
 from clusters.labs.lab import Lab
 from e2e import dra_suite
 from e2e.dra_suite import Row
-from e2e.fixtures import lab_fixture
+from e2e.fixtures import lab_job
 from fakenvml import docblock
 
 # The target's files gpulab runs, in its order, then the module's MIG files; the first test
@@ -35,17 +34,19 @@ FILES = (
     "tests/bats/test_gpu_dynmig.bats",
 )
 OUT = Path("build/dra-suite")
-# The whole suite runs in the first test's setup (dra_suite_rows), which pytest-timeout
-# bounds as one test: the project's 300 s default is a single test's. A deadline per file
-# instead: on the 2-core machine of 2026-12-02 (builds and tiers ~1.9x slower than the one
-# before) eight files took 300 s and the cold CI run killed the ninth; 120 s a file keeps
-# a hung file bounded without ending a suite that is only slow.
+# The whole suite runs beside other labs' suites (dra_suite_rows, a lab job) and the first
+# test's setup waits for what is left of it, which pytest-timeout bounds as one test: the
+# project's 300 s default is a single test's. A deadline per file instead: on the 2-core
+# machine of 2026-12-02 (builds and tiers ~1.9x slower than the one before) eight files
+# took 300 s and the cold CI run killed the ninth; 120 s a file keeps a hung file bounded
+# without ending a suite that is only slow.
 pytestmark = pytest.mark.timeout(120 * len(FILES))
 
 
-@lab_fixture(dra_suite.LAB, scope="module")
-def dra_suite_rows(labs: Callable[..., Lab]) -> list[Row]:
-    lab = labs(dra_suite.LAB)
+@lab_job(dra_suite.LAB)
+def dra_suite_rows(lab: Lab) -> list[Row]:
+    """The whole suite, run by the lab pool as soon as its lab is up, beside other labs'
+    suites (e2e/fixtures.py lab_job)."""
     console = Console(stderr=True, soft_wrap=True)
     rows = dra_suite.run(lab, OUT, console, files=list(FILES))
     console.print(dra_suite.table(rows))

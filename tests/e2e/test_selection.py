@@ -152,6 +152,45 @@ def test_tests_of_one_lab_run_together(pytester: pytest.Pytester) -> None:
                      "test_f_seed_again", "test_c_free"]  # fmt: skip
 
 
+JOB_SUITE = """
+import pytest
+from e2e.fixtures import lab_fixture, lab_job
+
+@lab_fixture("mig")
+def mig_lab(): pass
+
+@lab_fixture("hetero")
+def hetero(): pass
+
+@lab_fixture("stock")
+def stock(): pass
+
+@lab_job("stock")
+def rows(lab): pass
+
+@pytest.fixture
+def lab(): pass
+
+def test_a_mig(mig_lab): pass
+def test_b_seed(lab): pass
+def test_c_rows(rows): pass
+def test_d_hetero(hetero): pass
+def test_e_stock(stock): pass
+def test_f_free(): pass
+"""
+
+
+def test_a_lab_with_a_job_has_its_tests_right_after_the_first_phase(
+    pytester: pytest.Pytester,
+) -> None:
+    """So its lab comes up beside that phase, its job runs there, and it goes soon after."""
+    pytester.makepyfile(test_jobs=JOB_SUITE)
+    result = pytester.runpytest("--collect-only", "-q", "-p", "no:cacheprovider")
+    names = [line.split("::")[1] for line in result.outlines if "::" in line]
+    assert names == ["test_a_mig", "test_b_seed", "test_d_hetero", "test_c_rows",
+                     "test_e_stock", "test_f_free"]  # fmt: skip
+
+
 class Recorder:
     """Stands in for bring_up/Lab.down: records the order, never starts a cluster."""
 
@@ -333,3 +372,60 @@ def test_the_pool_writes_each_labs_bring_up_use_and_delete(
     assert broken["failed"] and broken["up_s"] is None and broken["down_s"] is None
     table = (tmp_path / "labs.md").read_text()
     assert "| seed | 0 |" in table and "| broken |" in table and "—" in table
+
+
+def test_a_labs_job_runs_once_it_is_up_and_its_tests_get_the_lab_after_it(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    rec = Recorder()
+    monkeypatch.setattr(fixtures, "Lab", rec.lab)
+    monkeypatch.setattr(fixtures, "bring_up", rec.bring_up)
+
+    def job(lab: object) -> int:
+        with rec.lock:
+            rec.events.append(f"job on {lab.name}")  # type: ignore[attr-defined]
+        time.sleep(0.3)
+        with rec.lock:
+            rec.events.append("job done")
+        return 42
+
+    pool = fixtures.LabPool(["stock"], {"stock": "t2"}, keep=False, live=2, jobs={"stock": job})
+    pool.get("stock")  # a test of the lab's own: after the job
+    assert rec.events == ["up stock", "job on stock", "job done"]
+    assert pool.job_result("stock") == 42
+    pool.finished("t2")
+    pool.close()
+    assert rec.events[-1] == "down stock"
+    pool.write(tmp_path / "labs.json")
+    span = json.loads((tmp_path / "labs.json").read_text())["labs"][0]
+    assert span["job_s"] >= 0.3
+
+
+def test_a_jobs_failure_is_its_results(monkeypatch: pytest.MonkeyPatch) -> None:
+    rec = Recorder()
+    monkeypatch.setattr(fixtures, "Lab", rec.lab)
+    monkeypatch.setattr(fixtures, "bring_up", rec.bring_up)
+
+    def job(lab: object) -> None:
+        raise RuntimeError("bats failed")
+
+    pool = fixtures.LabPool(["stock"], {"stock": "t1"}, keep=False, live=2, jobs={"stock": job})
+    pool.get("stock")  # the lab is still the lab's tests'
+    with pytest.raises(RuntimeError, match="bats failed"):
+        pool.job_result("stock")
+    pool.finished("t1")
+    pool.close()
+
+
+def test_a_cluster_of_no_lab_spec_is_made_and_deleted_by_its_maker(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The chart's plain cluster: the pool brings it up beside other suites as a lab."""
+    rec = Recorder()
+    monkeypatch.setitem(fixtures.CLUSTER_MAKERS, "plain", lambda: rec.bring_up(rec.lab("plain")))
+    monkeypatch.setattr(fixtures, "bring_up", lambda lab: pytest.fail("no lab spec to bring up"))
+    pool = fixtures.LabPool(["plain"], {"plain": "t1"}, keep=False, live=2)
+    assert pool("plain").name == "plain"
+    pool.finished("t1")
+    pool.close()
+    assert rec.events == ["up plain", "down plain"]
