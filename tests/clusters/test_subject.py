@@ -355,9 +355,15 @@ def test_the_subjects_of_one_plugin_name_one_logs_file() -> None:
     assert found["nvidia-v0.17.4"].logs == found["nvidia-cdi-v0.19.3"].logs
 
 
-def test_examples_state_no_log_lines_nor_a_process() -> None:
+def test_examples_state_their_plugins_log_lines_in_one_file_and_no_process() -> None:
+    """Every example runs tiny-gpu-plugin and names its one logs file (the container tier
+    checks its lines against the plugin's log); no process: the node tier runs only the
+    processes it knows."""
+    one = (subject.EXAMPLES_DIR / "tiny-gpu-plugin" / "logs.yaml").resolve()
     for s in subject.examples():
-        assert s.logs.unstated == list(subject.LOG_GROUPS)
+        named = yaml.safe_load(s.source.read_text())["logs"]
+        assert (s.source.parent / named).resolve() == one, s.name
+        assert s.logs.unstated == ["unhealthy", "healthy", "restart"]
         said = r"subject\.yaml: process is not stated, and the node tier reads it: state one of "
         with pytest.raises(subject.Unstated, match=said + r"gpulab-plugin \| nvidia-device-plugin"):
             s.process  # noqa: B018

@@ -4,6 +4,7 @@ over a fakenvml node. It catches an image that is broken before any cluster star
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -141,6 +142,36 @@ def test_the_image_serves_the_nodes_gpus_and_marks_a_faulted_one(
         unhealthy = inject_until_faulted(kubelet, resource, lambda: node.inject_xid(3, 79))
         assert {gpu_of(d) for d in unhealthy} == {uuids[3]}
         assert len(unhealthy) == expects.out_per_faulted_gpu
+        stated_lines_are_logged(subject, plugin, gpu_of, uuids[3])
+
+
+def stated_lines_are_logged(subject: Subject, plugin: SubjectContainer,
+                            gpu_of: Callable[[str], str], faulted: str) -> None:  # fmt: skip
+    """Each line the subject's `logs:` states for what just happened is in the plugin's
+    log, with the groups the experiments read: its registration (of its resource, where
+    the line names one), the Xid it acted on (79, naming the faulted GPU) and its update
+    marking that GPU Unhealthy. A line its plugin words otherwise would leave the
+    experiments' columns empty without a word."""
+    logs = subject.logs
+    want = {k: p for k in ("registered", "xid", "unhealthy") if (p := logs.pattern(k))}
+
+    def found(key: str, m: re.Match[str]) -> bool:
+        if key == "registered":
+            return m.groupdict().get("resource") in (None, subject.spec.resource)
+        if key == "xid":
+            return int(m["xid"]) == 79 and m["dev"] == faulted
+        return gpu_of(m["dev"]) == faulted
+
+    missing: list[str] = list(want)
+    deadline = time.monotonic() + 10  # a line logged just after the update it reports
+    while missing and time.monotonic() < deadline:
+        lines = plugin.logs().splitlines()
+        missing = [k for k, p in want.items()
+                   if not any((m := p.search(line)) and found(k, m) for line in lines)]  # fmt: skip
+        if missing:
+            time.sleep(0.2)
+    assert not missing, (f"{subject.name}: no line matches logs.{', logs.'.join(missing)} "
+                         f"({subject.source}); its log:\n{plugin.logs()[-3000:]}")  # fmt: skip
 
 
 @pytest.mark.needs("mig")
