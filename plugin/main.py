@@ -10,8 +10,10 @@ SIGTERM/SIGINT stop them and remove their sockets. Exit 2 on a bad config.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import os
+import select
 import signal
 import sys
 import threading
@@ -129,6 +131,13 @@ def run(conf: cfg.Config, plugin_dir: Path, dev_root: Path, metrics_port: int) -
 
     for s in (signal.SIGHUP, signal.SIGTERM, signal.SIGINT):
         signal.signal(s, on_signal)
+    # A signal wakes the main loop at once: Python writes its number here, and select()
+    # returns. A wait it merely interrupts is retried to its timeout (PEP 475), which
+    # made every stop of the plugin up to 200 ms later.
+    woken, wake = os.pipe()
+    os.set_blocking(woken, False)
+    os.set_blocking(wake, False)
+    signal.set_wakeup_fd(wake)
     inotify = INotify()
     # kubelet recreates kubelet.sock on restart and deletes plugin sockets: both mean
     # "register again", as NVIDIA's plugin does on fsnotify Create of kubelet.sock.
@@ -140,7 +149,10 @@ def run(conf: cfg.Config, plugin_dir: Path, dev_root: Path, metrics_port: int) -
             plugins.start(stop)
             restart.clear()
             while not (stop.is_set() or restart.is_set()):
-                for event in inotify.read(timeout=200):
+                select.select([inotify.fd, woken], [], [])
+                with contextlib.suppress(BlockingIOError):
+                    os.read(woken, 64)
+                for event in inotify.read(timeout=0):
                     if event.name == "kubelet.sock":
                         log.info("inotify: %s created, re-registering.", plugin_dir / event.name)
                         reregister.set()
@@ -151,6 +163,9 @@ def run(conf: cfg.Config, plugin_dir: Path, dev_root: Path, metrics_port: int) -
     finally:
         nv.nvmlShutdown()
         inotify.close()
+        signal.set_wakeup_fd(-1)
+        os.close(woken)
+        os.close(wake)
     return 0
 
 

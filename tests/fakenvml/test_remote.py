@@ -371,7 +371,7 @@ def test_tied_ends_the_command_when_stdin_closes(tmp_path: Path) -> None:
     assert child.poll() is None  # following
     assert child.stdin is not None
     child.stdin.close()
-    assert child.wait(timeout=10) != 0  # terminated
+    assert child.wait(timeout=10) == 0  # ended: TIED's SIGTERM, on which a follower exits 0
     assert child.stdout is not None and child.stderr is not None
     child.stdout.close()
     child.stderr.close()

@@ -46,3 +46,18 @@ def test_sighup_restarts_and_keeps_what_nvml_says(
     kubelet.wait_registered(R, count=2, timeout=30)
     res = kubelet.wait_health(R, [uuids[4]], after=kubelet.resource(R).updates - 1)
     assert len(res.devices) == 8
+
+
+def test_sigterm_stops_it_with_status_0_and_takes_its_socket_away(
+    kubelet: Kubelet, fake_node: Callable[..., NodeDir],
+    run_plugin: Callable[..., PluginProcess], tmp_path: Path,
+) -> None:  # fmt: skip
+    """What a pod's stop sends: it exits 0, its own socket gone (the kubelet's is not its)."""
+    node = fake_node(H100x8)
+    plugin = run_plugin(*gpulab.command(kubelet.dir, node.path, tmp_path))
+    kubelet.wait_devices(R, 8, timeout=30)
+    gpulab.ready(plugin)
+    own = {p for p in kubelet.dir.glob("*.sock") if p.name != "kubelet.sock"}
+    assert own, sorted(kubelet.dir.iterdir())
+    assert plugin.stop() == 0, plugin.log_tail()
+    assert not [p for p in own if p.exists()]
