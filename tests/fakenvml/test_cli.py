@@ -250,12 +250,7 @@ def test_events_of_a_fresh_node_prints_nothing(node: Path, run: Run) -> None:
 
 def test_events_follow_prints_events_as_they_are_injected(node: Path, run: Run) -> None:
     run("inject", "xid", "0", "13", "--state-dir", node)
-    child = subprocess.Popen(
-        [sys.executable, "-m", "fakenvml.cli", "events", "--follow", "--state-dir", str(node)],
-        stdout=subprocess.PIPE,
-        text=True,
-        env=child_env(node),
-    )
+    child = _follow(node)
     try:
         assert "xid 13" in _line(child)
         run("inject", "xid", "1", "79", "--state-dir", node)
@@ -265,23 +260,26 @@ def test_events_follow_prints_events_as_they_are_injected(node: Path, run: Run) 
         child.wait(timeout=10)
 
 
-def test_events_follow_exits_cleanly_on_sigterm(node: Path) -> None:
+def test_events_follow_exits_cleanly_on_sigterm(node: Path, run: Run) -> None:
     """A stop asks with SIGTERM: the follower exits 0 (the default action would leave -15;
     as a pod's PID 1, with no handler, it would not exit at all)."""
-    child = subprocess.Popen(
-        [sys.executable, "-m", "fakenvml.cli", "events", "--follow", "--state-dir", str(node)],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=child_env(node),
-    )  # fmt: skip
+    child = _follow(node)
     try:
-        run_inject = [sys.executable, "-m", "fakenvml.cli", "inject", "xid", "0", "13",
-                      "--state-dir", str(node)]  # fmt: skip
-        subprocess.run(run_inject, check=True, env=child_env(node), capture_output=True)
+        run("inject", "xid", "0", "13", "--state-dir", node)
         assert "xid 13" in _line(child)  # following, so its handler is in place
         child.terminate()
-        assert child.wait(timeout=10) == 0, child.stderr.read() if child.stderr else ""
+        assert child.wait(timeout=10) == 0
     finally:
         child.kill()
         child.wait()
+
+
+def _follow(node: Path) -> subprocess.Popen[str]:
+    """`fakenvml events --follow` on `node`, its output read line by line (_line)."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "fakenvml.cli", "events", "--follow", "--state-dir", str(node)],
+        stdout=subprocess.PIPE, text=True, env=child_env(node),
+    )  # fmt: skip
 
 
 def _line(child: subprocess.Popen[str], timeout: float = 10) -> str:

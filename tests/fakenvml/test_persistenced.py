@@ -53,9 +53,8 @@ def node(make_state: Callable[..., NodeDir], monkeypatch: pytest.MonkeyPatch) ->
     return d
 
 
-@contextlib.contextmanager
-def serving(root: Path, state_dir: Path, ready: Path) -> Iterator[Path]:
-    """`fakenvml persistenced` on driver root `root`, until the block ends: its socket."""
+def started(root: Path, state_dir: Path, ready: Path) -> subprocess.Popen[bytes]:
+    """`fakenvml persistenced` on driver root `root`, once it listens."""
     proc = subprocess.Popen(
         ["python3", "-m", "fakenvml", "persistenced", str(root), "--state-dir", str(state_dir),
          "--ready", str(ready)], env={**os.environ, "PYTHONPATH": str(Path.cwd())},
@@ -66,6 +65,18 @@ def serving(root: Path, state_dir: Path, ready: Path) -> Iterator[Path]:
             assert proc.poll() is None, "fakenvml persistenced exited"
             assert time.monotonic() < deadline, "fakenvml persistenced never listened"
             time.sleep(0.05)
+    except BaseException:
+        proc.kill()
+        proc.wait()
+        raise
+    return proc
+
+
+@contextlib.contextmanager
+def serving(root: Path, state_dir: Path, ready: Path) -> Iterator[Path]:
+    """`fakenvml persistenced` on driver root `root`, until the block ends: its socket."""
+    proc = started(root, state_dir, ready)
+    try:
         yield persistenced.socket_path(root)
     finally:
         proc.kill()
@@ -157,16 +168,8 @@ def test_without_the_socket_nvml_has_no_driver(nvidia_smi: Path, node: NodeDir) 
 def test_the_daemon_exits_cleanly_on_sigterm(node: NodeDir, tmp_path: Path) -> None:
     """A stop asks with SIGTERM: the daemon exits 0, not by the default action (-15), which
     the kernel never takes for the chart pod's PID 1."""
-    ready = tmp_path / "listening"
-    proc = subprocess.Popen(
-        ["python3", "-m", "fakenvml", "persistenced", str(tmp_path / "root"), "--state-dir",
-         str(node.path), "--ready", str(ready)], env={**os.environ, "PYTHONPATH": str(Path.cwd())},
-    )  # fmt: skip
+    proc = started(tmp_path / "root", node.path, tmp_path / "listening")
     try:
-        deadline = time.monotonic() + 20
-        while not ready.exists():
-            assert proc.poll() is None and time.monotonic() < deadline, "never listened"
-            time.sleep(0.05)
         proc.terminate()
         assert proc.wait(timeout=10) == 0
     finally:
