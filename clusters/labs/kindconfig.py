@@ -21,7 +21,13 @@
   `nvidia-ctk runtime configure` wrote for the lab's node image (clusters/labs/toolkit.py):
   containerd starts with the nvidia runtime as its default.
 - kubelet's nodeStatusUpdateFrequency is lowered (default 10 s; labs use 2 s) so node
-  capacity and allocatable reach the API server within seconds of a plugin update.
+  capacity and allocatable reach the API server within seconds of a plugin update. Its
+  nodeStatusReportFrequency is set to 1 min: left unset, it follows an explicit update
+  frequency, and every node posted its whole status every 2 s whether or not anything had
+  changed (a lab of three nodes: 1.5 Node writes a second, each sent to every watcher). A
+  change is still posted at the next 2 s pass (KubeletConfiguration's reference).
+- The controller manager and the scheduler run without leader election: a lab has one of
+  each, and each renewed its Lease every 2 s (one write a second per lab, for nothing).
 - On a cgroup v1 host, kubelets from 1.35 on get `failCgroupV1: false` (they refuse to
   start otherwise); cgroup v1 is in maintenance upstream, and GitHub's runners are v2.
 - Labels: gpulab.dev/fake-gpus=true on GPU nodes (the fakenvml and GFD DaemonSets'
@@ -50,6 +56,21 @@ TOOLKIT_FILES = {
     "99-nvidia.toml": "/etc/containerd/conf.d/99-nvidia.toml",  # nvidia-ctk's default
     "runtime.toml": "/etc/nvidia-container-runtime/config.toml",
 }
+
+
+NODE_STATUS_REPORT = "1m"  # a Node's status when nothing changed (kubelet's default: 5m)
+# kubeadm v1beta4 (kind's for these Kubernetes versions) lists extraArgs; a patch replaces
+# the list, so kind's own controller-manager argument is repeated.
+CONTROL_PLANE = """\
+kind: ClusterConfiguration
+controllerManager:
+  extraArgs:
+  - {name: enable-hostpath-provisioner, value: "true"}
+  - {name: leader-elect, value: "false"}
+scheduler:
+  extraArgs:
+  - {name: leader-elect, value: "false"}
+"""
 
 
 def state_dir(labs_root: Path, lab: Lab, node: str) -> Path:
@@ -126,6 +147,7 @@ def render(lab: Lab, image: str, labs_root: Path, toolkit: str = "",
     kubelet = (
         "kind: KubeletConfiguration\n"
         f"nodeStatusUpdateFrequency: {duration_text(lab.spec.node_status_update_frequency)}\n"
+        f"nodeStatusReportFrequency: {NODE_STATUS_REPORT}\n"
     )
     # One KubeletConfiguration for every node: the newest kubelet decides (an older one in
     # the skew knows failCgroupV1 too: it came in 1.31).
@@ -134,7 +156,7 @@ def render(lab: Lab, image: str, labs_root: Path, toolkit: str = "",
         "kind": "Cluster",
         "apiVersion": "kind.x-k8s.io/v1alpha4",
         "name": lab.spec.name,
-        "kubeadmConfigPatches": [kubelet],
+        "kubeadmConfigPatches": [kubelet, CONTROL_PLANE],
         "nodes": nodes,
     }
     if lab.spec.feature_gates:

@@ -13,6 +13,7 @@ from pathlib import Path
 import docker
 import pytest
 from docker.models.containers import Container
+from kubernetes import client
 from rich.console import Console
 
 from clusters.labs import actions, features, serving, spec, toolkit
@@ -99,6 +100,20 @@ def test_pods_on_two_workers_reach_each_other_and_resolve_services(seed: Lab) ->
                          out, re.M), out  # fmt: skip
     finally:
         next(gen, None)
+
+
+def test_an_idle_lab_writes_no_status_that_changed_nothing(seed: Lab) -> None:
+    """Each kubelet runs with the lab's report frequency (a Node written every 2 s was
+    1.5 writes a second per lab, each sent to every watcher) and the control plane holds no
+    leader-election Lease (renewed every 2 s by each of its two controllers)."""
+    for node in (*WORKERS, CONTROL_PLANE):
+        raw = seed.core.connect_get_node_proxy_with_path(node, "configz", _preload_content=False)
+        config = json.loads(raw.data)["kubeletconfig"]
+        assert (config["nodeStatusUpdateFrequency"], config["nodeStatusReportFrequency"]) == (
+            "2s", "1m0s"), node  # fmt: skip
+    leases = client.CoordinationV1Api(seed.kube.api).list_namespaced_lease("kube-system")
+    names = {lease.metadata.name for lease in leases.items}
+    assert names.isdisjoint({"kube-controller-manager", "kube-scheduler"}), names
 
 
 def test_a_stalled_label_wait_says_which_side_and_restarts_nfd_and_gfd(seed: Lab) -> None:
