@@ -198,6 +198,14 @@ class Row:
     junit: str | None = None
     tests: Counts | None = None
     notes: list[str] = field(default_factory=list)
+    started: float = 0.0  # the epoch second it began (0: not known)
+
+    @property
+    def span(self) -> tuple[float, float] | None:
+        """(start, end) on the clock, where both are known."""
+        if self.seconds is None or self.started <= 0:
+            return None
+        return self.started, self.started + self.seconds
 
     @property
     def over_by(self) -> int:
@@ -211,7 +219,15 @@ class Report:
 
     @property
     def seconds(self) -> float:
-        return sum(r.seconds for r in self.rows if r.seconds is not None)
+        """The tiers' time on the clock: tiers that ran beside each other (`make test` runs
+        asan and fuzz beside unit) count once; a tier whose start is unknown adds its own."""
+        total = sum(r.seconds for r in self.rows if r.seconds is not None and r.span is None)
+        end = float("-inf")
+        for start, stop in sorted(r.span for r in self.rows if r.span is not None):
+            if stop > end:
+                total += stop - max(start, end)
+                end = stop
+        return total
 
     @property
     def tests(self) -> Counts:
@@ -322,19 +338,24 @@ def collect(directory: Path) -> Report:
             row.notes.append(str(e))
             continue
         row.seconds = float(record["seconds"])
+        started = record.get("started")
+        row.started = float(started) if isinstance(started, (int, float)) else 0.0
         row.exit_code = record["exit_code"]
         row.junit = record["junit"]
         if row.exit_code:
             row.notes.append(f"failed (exit {row.exit_code})")
         if row.junit:
-            started = record.get("started")
-            started = started if isinstance(started, (int, float)) else None
             try:
-                row.tests, tier_times = read_junit(Path(row.junit), tier, started)
+                row.tests, tier_times = read_junit(Path(row.junit), tier, row.started or None)
             except BadInput as e:
                 row.notes.append(str(e))
             else:
                 times += tier_times
+    for row in rows:  # a tier that began while an earlier one ran: say so beside its time
+        during = [o.tier for o in rows if o is not row and o.span and row.span
+                  and o.span[0] < row.span[0] < o.span[1]]  # fmt: skip
+        if during:
+            row.notes.append("beside " + ", ".join(during))
     times.sort(key=lambda t: -t.seconds)  # stable: ties keep tier order, then file order
     return Report(rows, times[:SLOWEST])
 

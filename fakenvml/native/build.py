@@ -11,6 +11,7 @@ the test suite). The fuzz target is built by the Makefile with clang (libFuzzer)
 from __future__ import annotations
 
 import argparse
+import os
 import shlex
 import subprocess
 import sys
@@ -53,6 +54,15 @@ def implemented(objects: list[Path]) -> set[str]:
     return {line.split()[-1] for line in out.splitlines() if " T nvml" in line}
 
 
+def _replace(path: Path, text: str) -> None:
+    """Writes `path` whole or not at all: both variants write the shared gen/ files, and
+    `make test` builds the ASan one while the unit tier reads them (tests/fakenvml/test_api.py)
+    and may build the release one."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}")
+    tmp.write_text(text)
+    tmp.replace(path)
+
+
 def build(variant: str, out: Path) -> Path:
     t0 = time.monotonic()
     hdr = header.path()
@@ -76,10 +86,10 @@ def build(variant: str, out: Path) -> Path:
     if unknown:
         raise SystemExit(f"build failed: not declared in nvml.h: {', '.join(sorted(unknown))}")
     stub_c = gen_dir / "stubs.c"
-    stub_c.write_text(stubs.stubs_source(decls, impl))
+    _replace(stub_c, stubs.stubs_source(decls, impl))
     stub_o = obj_dir / "stubs.o"
     _run(["gcc", *flags, "-c", str(stub_c), "-o", str(stub_o)])
-    (gen_dir / "implemented.txt").write_text("".join(f"{n}\n" for n in sorted(impl)))
+    _replace(gen_dir / "implemented.txt", "".join(f"{n}\n" for n in sorted(impl)))
     lib = lib_dir / SONAME
     _run([
         "gcc", "-shared", "-pthread", *VARIANTS[variant], f"-Wl,-soname,{SONAME}",

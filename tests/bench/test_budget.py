@@ -159,6 +159,24 @@ def test_report_warns_when_the_total_is_over_although_every_tier_is_within(
     assert f"⚠ over budget: total (+{budget.span(over)})" in run.stdout
 
 
+def test_tiers_that_ran_beside_each_other_count_once_in_the_total(tmp_path: Path) -> None:
+    """`make test` runs asan and fuzz beside unit: the total is the clock's, each tier keeps
+    its own time and says what it ran beside."""
+    t0 = 1.8e9
+    record(tmp_path, "lint", 10, started=t0 - 20)  # ended 10 s before unit began
+    record(tmp_path, "unit", 300, started=t0)
+    record(tmp_path, "asan", 100, started=t0 + 1)
+    record(tmp_path, "fuzz", 250, started=t0 + 101)  # past unit's end by 51 s
+    record(tmp_path, "e2e", 900)  # no start recorded: its own time is added
+    bench_budget(tmp_path, "report")
+    report = json.loads((tmp_path / "budget.json").read_text())
+    assert report["totals"]["seconds"] == 10 + 351 + 900
+    notes = {t["tier"]: t["notes"] for t in report["tiers"]}
+    assert notes["asan"] == notes["fuzz"] == ["beside unit"]
+    assert notes["unit"] == notes["lint"] == []
+    assert {t["tier"]: t["seconds"] for t in report["tiers"]}["fuzz"] == 250
+
+
 def test_time_and_report_need_no_venv(tmp_path: Path) -> None:
     # `make infra`, the first tier, creates the venv; -S: no site-packages, so no rich.
     bare = (sys.executable, "-S")
