@@ -62,8 +62,8 @@ CI_KUBELET := $(firstword $(shell . clusters/versions.env && echo $$KUBELET_VERS
 
 # Every tier, timed (bench/budget.py, which holds each tier's budget): `make infra`, lint,
 # the unit and node tier with, beside it, the fakenvml suite again under ASan+UBSan and a
-# bounded fuzz run (BESIDE_UNIT_LOG, above), then the cluster tier (real kind labs) through `make e2e` on the newest Kubernetes, and
-# a smoke set with $(CI_KUBELET)'s kubelet on the workers (e2e-skew, below), then the
+# bounded fuzz run (BESIDE_UNIT_LOG, below), then the cluster tier (real kind labs) through
+# `make e2e` on the newest Kubernetes, and a smoke set with $(CI_KUBELET)'s kubelet on the workers (e2e-skew, below), then the
 # action on that lab. A failed tier fails `make test` but the later
 # tiers still run (all but after `make infra`, which every tier needs), and the time report
 # always ends it: each tier's time and tests against its budget, the slowest tests,

@@ -73,6 +73,7 @@ from pathlib import Path
 from fakenvml import library
 from fakenvml.errors import FakeNvmlError
 from fakenvml.model import Gpu, Node
+from fakenvml.paths import write_if_changed
 
 LIB_DIR = Path("usr/lib/x86_64-linux-gnu")
 BIN_DIR = Path("usr/bin")
@@ -237,16 +238,6 @@ def write_mig_minors(root: Path) -> Path:
     return path
 
 
-def _write_if_changed(path: Path, text: str, mode: int = 0o444) -> None:
-    if path.is_file() and path.read_text() == text:
-        return
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    with os.fdopen(fd, "w") as f:
-        f.write(text)
-    os.chmod(tmp, mode)
-    os.replace(tmp, path)
-
-
 def capability_file(minor: int, mode: int = ACCESS_MODE) -> str:
     """A capability's procfs file, as the kernel module prints it (mode in decimal)."""
     return f"DeviceFileMinor: {minor}\nDeviceFileMode: {mode}\nDeviceFileModify: 1\n"
@@ -285,7 +276,7 @@ def write_capabilities(root: Path, node: Node) -> Path:
     for rel, text in wanted.items():
         path = top / rel
         path.parent.mkdir(parents=True, exist_ok=True)
-        _write_if_changed(path, text)
+        write_if_changed(path, text)
     return top
 
 
@@ -317,7 +308,7 @@ def write_proc_devices(root: Path, node: Node, kernel: Path = Path("/proc/device
         text = "Character devices:\n\nBlock devices:\n"
     path = root / PROC_DEVICES
     path.parent.mkdir(parents=True, exist_ok=True)
-    _write_if_changed(path, proc_devices(node, text))
+    write_if_changed(path, proc_devices(node, text))
     return path
 
 

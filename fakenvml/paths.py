@@ -7,10 +7,23 @@ which may be read-only and is shared by every user of the environment.
 from __future__ import annotations
 
 import os
+import tempfile
 from pathlib import Path
 
 CACHE_ENV = "GPULAB_CACHE"
 SYSTEM_CACHE = Path("/var/cache/gpulab")
+
+
+def write_if_changed(path: Path, text: str, mode: int = 0o444) -> None:
+    """`path` holds `text` afterwards, replaced whole (a reader sees the old file or the
+    new one, never a part) and only when it differs."""
+    if path.is_file() and path.read_text() == text:
+        return
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+    os.chmod(tmp, mode)
+    os.replace(tmp, path)
 
 
 def writable(path: Path) -> bool:

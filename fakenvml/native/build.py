@@ -11,7 +11,6 @@ the test suite). The fuzz target is built by the Makefile with clang (libFuzzer)
 from __future__ import annotations
 
 import argparse
-import os
 import shlex
 import subprocess
 import sys
@@ -19,6 +18,7 @@ import time
 from pathlib import Path
 
 from fakenvml.native import header, stubs
+from fakenvml.paths import write_if_changed
 
 SRC = Path(__file__).resolve().parent.parent / "src"
 SONAME = "libnvidia-ml.so.1"
@@ -54,15 +54,6 @@ def implemented(objects: list[Path]) -> set[str]:
     return {line.split()[-1] for line in out.splitlines() if " T nvml" in line}
 
 
-def _replace(path: Path, text: str) -> None:
-    """Writes `path` whole or not at all: both variants write the shared gen/ files, and
-    `make test` builds the ASan one while the unit tier reads them (tests/fakenvml/test_api.py)
-    and may build the release one."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}")
-    tmp.write_text(text)
-    tmp.replace(path)
-
-
 def build(variant: str, out: Path) -> Path:
     t0 = time.monotonic()
     hdr = header.path()
@@ -86,10 +77,12 @@ def build(variant: str, out: Path) -> Path:
     if unknown:
         raise SystemExit(f"build failed: not declared in nvml.h: {', '.join(sorted(unknown))}")
     stub_c = gen_dir / "stubs.c"
-    _replace(stub_c, stubs.stubs_source(decls, impl))
+    # Both variants write gen/, and `make test` builds the ASan one while the unit tier
+    # reads implemented.txt (tests/fakenvml/test_api.py): replaced whole, when it differs.
+    write_if_changed(stub_c, stubs.stubs_source(decls, impl), 0o644)
     stub_o = obj_dir / "stubs.o"
     _run(["gcc", *flags, "-c", str(stub_c), "-o", str(stub_o)])
-    _replace(gen_dir / "implemented.txt", "".join(f"{n}\n" for n in sorted(impl)))
+    write_if_changed(gen_dir / "implemented.txt", "".join(f"{n}\n" for n in sorted(impl)))
     lib = lib_dir / SONAME
     _run([
         "gcc", "-shared", "-pthread", *VARIANTS[variant], f"-Wl,-soname,{SONAME}",

@@ -21,6 +21,7 @@ from clusters.labs.lab import RESOURCE, Lab
 from clusters.labs.registration import Mark, registrations
 from clusters.steps import StepError
 from e2e.fixtures import bring_up
+from fakenvml.yamlmodel import duration_text
 
 SEED = spec.load("seed")
 WORKERS = tuple(n.name for n in SEED.gpu_nodes)
@@ -110,7 +111,7 @@ def test_an_idle_lab_writes_no_status_that_changed_nothing(seed: Lab) -> None:
         raw = seed.core.connect_get_node_proxy_with_path(node, "configz", _preload_content=False)
         config = json.loads(raw.data)["kubeletconfig"]
         assert (config["nodeStatusUpdateFrequency"], config["nodeStatusReportFrequency"]) == (
-            "2s", "1m0s"), node  # fmt: skip
+            duration_text(SEED.spec.node_status_update_frequency), "1m0s"), node  # fmt: skip
     leases = client.CoordinationV1Api(seed.kube.api).list_namespaced_lease("kube-system")
     names = {lease.metadata.name for lease in leases.items}
     assert names.isdisjoint({"kube-controller-manager", "kube-scheduler"}), names
