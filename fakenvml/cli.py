@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from fakenvml import durations, faults, knobs, mig_cli, telemetry
+from fakenvml import durations, faults, kernlog, knobs, mig_cli, telemetry
 from fakenvml.errors import FakeNvmlError
 from fakenvml.journal import ALL_GPUS, JOURNAL_FILE, NO_INSTANCE, Kind, Record
 from fakenvml.node import DEFAULT_STATE_DIR, STATE_DIR_ENV, NodeDir, default_state_dir
@@ -66,6 +66,7 @@ def _init(args: argparse.Namespace) -> None:
     if args.if_unchanged:
         digest = _inventory_digest(source, args.node, args.driver_version)
         if d.exists() and _read_text(d.path / INVENTORY_DIGEST) == digest:
+            kernlog.ensure(d.path)  # a state an older fakenvml wrote has no kernel log yet
             print(f"node state in {d.path} was written from this inventory; kept")
             return
     from fakenvml import inventory  # pydantic and YAML: only the commands that read YAML

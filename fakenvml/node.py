@@ -19,7 +19,7 @@ import os
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
-from fakenvml import faults, journal, knobs, statefile, telemetry
+from fakenvml import faults, journal, kernlog, knobs, statefile, telemetry
 from fakenvml.errors import FakeNvmlError
 from fakenvml.journal import Kind, Record
 
@@ -81,6 +81,7 @@ class NodeDir:
                 k.commit()
                 j.commit()
                 s.commit()
+            kernlog.ensure(self.path)
         except OSError as e:
             raise FakeNvmlError(f"cannot write state to {self.path}: {e.strerror}") from None
         if any(g.mig_layout for g in node.gpus):
@@ -121,7 +122,11 @@ class NodeDir:
         what the driver adds (ecc --double: its Xid 48; the recovery action asked for)."""
         f = faults.named(fault)
         given = faults.arguments(f, args)
-        return self._write(f.entries(self.index_of(gpu), **given))
+        recs = self._write(f.entries(self.index_of(gpu), **given))
+        # The driver's kernel log lines for its Xids (fakenvml/kernlog.py).
+        ids = self.identities()
+        kernlog.append(self.path, kernlog.lines(ids.node, [g.bus_id for g in ids.gpus], recs))
+        return recs
 
     # The named faults, as callers had them before the table.
     def inject_xid(

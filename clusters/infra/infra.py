@@ -426,6 +426,7 @@ def _lab_images(r: Runner, p: Products) -> None:
         ("nfd", f"node-feature-discovery {versions.get('NFD_VERSION')} image (Go)", None),
         ("dra", f"NVIDIA DRA driver {versions.get('DRA_DRIVER_VERSION')} image (Go)", None),
         ("bats", f"DRA driver's suite runner (bats {versions.get('BATS_VERSION')})", None),
+        ("npd", f"node-problem-detector {versions.get('NPD_VERSION')} image (Go)", None),
     ):
         p.images.update(r.step(title, lambda w=which, e=env: _image(r, w, e)))
     p.tree_key = key

@@ -114,7 +114,7 @@ def test_init_writes_state_and_journal(tmp_path: Path, run: Run) -> None:
     assert (code, err) == (0, "")
     assert out.startswith("node dgx-h100: 8 GPU(s) (NVIDIA H100 80GB HBM3) in ")
     assert sorted(snapshot(tmp_path / "n")) == [
-        "journal.bin", "journal.gen", "knobs.bin", "state.bin",
+        "journal.bin", "journal.gen", "kern.log", "knobs.bin", "state.bin",
     ]  # fmt: skip
 
 

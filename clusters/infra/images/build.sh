@@ -10,9 +10,11 @@
 #   dra        NVIDIA's DRA driver for GPUs ($DRA_DRIVER_VERSION: gpu-kubelet-plugin, nvidia-cdi-hook,
 #              built by clusters/infra/scripts/dra-driver.sh) on the base image
 #   bats       the runner of NVIDIA's DRA driver's own bats suite (e2e/dra_suite.py)
+#   npd        node-problem-detector ($NPD_VERSION, built by clusters/infra/nodeimage/build-go.sh)
+#              on the base image
 # Every image is tagged with a hash of its inputs, so a warm run only checks tags. Tags
 # appear only on finished, checked images (temporary tags first; see lib.sh).
-# usage: clusters/infra/images/build.sh [base|gpulab|workload|nvidia|nfd|dra|bats-base|bats]...   (default: all)
+# usage: clusters/infra/images/build.sh [base|gpulab|workload|nvidia|nfd|dra|bats-base|bats|npd]...   (default: all)
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/../../.." && pwd)  # the checkout, or site-packages for an installed gpulab
@@ -226,6 +228,25 @@ image_nfd() {
   echo "$tag"
 }
 
+image_npd() {
+  local base bin tag dockerfile
+  base=$(image_base)
+  bin=$("$here/../nodeimage/build-go.sh" npd) || die "images: building node-problem-detector failed"
+  dockerfile=$(printf 'FROM %s\nCOPY node-problem-detector /usr/bin/\nENTRYPOINT ["/usr/bin/node-problem-detector"]\n' "$base")
+  tag=gpulab/node-problem-detector:$NPD_VERSION-$(inputs_hash "$dockerfile" "$bin/nodeproblemdetector")
+  if ! have "$tag"; then
+    local ctx
+    ctx=$(fresh_tmp "$WORK/npd.ctx")
+    # Named as upstream's image names it.
+    cp "$bin/nodeproblemdetector" "$ctx/node-problem-detector"
+    printf '%s\n' "$dockerfile" >"$ctx/Dockerfile"
+    log "images: npd: docker build $tag"
+    docker_build "$tag" "$ctx" /bin/sh -c "node-problem-detector --version | grep -qx '$NPD_VERSION'"
+    rm -rf "$ctx"
+  fi
+  echo "$tag"
+}
+
 image_dra() {
   local base out dir src tag dockerfile
   base=$(image_base)
@@ -294,7 +315,7 @@ image_bats() {
   echo "$tag"
 }
 
-[[ $# -gt 0 ]] || set -- base gpulab workload nvidia nfd dra bats
+[[ $# -gt 0 ]] || set -- base gpulab workload nvidia nfd dra bats npd
 for what in "$@"; do
   case $what in
     base) echo "base=$(image_base)" ;;
@@ -305,6 +326,7 @@ for what in "$@"; do
     dra) echo "dra=$(image_dra)" ;;
     bats-base) echo "bats-base=$(image_bats_base)" ;;
     bats) echo "bats=$(image_bats)" ;;
-    *) die "images: unknown image $what (base, gpulab, workload, nvidia, nfd, dra, bats-base, bats)" ;;
+    npd) echo "npd=$(image_npd)" ;;
+    *) die "images: unknown image $what (base, gpulab, workload, nvidia, nfd, dra, bats-base, bats, npd)" ;;
   esac
 done

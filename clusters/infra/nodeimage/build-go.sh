@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds the node's Go binaries from upstream modules through the Go module proxy.
-# Usage: build-go.sh kubernetes | kubelet | etcd VERSION | coredns VERSION | crictl | nfd
+# Usage: build-go.sh kubernetes | kubelet | etcd VERSION | coredns VERSION | crictl | nfd | npd
 # Prints the output directory ($GPULAB_CACHE/bin/<name>-<version>).
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
@@ -151,8 +151,23 @@ nfd() {
   finish "nfd-$v-host-prefix"
 }
 
+# node-problem-detector's daemon, without the Stackdriver exporter and the system stats
+# monitor (build tags its own Makefile offers): a lab runs its kernel monitor on a log file
+# and its reports to the API server, and the two left out are most of its dependencies.
+npd() {
+  local v=$NPD_VERSION
+  done_or "npd-$v"
+  log "building node-problem-detector $v (about 1 min cold)"
+  build npd "$v" "k8s.io/node-problem-detector@$v" "$v" \
+    "-X k8s.io/node-problem-detector/pkg/version.version=$v" \
+    -tags disable_stackdriver_exporter,disable_system_stats_monitor \
+    k8s.io/node-problem-detector/cmd/nodeproblemdetector
+  has_output "$v" "$OUT/nodeproblemdetector" --version || die "built node-problem-detector is not $v"
+  finish "npd-$v"
+}
+
 case ${1:-} in
-  kubernetes | kubelet | crictl | nfd) "$1" ;;
+  kubernetes | kubelet | crictl | nfd | npd) "$1" ;;
   etcd | coredns) "$1" "${2:?usage: $0 $1 VERSION}" ;;
-  *) die "usage: $0 kubernetes | kubelet | etcd VERSION | coredns VERSION | crictl | nfd" ;;
+  *) die "usage: $0 kubernetes | kubelet | etcd VERSION | coredns VERSION | crictl | nfd | npd" ;;
 esac
