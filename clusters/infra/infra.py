@@ -26,6 +26,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 import tomllib
 from collections.abc import Callable, Iterable
@@ -99,6 +100,13 @@ class Runner:
         self.logs = built.cache_dir() / "logs"
         self.products = Products.load()
         self.running: set[subprocess.Popen[str]] = set()  # steps in flight, in any lane
+        self._recording = threading.Lock()
+
+    def record(self, change: Callable[[], object]) -> None:
+        """Change the products and save them, one lane at a time (the lanes share them)."""
+        with self._recording:
+            change()
+            self.products.save()
 
     def stop(self) -> None:
         """Kill every step still running (another lane's, when this one failed)."""
@@ -259,17 +267,63 @@ def _run(r: Runner, want: set[str], chosen: dict[str, str],
          lane: Future[dict[str, str]]) -> None:  # fmt: skip
     p = r.products
     if "kind" in want:
-        p.kind = r.step(
+        kind = r.step(
             f"kind {versions.get('KIND_VERSION')}",
             lambda: r.script("kind", "kind", "clusters/infra/scripts/kind.sh").splitlines()[-1],
         )
-        p.save()
+        r.record(lambda: setattr(p, "kind", kind))
+    # Two Go lanes: the node image's builds here, the lab images' programs beside them. A
+    # cold Go build waits on the module proxy for a minute at a time (the cores sat idle
+    # for about 4 of a cold infra's 22 minutes in one lane); the other lane compiles then.
+    # The first lane to fail stops the other's step; its error is the one raised.
+    failed: list[BaseException] = []
+
+    def stop_if_failed(f: Future[None]) -> None:
+        if (e := f.exception()) is not None:
+            failed.append(e)
+            r.stop()
+
+    beside = ThreadPoolExecutor(max_workers=1)
+    programs = beside.submit(_programs, r, want, lane)
+    programs.add_done_callback(stop_if_failed)
+    try:
+        if "node-image" in want:
+            for kube, choice in chosen.items():
+                image = _node_image_of(r, kube, choice, lane)
+                r.record(lambda k=kube, i=image: p.node_images.__setitem__(k, i))
+        if "kubelets" in want:
+            control = versions.kube_version()
+            for kubelet in _skewed(control):
+                image = _worker_image(r, control, kubelet, p.node_images.get(control, ""))
+                key = versions.node_image_key(control, kubelet)
+                r.record(lambda k=key, i=image: p.node_images.__setitem__(k, i))
+    except BaseException as e:
+        failed.append(e)
+        r.stop()
+        beside.shutdown(wait=True)
+        raise failed[0] from None
+    beside.shutdown(wait=True)
+    programs.result()
+    if "lab-images" in want:
+        # The suite runner carries the Kubernetes build's kubectl and the helm build.
+        bats = r.step(f"DRA driver's suite runner (bats {versions.get('BATS_VERSION')})",
+                      lambda: _image(r, "bats"))  # fmt: skip
+        r.record(lambda: p.images.update(bats))
+    if want & {"node-image", "kubelets", "lab-images"}:
+        _preload(r, p)
+
+
+def _programs(r: Runner, want: set[str], lane: Future[dict[str, str]]) -> None:
+    """The second Go lane: helm and the charts' modules, NVIDIA's plugin and toolkit, the
+    lab images (NFD's, the DRA driver's and node-problem-detector's builds among them) and
+    the subjects' images."""
+    p = r.products
     if "helm" in want:
-        p.helm = r.step(
+        helm = r.step(
             f"helm {versions.get('HELM_VERSION')} (Go)",
             lambda: r.script("helm", "helm", "clusters/infra/scripts/helm.sh").splitlines()[-1],
         )
-        p.save()
+        r.record(lambda: setattr(p, "helm", helm))
         for module in chart_modules():
             r.step(f"Chart module {module}",
                    lambda m=module: r.script(f"module {m}", f"module-{m.replace('/', '_')}",
@@ -277,7 +331,7 @@ def _run(r: Runner, want: set[str], chosen: dict[str, str],
                                              m))  # fmt: skip
     if want & {"nvidia-plugins", "lab-images"}:
         for v in versions.nvidia_plugin_versions():
-            p.nvidia[v] = r.step(
+            binary = r.step(
                 f"NVIDIA device plugin {v} (Go)",
                 lambda v=v: r.script(
                     f"NVIDIA plugin {v}",
@@ -286,44 +340,33 @@ def _run(r: Runner, want: set[str], chosen: dict[str, str],
                     v,
                 ),
             )
-            p.save()
+            r.record(lambda v=v, b=binary: p.nvidia.__setitem__(v, b))
         newest = Path(p.nvidia[versions.nvidia_plugin_versions()[0]]).parent
-        p.toolkit = str((newest / "nvidia-container-runtime").resolve().parent)
-        p.save()
-    if "node-image" in want:
-        for kube, choice in chosen.items():
-            p.node_images[kube] = _node_image_of(r, kube, choice, lane)
-            p.save()
-    if "kubelets" in want:
-        control = versions.kube_version()
-        for kubelet in _skewed(control):
-            p.node_images[versions.node_image_key(control, kubelet)] = _worker_image(
-                r, control, kubelet, p.node_images.get(control, "")
-            )
-            p.save()
+        toolkit = str((newest / "nvidia-container-runtime").resolve().parent)
+        r.record(lambda: setattr(p, "toolkit", toolkit))
     if "lab-images" in want:
-        p.images.update(lane.result())
+        debootstrapped = lane.result()
+        r.record(lambda: p.images.update(debootstrapped))
         _lab_images(r, p)
-        p.save()
-        # Subjects whose image is built from a Dockerfile: the examples, and those named in
-        # $GPULAB_SUBJECTS (`make infra SUBJECT=path/to/subject.yaml`).
-        # Subjects that run one build directory differently (its modes) share its image.
-        built: dict[Path, tuple[str, str]] = {}
-        for s in subjects_wanted():
-            if s.spec.image.build is None:
-                continue
-            context = s.path(s.spec.image.build)
-            if context in built:
-                first, tag = built[context]
-                p.subjects[s.name] = r.step(f"Subject {s.name}'s image: {first}'s",
-                                            lambda t=tag: t)  # fmt: skip
-            else:
-                p.subjects[s.name] = r.step(f"Subject {s.name}'s image",
-                                            lambda s=s: _build_subject(r, s, p))  # fmt: skip
-                built[context] = (s.name, p.subjects[s.name])
-            p.save()
-    if want & {"node-image", "kubelets", "lab-images"}:
-        _preload(r, p)
+        _subjects(r, p)
+
+
+def _subjects(r: Runner, p: Products) -> None:
+    """Subjects whose image is built from a Dockerfile: the examples, and those named in
+    $GPULAB_SUBJECTS (`make infra SUBJECT=path/to/subject.yaml`). Subjects that run one
+    build directory differently (its modes) share its image."""
+    made: dict[Path, tuple[str, str]] = {}
+    for s in subjects_wanted():
+        if s.spec.image.build is None:
+            continue
+        context = s.path(s.spec.image.build)
+        if context in made:
+            first, tag = made[context]
+            ref = r.step(f"Subject {s.name}'s image: {first}'s", lambda t=tag: t)
+        else:
+            ref = r.step(f"Subject {s.name}'s image", lambda s=s: _build_subject(r, s, p))
+            made[context] = (s.name, ref)
+        r.record(lambda n=s.name, t=ref: p.subjects.__setitem__(n, t))
 
 
 def _preload(r: Runner, p: Products) -> None:
@@ -336,13 +379,13 @@ def _preload(r: Runner, p: Products) -> None:
     for key, base in p.node_images.items():
         env = {"GPULAB_KUBE_VERSION": key.split("+")[0], "BASE_NODE_IMAGE": base,
                "PRELOAD_IMAGES": " ".join(images)}  # fmt: skip
-        p.preloaded[base] = r.step(
+        ref = r.step(
             f"Lab images preloaded into {base}",
             lambda e=env, k=key: r.script("preload", f"node-preload-{k}",
                                           "clusters/infra/nodeimage/build.sh", "preload",
                                           env=e).splitlines()[-1],
         )  # fmt: skip
-        p.save()
+        r.record(lambda b=base, x=ref: p.preloaded.__setitem__(b, x))
 
 
 def _engine(r: Runner) -> str:
@@ -425,11 +468,11 @@ def _lab_images(r: Runner, p: Products) -> None:
         ("nvidia", "NVIDIA plugin images", None),
         ("nfd", f"node-feature-discovery {versions.get('NFD_VERSION')} image (Go)", None),
         ("dra", f"NVIDIA DRA driver {versions.get('DRA_DRIVER_VERSION')} image (Go)", None),
-        ("bats", f"DRA driver's suite runner (bats {versions.get('BATS_VERSION')})", None),
         ("npd", f"node-problem-detector {versions.get('NPD_VERSION')} image (Go)", None),
     ):
-        p.images.update(r.step(title, lambda w=which, e=env: _image(r, w, e)))
-    p.tree_key = key
+        made = r.step(title, lambda w=which, e=env: _image(r, w, e))
+        r.record(lambda m=made: p.images.update(m))
+    r.record(lambda: setattr(p, "tree_key", key))
 
 
 def subjects_wanted() -> list[Subject]:

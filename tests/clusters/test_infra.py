@@ -11,6 +11,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
+from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
@@ -87,6 +88,35 @@ def test_a_long_step_says_it_is_alive(
     r.script("Slow", "slow", script)
     ticks = [line for line in lines if line.startswith("  … Slow:")]
     assert len(ticks) == 2 and "compiling things" in ticks[0]
+
+
+@pytest.mark.parametrize("failing", ["node image lane", "programs lane"])
+def test_a_lane_that_fails_stops_the_others_step_and_its_error_is_raised(
+    cache: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, failing: str
+) -> None:
+    """The node image's Go builds and the lab programs' run side by side (infra._run): a
+    failure in either kills the step running in the other at once."""
+    r, lines, sleeper = runner_and_script(tmp_path, "sleep 60\n")
+
+    def fail_once_the_other_runs() -> None:
+        while not r.running:  # the other lane's step has started
+            time.sleep(0.05)
+        raise infra.InfraError(f"the {failing} broke")
+
+    def lane(name: str) -> Callable[..., Any]:
+        if name == failing:
+            return lambda *_: r.step(name, fail_once_the_other_runs)
+        return lambda *_: r.step(name, lambda: r.script(name, name.replace(" ", "-"), sleeper))
+
+    monkeypatch.setattr(infra, "_node_image_of", lane("node image lane"))
+    monkeypatch.setattr(infra, "_programs", lane("programs lane"))
+    debootstraps: Future[dict[str, str]] = Future()
+    debootstraps.set_result({})
+    t0 = time.monotonic()
+    with pytest.raises(infra.InfraError, match=f"the {failing} broke"):
+        infra._run(r, {"node-image", "helm"}, {"v1.37.0": "local"}, debootstraps)
+    assert time.monotonic() - t0 < 20  # not the sleeper's 60 s
+    assert f"✗ {failing} (" in "\n".join(lines)
 
 
 def test_unknown_group_is_a_one_line_error_that_builds_nothing(cache: Path) -> None:
