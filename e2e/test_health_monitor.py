@@ -14,7 +14,7 @@ from typing import TypeVar
 import pytest
 from kubernetes import client
 
-from clusters import built
+from clusters import built, steps
 from clusters.labs import npd, spec
 from clusters.labs.lab import Lab
 from e2e.fixtures import lab_fixture, recovering_gpus
@@ -48,14 +48,17 @@ def seed_gpus(seed_lab: Lab) -> Iterator[Callable[[str], NodeDir]]:
 
 
 def wait_for(what: str, check: Callable[[], T | None], deadline_s: float = 30) -> T:
-    """check() until it returns something (node-problem-detector polls its log every 0.5 s
-    and writes to the API at once)."""
-    end = time.monotonic() + deadline_s
-    while (got := check()) is None:
-        if time.monotonic() > end:
-            raise AssertionError(f"no {what} within {deadline_s:.0f} s")
-        time.sleep(0.5)
-    return got
+    """check()'s first value that is not None, through steps.poll (node-problem-detector
+    polls its log every 0.5 s and writes to the API at once)."""
+    got: list[T] = []
+
+    def done() -> tuple[bool, str]:
+        if (value := check()) is not None:
+            got.append(value)
+        return bool(got), "nothing yet" if not got else "found"
+
+    steps.poll(what, done, deadline_s)
+    return got[0]
 
 
 def events(lab: Lab, node: str, n: int) -> list[client.CoreV1Event] | None:

@@ -16,7 +16,6 @@ earlier Xids in the log are not reported again.
 from __future__ import annotations
 
 import json
-import re
 import time
 from typing import Any
 
@@ -144,9 +143,3 @@ def _drop_condition(kube: Kube, name: str, tries: int = 3) -> None:
         except ApiException as e:
             if e.status not in (409, 422) or attempt == tries - 1:
                 raise
-
-
-def matches(message: str, code: int | None = None) -> bool:
-    """The rule for `code` (any Xid: None) matches a message as node-problem-detector
-    matches it: up to its end."""
-    return re.search(xid_pattern(code) + r"\Z", message) is not None

@@ -15,7 +15,7 @@ from pathlib import Path
 import docker
 import pytest
 
-from clusters import built
+from clusters import built, steps
 from clusters.labs import kindconfig, npd
 from fakenvml import inventory
 from fakenvml.node import NodeDir
@@ -72,16 +72,17 @@ def metrics(c: Container) -> dict[str, float]:
             re.finditer(r"^(problem_\w+\{[^}]*\}) (\S+)$", res.output.decode(), re.M)}  # fmt: skip
 
 
-def wait_metrics(c: Container, want: dict[str, float],
-                 deadline_s: float = 30) -> dict[str, float]:  # fmt: skip
-    end = time.monotonic() + deadline_s
-    while True:
-        seen = metrics(c)
-        if all(seen.get(k) == v for k, v in want.items()):
-            return seen
-        if time.monotonic() > end:
-            raise AssertionError(f"wanted {want}, saw {seen or c.logs(tail=20).decode()}")
-        time.sleep(0.5)
+def wait_metrics(c: Container, want: dict[str, float], deadline_s: float = 30) -> dict[str, float]:
+    """The metrics once they hold `want` (steps.poll; its error names what it last saw)."""
+    seen: dict[str, float] = {}
+
+    def done() -> tuple[bool, str]:
+        seen.clear()
+        seen.update(metrics(c))
+        return all(seen.get(k) == v for k, v in want.items()), str(seen or "no metrics yet")
+
+    steps.poll(f"node-problem-detector's metrics {want}", done, deadline_s)
+    return seen
 
 
 def test_node_problem_detector_counts_the_fake_drivers_xids_from_its_start(
