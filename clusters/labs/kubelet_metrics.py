@@ -10,7 +10,7 @@ from kubernetes import client
 
 
 class DeviceMetrics(NamedTuple):
-    started: float  # process_start_time_seconds (see same_kubelet)
+    started: float  # process_start_time_seconds: a new value means a new kubelet
     registrations: int  # kubelet_device_plugin_registration_total for the resource
     allocations: int  # kubelet_device_plugin_alloc_duration_seconds_count for it
     alloc_seconds: float  # ..._sum: time the kubelet spent in the plugin's Allocate
@@ -43,19 +43,3 @@ def parse(text: str, resource: str) -> DeviceMetrics:
         elif metric == "kubelet_device_plugin_alloc_duration_seconds_sum":
             secs += float(value)
     return DeviceMetrics(started, regs, allocs, secs)
-
-
-# A kubelet started within this many seconds of the one scraped before is taken for it.
-SAME_START_S = 5.0
-
-
-def same_kubelet(before: DeviceMetrics, now: DeviceMetrics) -> bool:
-    """Whether two scrapes of a node came from one kubelet process. Its
-    process_start_time_seconds is its start in ticks since boot plus /proc/stat's btime,
-    which the kernel derives from the wall clock on each read, so one process's value moves
-    as the clock is adjusted (prometheus/client_golang#289). CI saw it move: a registration
-    wait took the kubelet for a new one, counted from zero and passed before the plugin had
-    registered. So: a start within SAME_START_S of the first, and a registration counter
-    that did not go back (a new kubelet's starts at zero)."""
-    return (abs(now.started - before.started) < SAME_START_S
-            and now.registrations >= before.registrations)  # fmt: skip

@@ -10,14 +10,13 @@ resource, is the plugin-agnostic proof that the new plugin got through Register.
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 
 import urllib3
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from clusters.labs.kubelet_metrics import DeviceMetrics, same_kubelet, scrape
+from clusters.labs.kubelet_metrics import DeviceMetrics, scrape
 
 
 def registrations(core: client.CoreV1Api, node: str, resource: str) -> int:
@@ -54,23 +53,13 @@ class Mark:
         out = []
         for n in sorted(x for x in self.seen if x in fresh):
             before, now = self.seen[n], _read(core, n, self.resource)
-            same = before is not None and now is not None and same_kubelet(before, now)
+            same = before is not None and now is not None and now.started == before.started
             if now is None or now.registrations <= (before.registrations if same else 0):
                 out.append(n)
         return out
 
 
 def mark(core: client.CoreV1Api, pods: list[client.V1Pod], resource: str,
-         nodes: list[str], tries: int = 3) -> Mark:  # fmt: skip
-    """A node whose kubelet does not answer is asked again (`tries` in all, 0.5 s apart):
-    one unknown at the mark counts from zero later, so a slow answer under load would let
-    the wait pass on registrations older than the mark."""
-    seen: dict[str, DeviceMetrics | None] = {}
-    for n in nodes:
-        for i in range(tries):
-            seen[n] = _read(core, n, resource)
-            if seen[n] is not None:
-                break
-            if i + 1 < tries:
-                time.sleep(0.5)
-    return Mark(resource, frozenset(p.metadata.uid for p in pods), seen)
+         nodes: list[str]) -> Mark:  # fmt: skip
+    return Mark(resource, frozenset(p.metadata.uid for p in pods),
+                {n: _read(core, n, resource) for n in nodes})  # fmt: skip
