@@ -24,7 +24,7 @@ import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, NamedTuple, Protocol
 
 import pytest
 
@@ -346,9 +346,20 @@ LAB_FIXTURES: dict[str, str] = {}
 # Clusters that are no lab spec (the chart's plain cluster): name -> what makes one. The
 # pool brings them up and down like labs, beside the suites before them.
 CLUSTER_MAKERS: dict[str, Callable[[], Pooled]] = {}
-# Jobs that run on a lab beside the other suites (NVIDIA's DRA suite): fixture name ->
-# (lab, job). The job starts as soon as its lab is up; the fixture's value is its result.
-LAB_JOBS: dict[str, tuple[str, Callable[[Lab], Any]]] = {}
+
+
+class Job(NamedTuple):
+    """A lab's job (lab_job): what it runs on the lab, and whether it is one of minutes
+    whose lab comes up with the first phase."""
+
+    run: Callable[[Lab], Any]
+    first_phase: bool = False
+
+
+# Jobs that run on a lab beside the other suites (NVIDIA's DRA suite, the DRA labs'
+# experiments): fixture name -> (lab, job). The job starts as soon as its lab is up; the
+# fixture's value is its result.
+LAB_JOBS: dict[str, tuple[str, Job]] = {}
 
 
 class Pooled(Protocol):
@@ -384,17 +395,18 @@ def lab_fixture(
     return declare
 
 
-def lab_job(lab: str) -> Callable[[Callable[[Lab], Any]], Any]:
+def lab_job(lab: str, *, first_phase: bool = False) -> Callable[[Callable[[Lab], Any]], Any]:
     """@lab_job("stock") over job(lab) -> result: a session fixture of the job's name whose
     value is its result. The job runs on `lab` as soon as the lab is up, in a thread beside
     the other labs' suites, and before the lab's own tests get it (`labs` waits for it):
-    a suite that runs minutes on a lab of its own no longer runs alone. The lab's tests
-    (this fixture's among them) come right after the first labs' (by_lab), so its place
-    is given back soon after."""
+    a suite or a timeline that runs a minute or more on its lab no longer keeps the
+    others waiting. `first_phase` (a job of minutes): the lab's tests (this fixture's among
+    them) come right after the first labs' (by_lab), so the lab comes up beside them and
+    its place is given back soon after; otherwise they keep their place."""
 
     def declare(job: Callable[[Lab], Any]) -> Any:
         _declare(job.__name__, lab)
-        LAB_JOBS[job.__name__] = (lab, job)
+        LAB_JOBS[job.__name__] = (lab, Job(job, first_phase))
 
         def result(labs: LabPool) -> Any:
             return labs.job_result(lab)
@@ -446,14 +458,14 @@ def by_lab(items: list[pytest.Item], config: pytest.Config) -> list[pytest.Item]
             first.setdefault(name, i)
     together = {config.getoption("--lab"), "hetero"}
     phase0 = min((first[n] for n in together if n in first), default=0)
-    with_jobs = {lab for lab, _ in LAB_JOBS.values()}
+    with_jobs = {lab for lab, job in LAB_JOBS.values() if job.first_phase}
 
     def key(item: pytest.Item) -> float:
         used = labs_of(item, config)
         if not used:
             return first_position[id(item)]
-        # A lab with a job: its tests right after the first phase's, so the lab comes up
-        # beside that phase (its job then runs there) and goes soon after.
+        # A lab with a first-phase job: its tests right after the first phase's, so the
+        # lab comes up beside that phase (its job then runs there) and goes soon after.
         return min(phase0 if n in together else phase0 + 0.5 if n in with_jobs else first[n]
                    for n in used)  # fmt: skip
 
@@ -463,13 +475,13 @@ def by_lab(items: list[pytest.Item], config: pytest.Config) -> list[pytest.Item]
 
 class LabPool:
     """The session's labs. They come up in the order the tests first use them, at most
-    `live` up or coming up at once (five clusters at once took the load average to 29 on
-    2 cores and slowed every suite), and each goes down after the last test that uses it,
-    unless kept. kind create and image loads mostly wait, so a lab comes up beside the
-    suites of the one before it."""
+    `live` up or coming up at once, a lab whose first-phase job is over not counted (five
+    clusters at once took the load average to 29 on 2 cores and slowed every suite), and
+    each goes down after the last test that uses it, unless kept. kind create and image loads mostly
+    wait, so a lab comes up beside the suites of the one before it."""
 
     def __init__(self, order: list[str], last: dict[str, str], keep: bool, live: int,
-                 jobs: dict[str, Callable[[Lab], Any]] | None = None) -> None:  # fmt: skip
+                 jobs: dict[str, Job] | None = None) -> None:  # fmt: skip
         self.order, self.last, self.keep, self.live = order, last, keep, live
         self.jobs = jobs or {}  # lab -> its job (LAB_JOBS), started once the lab is up
         self.running: dict[str, Future[Any]] = {}
@@ -507,7 +519,7 @@ class LabPool:
     def _job(self, name: str, lab: Lab) -> Any:
         self._event(name, "job")
         try:
-            return self.jobs[name](lab)
+            return self.jobs[name].run(lab)
         finally:
             self._event(name, "job done")
 
@@ -518,11 +530,20 @@ class LabPool:
 
     def _fill(self) -> None:
         for name in self.order:
-            active = [n for n in self.coming if n not in self.done]
+            # A lab whose first-phase job is over only waits for its few tests (the
+            # stock lab: its 5-minute DRA suite done, 10 s of tests after the first
+            # labs'): it takes no place, so the next lab comes up while it waits, not
+            # after (CI: the MIG lab's first test waited a minute for it).
+            active = [n for n in self.coming if n not in self.done and not self._job_over(n)]
             if len(active) >= self.live:
                 return
             if name not in self.coming:
                 self.coming[name] = self.pool.submit(self._up, name)
+
+    def _job_over(self, name: str) -> bool:
+        """Whether `name`'s first-phase job has ended."""
+        job = self.running.get(name)
+        return job is not None and job.done() and self.jobs[name].first_phase
 
     def get(self, name: str, subject: Subject | None = None) -> Any:
         if name not in self.coming or name in self.done:  # not foreseen, or asked again
@@ -664,9 +685,12 @@ def lab(labs: Callable[..., Lab], subject: Subject, request: pytest.FixtureReque
 
 
 def namespaced_pods(lab: Lab) -> Iterator[Pods]:
-    """Pod helpers in the suites' own namespace on `lab`, emptied afterwards."""
+    """Pod helpers in the suites' own namespace on `lab`, emptied before (a run stopped
+    mid-test leaves its pods on a lab the next run reuses: its first test's pod was
+    "already exists") and after."""
     lab.ensure_namespace(NAMESPACE)
     p = Pods.of(lab, NAMESPACE)
+    p.delete_all()  # one list where nothing was left
     yield p
     p.delete_all()
 

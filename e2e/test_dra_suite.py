@@ -43,7 +43,7 @@ OUT = Path("build/dra-suite")
 pytestmark = pytest.mark.timeout(120 * len(FILES))
 
 
-@lab_job(dra_suite.LAB)
+@lab_job(dra_suite.LAB, first_phase=True)
 def dra_suite_rows(lab: Lab) -> list[Row]:
     """The whole suite, run by the lab pool as soon as its lab is up, beside other labs'
     suites (e2e/fixtures.py lab_job)."""

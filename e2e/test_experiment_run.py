@@ -4,7 +4,9 @@ dra-taints on `dra` and dynmig on `dra-dynmig` (NVIDIA's DRA driver).
 Each one's expectations must all pass and its report (markdown + PNG) must exist; the
 measured latencies land in the JUnit XML. Reports go to $GPULAB_REPORTS (default
 out/experiments), which CI uploads. Labs are the session's (fixture `labs`), shared with
-the suites that use them.
+the suites that use them. The DRA labs' two are their labs' jobs (e2e/fixtures.py lab_job):
+each plays its 40 s timeline as soon as its lab is up, beside the other labs' suites, and
+its test reads the recording; the suites waited through both timelines before.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from pathlib import Path
 from clusters.labs.lab import Lab
 from clusters.subjects.subject import load as load_subject
 from e2e import experiments, report
-from e2e.fixtures import lab_fixture
+from e2e.fixtures import lab_fixture, lab_job
 from e2e.recording import Outcome, Recording, layer_stats, mig_lives, traces
 from e2e.runner import Runner
 from e2e.verdict import Verdict
@@ -25,9 +27,10 @@ from e2e.verdict import Verdict
 REPORTS = Path(os.environ.get("GPULAB_REPORTS", "out/experiments"))
 # The labs of the experiments run here (each experiment file's `lab:`).
 HETERO, DRA, DYNMIG = "hetero", "dra", "dra-dynmig"
+Played = tuple[Recording, list[Outcome], Path]  # play()'s
 
 
-def play(name: str, lab: Lab) -> tuple[Recording, list[Outcome], Path]:
+def play(name: str, lab: Lab) -> Played:
     """Run a shipped experiment on `lab` and write its report (under REPORTS, named as
     `gpulab experiment run` names it); the recording, the outcomes and the directory."""
     exp = experiments.load(name)
@@ -65,17 +68,19 @@ def test_xid_storm_marks_the_gpu_once_and_reports_it(hetero: Lab, verdict: Verdi
     assert seen == 300
 
 
-@lab_fixture(DRA, scope="function")
-def dra_lab(labs: Callable[..., Lab]) -> Lab:
-    return labs(DRA)
+@lab_job(DRA)
+def dra_taints_played(lab: Lab) -> Played:
+    return play("dra-taints", lab)
 
 
-def test_dra_taints_times_each_fault_to_its_device_taint(dra_lab: Lab, verdict: Verdict) -> None:
+def test_dra_taints_times_each_fault_to_its_device_taint(
+    dra_taints_played: Played, verdict: Verdict
+) -> None:
     """The experiments tool on a DRA lab: NVIDIA's DRA driver turns an Xid 79, an ignored
     Xid 13 and a lost GPU into device taints, the report times each, and the claim made
     after the Xid 79 gets every Hopper but the tainted one."""
     verdict.expect("every expectation holds; the 3-GPU claim avoids the tainted GPU")
-    rec, outcomes, out = play("dra-taints", dra_lab)
+    rec, outcomes, out = dra_taints_played
 
     assert rec.signal == "taints"  # what the driver's Serving said faults show as
     trs = traces(rec)
@@ -98,19 +103,19 @@ def test_dra_taints_times_each_fault_to_its_device_taint(dra_lab: Lab, verdict: 
     assert got == [0, 2, 3]
 
 
-@lab_fixture(DYNMIG, scope="function")
-def dynmig_lab(labs: Callable[..., Lab]) -> Lab:
-    return labs(DYNMIG)
+@lab_job(DYNMIG)
+def dynmig_played(lab: Lab) -> Played:
+    return play("dynmig", lab)
 
 
 def test_dra_dynmig_times_each_claims_mig_device_made_and_destroyed(
-    dynmig_lab: Lab, verdict: Verdict
+    dynmig_played: Played, verdict: Verdict
 ) -> None:
     """The experiments tool on the DynamicMIG lab: each claim's MIG device is made in the
     fake's state after its pod is created and gone after its deletion; a claim that does
     not fit waits, then gets the placement a deleted pod released, made again."""
     verdict.expect("every expectation holds; each MIG device timed from claim to made")
-    rec, outcomes, out = play("dynmig", dynmig_lab)
+    rec, outcomes, out = dynmig_played
     all_held(outcomes, out)
     lives = {m.pod: m for m in mig_lives(rec)}
     assert sorted(lives) == ["four-a", "four-b", "four-c", "three"]

@@ -186,7 +186,7 @@ def test_double_bit_ecc(subject: Subject, lab: Lab, fake_gpus: Callable[[str], N
     if not counted:
         # A plugin that wrongly counts the ECC event passes through N-2 on its way to N-3:
         # two node-status periods later it would show.
-        time.sleep(4)
+        time.sleep(2 * lab.lab.spec.node_status_update_frequency)
         assert lab.capacity(NODE) == (N, want)
 
 

@@ -135,7 +135,8 @@ def _stays_gone(lab: Lab, pods: Pods, verdict: Verdict) -> None:
     lab.node_exec(NODE, "systemctl", "restart", "kubelet")
     t0 = time.time_ns()
     gone = lab.wait_allocatable(NODE, 0, deadline_s=60)
-    time.sleep(4)  # two node-status periods: a late registration would show
+    # Two node-status periods: a late registration would show.
+    time.sleep(2 * lab.lab.spec.node_status_update_frequency)
     cap, alloc = lab.capacity(NODE)
     phase = pods.get("keeper").status.phase
     verdict.saw(f"0 in {(gone - t0) / 1e9:.1f}s, then {alloc}/{cap}; keeper {phase}")

@@ -1,6 +1,6 @@
 """Has the plugin under test registered with each node's kubelet since a mark?
 
-A Node's allocatable reaches the API server up to one nodeStatusUpdateFrequency (labs: 2 s,
+A Node's allocatable reaches the API server up to one nodeStatusUpdateFrequency (labs: 1 s,
 more under load) after the kubelet knew it. Right after a plugin is switched or restarted the
 API server can still show the *old* plugin's devices, so a wait on capacity alone passes on
 them and the next check sees allocatable 0 (CI: 10/10 read 1.9 s after a switch, 10/0 a

@@ -6,7 +6,7 @@
                                     # or none (fake GPUs only)
     dra: {feature_gates: {...}}     # or NVIDIA's DRA driver instead of a plugin (no subject)
     feature_gates: {DRAExtendedResource: true}   # Kubernetes' own, on every component
-    node_status_update_frequency: 2s
+    node_status_update_frequency: 1s
     container_toolkit: true         # NVIDIA Container Toolkit in GPU nodes' containerd
     nodes:
       - role: control-plane
@@ -72,7 +72,7 @@ class LabSpec(Strict):
     kubernetes: str | None = None  # None: the run's (clusters.versions.kube_version())
     subject: SubjectName = "gpulab"
     dra: DraSpec | None = None  # set: NVIDIA's DRA driver, no device plugin (`subject`)
-    node_status_update_frequency: Duration = Field(2.0, gt=0)
+    node_status_update_frequency: Duration = Field(1.0, gt=0)
     # The NVIDIA Container Toolkit in GPU nodes' containerd (clusters/labs/toolkit.py), the
     # nvidia runtime their default, as on GPU nodes; false: plain runc.
     container_toolkit: bool = True

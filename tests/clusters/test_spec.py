@@ -69,7 +69,7 @@ def test_gpu_nodes_get_state_mounts_labels_and_fast_status_updates() -> None:
     # GPU product/count labels are GFD's (clusters/labs/features.py), not the kind config's.
     assert w2["labels"] == {"gpulab.dev/fake-gpus": "true", "gpulab.dev/plugin": "true"}
     assert w2["labels"]["gpulab.dev/plugin"] == "true"
-    assert "nodeStatusUpdateFrequency: 2s" in cfg["kubeadmConfigPatches"][0]
+    assert "nodeStatusUpdateFrequency: 1s" in cfg["kubeadmConfigPatches"][0]
 
 
 def test_a_lab_without_the_toolkit_gets_none_of_its_mounts_and_one_with_needs_its_dir() -> None:
