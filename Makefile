@@ -151,10 +151,12 @@ action-check: install
 	  --input "args=-m smoke" --input kubelet-version=$(ACTION_KUBELET)
 
 # Two workers, a file each at a time (module fixtures such as test_lab.py's seed lab stay
-# in one): the lab tests mostly wait on kind while the node tier runs beside them.
+# in one): the lab tests mostly wait on kind while the node tier runs beside them. Files in
+# collection order, the long ones first (tests/conftest.py).
 test-unit:
 	@echo "==> tests (release library)"
-	@$(PY) -m pytest -q -n 2 --dist loadfile tests --junitxml=$(JUNIT)/unit.xml
+	@$(PY) -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder tests \
+	  --junitxml=$(JUNIT)/unit.xml
 
 test-asan:
 	@echo "==> tests/fakenvml under -fsanitize=address,undefined"
