@@ -4,6 +4,7 @@
     lab: hetero
     subject: gpulab                    # the plugin under test; `--subject` overrides it
     duration: 20s                      # sampling runs from t=0 to here
+    settle: 30s                        # then at most this long, until `at: end` holds
     timeline:                          # actions at offsets from t=0
       - {at: 0s, do: create_pod, spec: experiments/gpu-1, name: bystander, node: hetero-worker2}
       - {at: 5s, do: xid, node: hetero-worker, gpu: 3, code: 79, count: 300, over: 1s}
@@ -29,7 +30,8 @@ ResourceSlices, which `taints` (and `changes` `of: tainted`) check. Checks on ex
 resources (allocatable, capacity, plugin_log, devices_healthy) have nothing to read there
 and are refused. Times are durations in the one
 grammar of fakenvml/yamlmodel.py (`500ms`, `2s`, `1.5m` or a number of seconds);
-expectations take `at: <time>|end` or `during: [<time>, <time>|end]`.
+expectations take `at: <time>|end` or `during: [<time>, <time>|end]`; `end` is `duration`,
+or with `settle:` the first sample after it where the end state holds (or its bound).
 
 `load()` (the shared YAML loader) turns every problem into one ExperimentError line naming
 the file and the key; `check_lab()` then checks node names, GPU indexes and pod specs
@@ -259,6 +261,10 @@ class _Check(Strict):
             raise ValueError(f"during: [{a}, {b}] ends before it starts")
         return self
 
+    @property
+    def at_end(self) -> bool:
+        return self.during is None and self.at in (None, END)
+
     def when(self) -> str:
         if self.during:
             a, b = (x if x == END else f"{x:g}s" for x in self.during)
@@ -398,6 +404,8 @@ Expectation = Annotated[
     Allocatable | Capacity | Changes | PluginLog | PodPhase | DevicesHealthy | Taints | MigDevices,
     Field(discriminator="check"),
 ]
+# The checks of one moment's samples: an end state a settle can wait for.
+SAMPLED = (Allocatable, Capacity, PodPhase, Taints, MigDevices)
 
 
 class Experiment(Strict):
@@ -406,6 +414,12 @@ class Experiment(Strict):
     lab: str = "hetero"
     subject: SubjectName = "gpulab"
     duration: Duration
+    # An end state reached through a chain whose time is the machine's (a restart, the
+    # scheduler's requeue, the kubelet's retry after a failed prepare): after `duration`
+    # the run samples on, at most `settle`, until every end expectation read from the
+    # samples holds, and ends there. A fixed end either waited out the slowest machine on
+    # every run or failed on a loaded one (dra-taints, CI of 2026-12-03).
+    settle: Duration = 0.0
     sample_interval: Duration = 0.15
     namespace: str = "gpulab-exp"
     timeline: list[Action] = Field(min_length=1)
@@ -428,10 +442,18 @@ class Experiment(Strict):
             times += [e.at] if isinstance(e, _Check) and e.at is not None else []
             if any(t != END and t > self.duration for t in times):
                 raise ValueError(f"expect[{i}] looks past duration {self.duration:g}s")
+        if self.settle and not self.settles_on():
+            raise ValueError("settle: no expectation at the end reads the samples, so "
+                             "nothing to wait for")  # fmt: skip
         names = [n for a in self.timeline if isinstance(a, CreatePod) for n in a.names]
         if dup := sorted({n for n in names if names.count(n) > 1}):
             raise ValueError(f"pod names created twice: {', '.join(dup)}")
         return self
+
+    def settles_on(self) -> list[Expectation]:
+        """The expectations a settle waits for: at the end, on what the samples read (the
+        counts of a whole run, changes and log lines, are not an end state)."""
+        return [e for e in self.expect if isinstance(e, SAMPLED) and e.at_end]
 
     def actions(self) -> list[Action]:
         """The timeline in time order (stable for equal times)."""

@@ -498,9 +498,9 @@ def _values(rec: Recording, e: ex._Check, get) -> list[tuple[float, object]]:  #
     return ([first] if first else []) + inside
 
 
-def evaluate(rec: Recording) -> list[Outcome]:
-    exp = rec.spec
-    return [_evaluate(rec, e) for e in exp.expect]
+def evaluate(rec: Recording, expectations: list[ex.Expectation] | None = None) -> list[Outcome]:
+    """Every expectation's outcome (or those given: a settle's, on the samples so far)."""
+    return [_evaluate(rec, e) for e in (rec.spec.expect if expectations is None else expectations)]
 
 
 def _evaluate(rec: Recording, e: ex.Expectation) -> Outcome:

@@ -33,7 +33,7 @@ from clusters.subjects.subject import LOG_RESOURCE, Logs
 from clusters.subjects.subject import load as load_subject
 from e2e import experiments as ex
 from e2e.pods import Pods, load_spec
-from e2e.recording import ActionRun, Fault, LogLine, PodInfo, Recording, Sample
+from e2e.recording import ActionRun, Fault, LogLine, PodInfo, Recording, Sample, evaluate
 from fakenvml.journal import Record
 
 # The order a line is tried in (one line is one event): updates, then Xids, then the rest.
@@ -184,6 +184,7 @@ class Runner:
                 self._until(action.at)
                 rec.actions.append(self._play(i, action, rec))
             self._until(exp.duration)
+            self._settle(rec, sampler)
         finally:
             sampler.stop.set()
             sampler.join(timeout=10)
@@ -205,6 +206,25 @@ class Runner:
         if self.reset_after:
             self._reset("after the run")
         return rec
+
+    def _settle(self, rec: Recording, sampler: Sampler) -> None:
+        """Past `duration`, sample on until the end expectations hold (exp.settle)."""
+        exp = self.exp
+        if not exp.settle:
+            return
+        waits, said = exp.settles_on(), ""
+        while True:
+            rec.samples = list(sampler.samples)
+            if not (left := [o.text for o in evaluate(rec, waits) if not o.passed]):
+                self._say(f"t={self._now():.1f}s: the end state holds")
+                return
+            if self._now() >= exp.duration + exp.settle:
+                self._say(f"t={self._now():.1f}s: settle over, still not: {'; '.join(left)}")
+                return
+            if left[0] != said:
+                said = left[0]
+                self._say(f"t={self._now():.1f}s: settling (≤ {exp.settle:g}s more): {said}")
+            self._stop.wait(exp.sample_interval)
 
     def _now(self) -> float:
         return (time.time_ns() - self.t0_ns) / 1e9
@@ -331,9 +351,7 @@ class Runner:
             info.node, info.phase = pod.spec.node_name or "", pod.status.phase
             info.reason = pod.status.reason or ""
             if pod.status.phase == "Pending":
-                msgs = [e.message for e in self.pods.events(name) if e.reason == "FailedScheduling"]
-                # The scheduler's verdict, without its preemption epilogue.
-                info.reason = (msgs[-1] or "").split(". ")[0] if msgs else info.reason
+                info.reason = self._why_pending(name, bool(info.node)) or info.reason
             given = None
             if pod.status.phase == "Running":
                 given = self.serving.given(self.lab.ctx, self.exp.namespace, pod)
@@ -350,6 +368,19 @@ class Runner:
                     info.reason = f"devices not readable: {e}"
             out.append(info)
         return out
+
+    def _why_pending(self, name: str, placed: bool) -> str:
+        """Unplaced: the scheduler's verdict, without its preemption epilogue. Placed: the
+        node's last warning (e.g. a claim its driver failed to prepare, which the kubelet
+        retries 10-15 s later), or the container's waiting reason."""
+        events = sorted(self.pods.events(name), key=lambda e: (
+            e.last_timestamp or e.event_time or e.metadata.creation_timestamp))  # fmt: skip
+        if not placed:
+            msgs = [e.message or "" for e in events if e.reason == "FailedScheduling"]
+            return msgs[-1].split(". ")[0] if msgs else ""
+        warned = [f"{e.reason}: {e.message}" for e in events
+                  if e.type == "Warning" and e.reason != "FailedScheduling"]  # fmt: skip
+        return warned[-1][:300] if warned else self.pods.describe(name)
 
     def _inventories(self) -> dict[str, dict]:
         out = {}

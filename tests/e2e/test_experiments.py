@@ -5,9 +5,13 @@ report whose layers, verdicts and picture are right."""
 from __future__ import annotations
 
 import copy
+import io
+import threading
+import time
 from pathlib import Path
 
 import pytest
+from rich.console import Console
 
 from clusters.labs import dra, spec
 from clusters.labs.lab import Lab
@@ -27,7 +31,7 @@ from e2e.recording import (
     mig_lives,
     traces,
 )
-from e2e.runner import parse_log
+from e2e.runner import Runner, parse_log
 from fakenvml import faults
 from gpulab.cli import main
 
@@ -101,6 +105,9 @@ def _with(**changes: object) -> dict:
         (_with(timeline=[{"at": 1, "do": "ecc", "node": "n", "gpu": 0, "double": False,
                           "xid": False}]),
          "timeline[0].ecc: xid: false only with double: true (a single-bit error has no Xid)"),
+        (_with(settle="30s", expect=[{"check": "changes", "node": "n", "equals": 1},
+                                     {"check": "capacity", "node": "n", "equals": 1, "at": 2}]),
+         "settle: no expectation at the end reads the samples, so nothing to wait for"),
     ],
 )  # fmt: skip
 def test_bad_experiment_is_one_line_naming_the_key(data: dict, message: str) -> None:
@@ -419,6 +426,62 @@ def test_every_expectation_of_the_sample_passes() -> None:
     assert [o.text for o in outcomes if not o.passed] == []
     changes = next(o for o in outcomes if "changes" in o.text)
     assert changes.observed == "2 (4 → 3 → 4)"
+
+
+def test_a_settle_waits_for_the_end_state_read_from_samples_only() -> None:
+    exp = sample_recording().spec
+    assert [e.describe() for e in exp.settles_on()] == ["allocatable of lab-a = 4 at end"]
+
+
+class GrowingSamples:
+    """A sampler whose samples arrive over time: allocatable 3, then 4 from `at` on."""
+
+    def __init__(self, at: float) -> None:
+        self.samples: list[Sample] = []
+        self.at, self.t0 = at, time.monotonic()
+        self.stop = threading.Event()
+        threading.Thread(target=self._run, daemon=True).start()
+
+    def _run(self) -> None:
+        while not self.stop.wait(0.02):
+            t = time.monotonic() - self.t0
+            alloc = 4 if t >= self.at else 3
+            self.samples.append(Sample(t, {"lab-a": [4, alloc, "1"]}, {}))
+
+
+def settle(at: float, settle_s: float) -> tuple[float, Recording]:
+    """A runner's settle over GrowingSamples(at), past a duration of 0 s: how long it took."""
+    data = {"name": "s", "lab": "lab", "duration": 0, "settle": settle_s,
+            "sample_interval": "50ms", "timeline": [{"at": 0, "do": "restart_plugin"}],
+            "expect": [{"check": "allocatable", "node": "lab-a", "equals": 4},
+                       {"check": "changes", "node": "lab-a", "equals": 0}]}  # fmt: skip
+    exp = ex.from_dict(data)
+    runner = Runner.__new__(Runner)  # the settle reads the experiment, the clock and say()
+    runner.exp, runner.console = exp, Console(file=io.StringIO())
+    runner._stop, runner.t0_ns = threading.Event(), time.time_ns()
+    rec = Recording(exp.model_dump(mode="json"), "gpulab", "", runner.t0_ns, {})
+    sampler = GrowingSamples(at)
+    start = time.monotonic()
+    runner._settle(rec, sampler)  # type: ignore[arg-type]
+    sampler.stop.set()
+    return time.monotonic() - start, rec
+
+
+def test_a_settle_ends_the_run_at_the_first_sample_where_the_end_state_holds() -> None:
+    took, rec = settle(at=0.3, settle_s=20)
+    assert 0.3 <= took < 10  # it ended on the state, not on the bound
+    assert rec.samples[-1].nodes["lab-a"][1] == 4
+    first = next(s.t for s in rec.samples if s.nodes["lab-a"][1] == 4)
+    assert rec.samples[-1].t - first < 1.0  # within a few intervals of the first such
+    outcomes = evaluate(rec)
+    # The end state holds; the whole run's count is judged after, never waited for.
+    assert [o.passed for o in outcomes] == [True, False]
+
+
+def test_a_settle_that_never_holds_ends_at_its_bound_and_the_check_fails() -> None:
+    took, rec = settle(at=1e9, settle_s=0.4)
+    assert took >= 0.4
+    assert not evaluate(rec)[0].passed
 
 
 def test_a_pod_given_a_faulty_gpu_fails_devices_healthy() -> None:
