@@ -81,8 +81,10 @@ class Pods:
     def __init__(self, core: client.CoreV1Api, namespace: str, image: str,
                  resource: str = GPU, ids: DeviceIds | None = None,
                  node_gpus: NodeGpus | None = None, grace_s: int = 0,
-                 answers: Answers | None = None) -> None:  # fmt: skip
+                 answers: Answers | None = None,
+                 plugin_log: Callable[[str], list[str]] | None = None) -> None:  # fmt: skip
         self.core, self.ns, self.image, self.grace_s = core, namespace, image, grace_s
+        self.plugin_log = plugin_log  # a node -> the last lines of what serves its GPUs
         self.resource = resource
         self.ids = ids or DeviceIds(env=DEVICE_ENV)
         self.node_gpus = node_gpus
@@ -115,9 +117,14 @@ class Pods:
             got = checkpoint.allocated_nodes(lab, node)
             return [v for (_, _, resource), v in got.items() if resource == s.resource]
 
+        def plugin_log(node: str) -> list[str]:
+            found = s.pods(lab.ctx, node)
+            return lab.kube.log_tail(found[0], 8) if found else []
+
         return cls(lab.core, namespace, lab.images["workload"], s.resource, s.device_ids,
                    node_gpus, grace_s=lab.serving.grace_s,
-                   answers=answers if s.device_ids.opaque else None)  # fmt: skip
+                   answers=answers if s.device_ids.opaque else None,
+                   plugin_log=plugin_log)  # fmt: skip
 
     # -- lifecycle
 
@@ -179,6 +186,8 @@ class Pods:
             return "no such pod"
         st = pod.status
         conds = "; ".join(f"{c.reason}: {c.message}" for c in (st.conditions or []) if c.message)
+        if st.reason:  # the kubelet's verdict on the pod, e.g. UnexpectedAdmissionError
+            conds = f"{st.reason}: {st.message}" + (f"; {conds}" if conds else "")
         waiting = [
             f"{c.name}: {c.state.waiting.reason}"
             for c in (st.container_statuses or []) + (st.init_container_statuses or [])
@@ -290,14 +299,28 @@ class Pods:
             time.sleep(0.5)
 
     def wait_running(self, name: str, deadline_s: float = 90) -> client.V1Pod:
+        """Until the pod is Running and ready; at once a PodWaitError where it ended
+        (Failed, e.g. rejected at admission by an Allocate that failed, or Succeeded): it
+        will never run, and waiting out the deadline made a failing plugin's run take
+        many times a passing one's (issue 40: 21 of 28 minutes)."""
+
         def check() -> tuple[bool, str]:
             pod = self.find(name)
+            if pod is not None and pod.status.phase in ("Failed", "Succeeded"):
+                raise PodWaitError(f"pod {name} will never be Running: {self.describe(name)}"
+                                   + self._plugin_tail(pod.spec.node_name))  # fmt: skip
             ready = bool(pod and pod.status.phase == "Running" and all(
                 c.ready for c in pod.status.container_statuses or []))  # fmt: skip
             return ready, self.describe(name)
 
         self._wait(f"pod {name} Running and ready", check, deadline_s)
         return self.get(name)
+
+    def _plugin_tail(self, node: str | None) -> str:
+        lines = self.plugin_log(node) if self.plugin_log and node else []
+        if not lines:
+            return ""
+        return f"\n  what serves {node}'s GPUs last said:" + "".join(f"\n    {x}" for x in lines)
 
     def wait_failed_scheduling(self, name: str, text: str, deadline_s: float = 60) -> str:
         """Wait for a FailedScheduling event containing `text`; returns its message."""

@@ -222,3 +222,37 @@ def test_the_kubelets_checkpoint_keeps_each_answers_device_specs() -> None:
     lab = SimpleNamespace(node_read=lambda node, path: text)
     got = checkpoint.allocated_nodes(lab, NODE)  # type: ignore[arg-type]
     assert got == {("u1", "main", "example.com/gpu"): (["dev-7f3a"], ["/dev/nvidia2"])}
+
+
+# -- waits
+
+
+class Ended:
+    """Stands in for CoreV1Api.read_namespaced_pod: a pod that `phase` after `reads` reads
+    (Pending before), rejected at admission as a plugin whose Allocate failed leaves it."""
+
+    def __init__(self, phase: str, reads: int = 2) -> None:
+        self.phase, self.left, self.reads = phase, reads, 0
+
+    def read_namespaced_pod(self, name: str, namespace: str) -> client.V1Pod:
+        self.reads += 1
+        ended = self.reads > self.left
+        status = client.V1PodStatus(
+            phase=self.phase if ended else "Pending",
+            reason="UnexpectedAdmissionError" if ended else None,
+            message="Allocate failed due to failed to find gpu ids" if ended else None)  # fmt: skip
+        spec = client.V1PodSpec(containers=[], node_name="seed-worker")
+        return client.V1Pod(metadata=client.V1ObjectMeta(name=name), spec=spec, status=status)
+
+
+@pytest.mark.parametrize("phase", ["Failed", "Succeeded"])
+def test_a_wait_for_running_ends_at_once_on_a_pod_that_ended(phase: str) -> None:
+    core = Ended(phase)
+    pods = Pods(core, "ns", "img:1", plugin_log=lambda node: [f"{node}: Allocate: no gpu ids"])  # type: ignore[arg-type]
+    with pytest.raises(AssertionError) as err:
+        pods.wait_running("p", deadline_s=600)
+    text = str(err.value)
+    assert text.startswith(f"pod p will never be Running: {phase} (UnexpectedAdmissionError: "
+                           "Allocate failed due to failed to find gpu ids)")  # fmt: skip
+    assert text.endswith("last said:\n    seed-worker: Allocate: no gpu ids")
+    assert core.reads <= 4  # the third read saw it end: no deadline waited out
