@@ -49,6 +49,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_BAD_INPUT
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:
+        # `fakenvml smi | head`: the reader left. Quiet, as a C tool dies of SIGPIPE; stdout
+        # pointed at /dev/null so the interpreter's flush at exit cannot raise it again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
 
 
 # --------------------------------------------------------------------------- commands

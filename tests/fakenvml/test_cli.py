@@ -326,6 +326,16 @@ def test_smi_list_prints_each_uuid(node: Path, run: Run) -> None:
     assert out.splitlines() == expected
 
 
+def test_smi_into_a_reader_that_leaves_ends_quietly(tmp_path: Path, run: Run) -> None:
+    # A 1024-GPU table is far more than a pipe holds: a write meets the closed pipe.
+    big = tmp_path / "w"
+    assert run("init", EXAMPLES / "wide-1024.yaml", "--state-dir", big)[0] == 0
+    smi = f"{sys.executable} -m fakenvml smi --state-dir {big} | head -1"
+    out = subprocess.run(smi, shell=True, env=child_env(big), capture_output=True, text=True)
+    assert out.stdout.strip()
+    assert out.stderr == ""
+
+
 def test_smi_query_shows_details_and_nvswitch_topology(node: Path, run: Run) -> None:
     out = run("smi", "-q", "-i", "0", "--state-dir", node)[1]
     for expected in [
