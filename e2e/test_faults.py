@@ -23,6 +23,7 @@ from e2e.timing import fault_seen, pod_health_seen
 from e2e.verdict import Verdict
 from fakenvml.journal import Record
 from fakenvml.node import NodeDir
+from plugin.config import DEFAULT_IGNORED_XIDS
 
 SEED = spec.load("seed")  # the --lab default: its first GPU worker
 NODE, N = SEED.gpu_nodes[0].name, SEED.gpu_nodes[0].gpu_count
@@ -30,7 +31,6 @@ NODE, N = SEED.gpu_nodes[0].name, SEED.gpu_nodes[0].gpu_count
 # nvidia-cdi runs nvidia's binary: its faults are nvidia's (only how a pod gets its
 # devices differs, which the pod-status scenario reads).
 pytestmark = [pytest.mark.needs("replicas=1"), pytest.mark.varies_with("plugin")]
-IGNORED = (13, 31, 43, 45, 68, 109)
 
 
 def timed(verdict: Verdict, lab: Lab, rec: Record, allocatable: int,
@@ -114,16 +114,22 @@ def test_xid_79_shows_in_the_pod_status_of_the_pod_holding_the_gpu(
 def test_ignored_xids_change_nothing(
     subject: Subject, lab: Lab, fake_gpus: Callable[[str], NodeDir], verdict: Verdict
 ) -> None:
-    """`ignored_xids: nvidia-default`: Xids 13, 31, 43, 45, 68, 109 (application errors)
-    are ignored; a sentinel Xid 79 read after them counts one GPU out. `none`: they mark
-    their GPU too."""
-    kept = subject.expects.ignored_xids == "nvidia-default"
-    want = N - 1 if kept else N - 2
-    verdict.expect(f"{want}/{N} ({'sentinel only' if kept else 'GPU 1 and the sentinel'})")
+    """The Xids the subject ignores (`ignored_xids`: NVIDIA's default 13, 31, 43, 45, 68,
+    109, application errors; none; or its own list) leave GPU 1 in; NVIDIA's defaults it
+    does not ignore take GPU 3 out; a sentinel Xid it does not ignore, read after them,
+    counts GPU 2 out."""
+    ignored = subject.expects.ignored_xid_codes
+    others = sorted(DEFAULT_IGNORED_XIDS - ignored)
+    sentinel = next(x for x in (79, 74, 94, 95) if x not in ignored)
+    want = N - 1 - bool(others)
+    verdict.expect(f"{want}/{N}: ignores {sorted(ignored) or 'none'}, "
+                   f"takes GPU 3 out for {others or 'none'} and GPU 2 for {sentinel}")  # fmt: skip
     node = fake_gpus(NODE)
-    for code in IGNORED:
+    for code in sorted(ignored):
         node.inject_xid(1, code)
-    rec = node.inject_xid(2, 79)  # sentinel: plugins read events in order
+    for code in others:
+        node.inject_xid(3, code)
+    rec = node.inject_xid(2, sentinel)  # plugins read events in order
     # The sentinel's update carries the plugin's view after the ignored Xids.
     timed(verdict, lab, rec, want)
 

@@ -36,7 +36,7 @@ tests/plugin, shipped subjects only; all: C, K and N):
       preferred_allocation_on_64_gpus: true   # N
       health_across_kubelet_restarts: true    # N
       healthcheck_env: true           # K: honours DP_DISABLE_/DP_ENABLE_HEALTHCHECKS
-      ignored_xids: nvidia-default    # K: NVIDIA's list of harmless Xids | none
+      ignored_xids: nvidia-default    # K: NVIDIA's list of harmless Xids | none | [31, 43]
       kubelet_restart: re-registers   # K: | stays-gone (registers once, at start)
       event_wait_errors: ignored      # K: a failed event wait marks every-device | nothing
       extra_resources: false          # K: serves the lab spec's extra resources (default)
@@ -89,6 +89,7 @@ from clusters import built, kube, versions
 from clusters.charts import chart
 from fakenvml import yamlmodel
 from fakenvml.yamlmodel import LoadError, Strict
+from plugin.config import DEFAULT_IGNORED_XIDS
 
 if TYPE_CHECKING:
     from fakenvml.mig import MigDevice
@@ -283,7 +284,8 @@ DoubleBitEcc = Literal["unhealthy", "ignored"]
 XidMarks = Literal["every-replica", "one-replica"]
 MigSliceXid = Literal["that-slice", "one-per-gpu"]
 MigStrategy = Literal["none", "single", "mixed"]
-IgnoredXids = Literal["nvidia-default", "none"]
+# Or a plugin's own list, e.g. [31, 43, 45]: some ignore neither NVIDIA's six nor nothing.
+IgnoredXids = Literal["nvidia-default", "none"] | tuple[int, ...]  # hashable
 KubeletRestart = Literal["re-registers", "stays-gone"]
 EventWaitErrors = Literal["every-device", "ignored"]
 
@@ -302,7 +304,7 @@ class Expects(Strict):
     health_across_kubelet_restarts: bool | None = None  # Unhealthy stays so on re-registering
     healthcheck_env: bool | None = None  # honours DP_DISABLE_HEALTHCHECKS / DP_ENABLE_...
     # Which Xids leave a GPU Healthy: NVIDIA's default list (13, 31, 43, 45, 68, 109:
-    # application errors; ours follows it), or none (every Xid marks its GPU).
+    # application errors; ours follows it), none (every Xid marks its GPU), or its own list.
     ignored_xids: IgnoredXids | None = None
     # After a kubelet restart: it registers with the new kubelet (watching for its socket
     # to go, as the API asks), or it registered once at start and its resource stays gone.
@@ -325,6 +327,19 @@ class Expects(Strict):
     # start a random one; Xids on the other slices of that GPU are dropped).
     mig_slice_xid: MigSliceXid | None = None
 
+    @field_validator("ignored_xids", mode="before")
+    @classmethod
+    def _xids(cls, v: object) -> object:
+        # One line for any wrong value: pydantic's own names only the union's first branch.
+        codes = isinstance(v, list | tuple) and v and all(
+            type(x) is int and 1 <= x <= 1023 for x in v)  # fmt: skip
+        if v is None or v in ("nvidia-default", "none"):
+            return v
+        if codes:
+            return tuple(v)  # type: ignore[arg-type]  # YAML's list, hashable
+        raise ValueError(f"expected nvidia-default, none or a list of Xid codes such as "
+                         f"[31, 43, 45], found {v!r}")  # fmt: skip
+
 
 class Unstated(SubjectError):
     """A scenario read something the subject file does not state: one line naming the
@@ -338,6 +353,8 @@ def allowed(annotation: object) -> str:
     for a in args:
         if get_origin(a) is Literal:
             out += [str(v) for v in get_args(a)]
+        elif get_origin(a) is tuple:
+            out.append("a list of Xid codes")
         elif a is bool:
             out += ["true", "false"]
         else:
@@ -396,6 +413,14 @@ class Expectations:
     @property
     def time_sliced(self) -> bool:
         return self.replicas > 1
+
+    @property
+    def ignored_xid_codes(self) -> frozenset[int]:
+        """The Xids `ignored_xids` names, as codes."""
+        said = self.ignored_xids
+        if said == "nvidia-default":
+            return DEFAULT_IGNORED_XIDS  # NVIDIA's list, which our plugin follows
+        return frozenset() if said == "none" else frozenset(said)
 
     @property
     def out_per_faulted_gpu(self) -> int:

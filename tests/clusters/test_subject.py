@@ -137,6 +137,27 @@ def test_needs_are_read_from_expects(tmp_path: Path) -> None:
     assert s.needs_met(("replicas=1",)) and not s.needs_met(("time_sliced",))
 
 
+@pytest.mark.parametrize(
+    ("said", "codes"),
+    [("nvidia-default", [13, 31, 43, 45, 68, 109]), ("none", []), ([45, 31, 43], [31, 43, 45])],
+)
+def test_ignored_xids_are_nvidias_none_or_the_plugins_own_list(
+    tmp_path: Path, said: object, codes: list[int]
+) -> None:
+    s = subject.load(write(tmp_path, {**MINE, "expects": {"ignored_xids": said}}))
+    assert sorted(s.expects.ignored_xid_codes) == codes
+    assert hash(s)  # subjects are dict keys in the suites: a list must not make it unhashable
+
+
+@pytest.mark.parametrize("said", ["some", [], ["x"], [0], 13, [True]])
+def test_a_wrong_ignored_xids_is_one_line(tmp_path: Path, said: object) -> None:
+    with pytest.raises(subject.SubjectError) as e:
+        subject.load(write(tmp_path, {**MINE, "expects": {"ignored_xids": said}}))
+    assert str(e.value).endswith(
+        f"expects.ignored_xids: expected nvidia-default, none or a list of Xid codes such as "
+        f"[31, 43, 45], found {said!r}")  # fmt: skip
+
+
 def test_only_what_a_tier_reads_is_required(tmp_path: Path) -> None:
     """A subject of its name, image, manifest and device ids loads: each tier asks for the
     rest where it reads it."""
