@@ -191,9 +191,13 @@ class CreatePod(_Action):
 class DeletePod(_Action):
     do: Literal["delete_pod"]
     name: str
+    # Not before `at`, and not before this pod runs (at most `settle` later): a step that
+    # must follow another pod's start, whose time is the machine's, waits for it.
+    once_running: str | None = None
 
     def describe(self) -> str:
-        return f"delete pod {self.name}"
+        after = f", once {self.once_running} runs" if self.once_running else ""
+        return f"delete pod {self.name}{after}"
 
 
 class RestartKubelet(_Action):
@@ -442,6 +446,9 @@ class Experiment(Strict):
             times += [e.at] if isinstance(e, _Check) and e.at is not None else []
             if any(t != END and t > self.duration for t in times):
                 raise ValueError(f"expect[{i}] looks past duration {self.duration:g}s")
+        if not self.settle and any(isinstance(a, DeletePod) and a.once_running
+                                   for a in self.timeline):  # fmt: skip
+            raise ValueError("once_running: give `settle:`, the most it may wait")
         if self.settle and not self.settles_on():
             raise ValueError("settle: no expectation at the end reads the samples, so "
                              "nothing to wait for")  # fmt: skip
@@ -520,6 +527,9 @@ def check_lab(exp: Experiment, source: str = "experiment") -> labspec.Lab:
     for i, a in enumerate(exp.timeline):
         if isinstance(a, DeletePod) and a.name not in created:
             fail(f"timeline[{i}] (delete_pod)", f"pod {a.name!r} is not created by the timeline")
+        if isinstance(a, DeletePod) and a.once_running and a.once_running not in created:
+            fail(f"timeline[{i}] (delete_pod)", f"once_running: pod {a.once_running!r} is "
+                 "not created by the timeline")  # fmt: skip
     for i, e in enumerate(exp.expect):
         where = f"expect[{i}] ({e.check})"
         if isinstance(e, Allocatable | Capacity | Changes | PluginLog | Taints | MigDevices):

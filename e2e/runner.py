@@ -179,6 +179,7 @@ class Runner:
         sampler = Sampler(self.lab, self.gpu_nodes, exp.namespace, exp.sample_interval,
                           self.t0_ns, self.gpu_nodes if exp.uses_mig else None)  # fmt: skip
         sampler.start()
+        self.sampler = sampler
         try:
             for i, action in enumerate(exp.actions()):
                 self._until(action.at)
@@ -226,6 +227,16 @@ class Runner:
                 self._say(f"t={self._now():.1f}s: settling (≤ {exp.settle:g}s more): {said}")
             self._stop.wait(exp.sample_interval)
 
+    def _wait_running(self, pod: str) -> None:
+        """Until the sampler last saw `pod` Running, at most exp.settle."""
+        until = self._now() + self.exp.settle
+        while self._now() < until:
+            samples = self.sampler.samples
+            if samples and samples[-1].pods.get(pod, [""])[0] == "Running":
+                return
+            self._stop.wait(self.exp.sample_interval)
+        self._say(f"t={self._now():.1f}s: {pod} not Running after {self.exp.settle:g}s; going on")
+
     def _now(self) -> float:
         return (time.time_ns() - self.t0_ns) / 1e9
 
@@ -264,6 +275,8 @@ class Runner:
                 self.created[name] = self._now()
                 self.pods.create(self._pod_doc(a, name))
         elif isinstance(a, ex.DeletePod):
+            if a.once_running:
+                self._wait_running(a.once_running)
             # What its claim holds is gone from the API with it: read it first.
             if (pod := self.pods.find(a.name)) is not None:
                 self.claimed[a.name] = self.serving.claimed(self.lab.ctx, self.exp.namespace, pod)

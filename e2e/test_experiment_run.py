@@ -123,6 +123,8 @@ def test_dra_dynmig_times_each_claims_mig_device_made_and_destroyed(
     assert lives["four-c"].device == lives["four-a"].device
     a, c = lives["four-a"], lives["four-c"]
     assert a.gone is not None and c.made is not None and a.gone <= c.made
+    # ... while three still held its own on that GPU: the two lived side by side.
+    assert lives["three"].deleted is not None and c.made < lives["three"].deleted
     assert lives["three"].gone is not None and lives["four-b"].gone is None
     # Each device went with its own claim only: the 3g.40gb beside four-a's stayed.
     three = lives["three"]

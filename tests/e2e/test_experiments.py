@@ -108,6 +108,9 @@ def _with(**changes: object) -> dict:
         (_with(settle="30s", expect=[{"check": "changes", "node": "n", "equals": 1},
                                      {"check": "capacity", "node": "n", "equals": 1, "at": 2}]),
          "settle: no expectation at the end reads the samples, so nothing to wait for"),
+        (_with(timeline=[{"at": 0, "do": "create_pod", "name": "p", "spec": "experiments/gpu-1"},
+                         {"at": 1, "do": "delete_pod", "name": "p", "once_running": "p"}]),
+         "once_running: give `settle:`, the most it may wait"),
     ],
 )  # fmt: skip
 def test_bad_experiment_is_one_line_naming_the_key(data: dict, message: str) -> None:
@@ -200,6 +203,15 @@ def test_a_taints_check_matches_a_key_whole_or_by_its_last_part() -> None:
     assert full.matches("gpu.nvidia.com/gpu-lost:NoSchedule")
     assert not full.matches("example.com/gpu-lost:NoSchedule")
     assert ex.Taints(check="taints", node="n", equals=0).matches("anything:None")
+
+
+def test_a_delete_once_another_pod_runs_names_a_pod_of_the_timeline() -> None:
+    exp = ex.from_dict(_with(settle="30s", timeline=[
+        {"at": 0, "do": "create_pod", "name": "p", "spec": "experiments/gpu-1"},
+        {"at": 1, "do": "delete_pod", "name": "p", "once_running": "q"}],
+        expect=[{"check": "pod", "name": "p", "phase": "Absent"}]))  # fmt: skip
+    with pytest.raises(ex.ExperimentError, match="once_running: pod 'q' is not created by"):
+        ex.check_lab(exp, "bad.yaml")
 
 
 def test_unknown_experiment_names_the_shipped_ones() -> None:
