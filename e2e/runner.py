@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime
 
 from kubernetes import client, config
@@ -185,7 +186,7 @@ class Runner:
                 self._until(action.at)
                 rec.actions.append(self._play(i, action, rec))
             self._until(exp.duration)
-            self._settle(rec, sampler)
+            self._settle(rec)
         finally:
             sampler.stop.set()
             sampler.join(timeout=10)
@@ -208,34 +209,42 @@ class Runner:
             self._reset("after the run")
         return rec
 
-    def _settle(self, rec: Recording, sampler: Sampler) -> None:
+    def _settle(self, rec: Recording) -> None:
         """Past `duration`, sample on until the end expectations hold (exp.settle)."""
-        exp = self.exp
+        exp, waits = self.exp, self.exp.settles_on()
         if not exp.settle:
             return
-        waits, said = exp.settles_on(), ""
-        while True:
-            rec.samples = list(sampler.samples)
-            if not (left := [o.text for o in evaluate(rec, waits) if not o.passed]):
-                self._say(f"t={self._now():.1f}s: the end state holds")
-                return
-            if self._now() >= exp.duration + exp.settle:
-                self._say(f"t={self._now():.1f}s: settle over, still not: {'; '.join(left)}")
-                return
-            if left[0] != said:
-                said = left[0]
-                self._say(f"t={self._now():.1f}s: settling (≤ {exp.settle:g}s more): {said}")
-            self._stop.wait(exp.sample_interval)
+
+        def left(samples: list[Sample]) -> str:
+            rec.samples = samples
+            return "; ".join(o.text for o in evaluate(rec, waits) if not o.passed)
+
+        if still := self._sampled_until(left, exp.duration + exp.settle):
+            self._say(f"t={self._now():.1f}s: settle over, still not: {still}")
+        else:
+            self._say(f"t={self._now():.1f}s: the end state holds")
 
     def _wait_running(self, pod: str) -> None:
         """Until the sampler last saw `pod` Running, at most exp.settle."""
-        until = self._now() + self.exp.settle
-        while self._now() < until:
-            samples = self.sampler.samples
-            if samples and samples[-1].pods.get(pod, [""])[0] == "Running":
-                return
+
+        def left(samples: list[Sample]) -> str:
+            running = samples and samples[-1].pods.get(pod, [""])[0] == "Running"
+            return "" if running else f"pod {pod} Running"
+
+        if self._sampled_until(left, self._now() + self.exp.settle):
+            self._say(f"t={self._now():.1f}s: {pod} not Running after {self.exp.settle:g}s; "
+                      "going on")  # fmt: skip
+
+    def _sampled_until(self, left: Callable[[list[Sample]], str], until: float) -> str:
+        """Until `left(the samples so far)` says nothing is left, or the clock reaches
+        `until` (the run's time); what was still left then. Says what it waits for."""
+        said = ""
+        while (still := left(list(self.sampler.samples))) and self._now() < until:
+            if still != said:
+                said = still
+                self._say(f"t={self._now():.1f}s: waiting (until {until:g}s) for {said}")
             self._stop.wait(self.exp.sample_interval)
-        self._say(f"t={self._now():.1f}s: {pod} not Running after {self.exp.settle:g}s; going on")
+        return still
 
     def _now(self) -> float:
         return (time.time_ns() - self.t0_ns) / 1e9

@@ -331,12 +331,10 @@ class Expects(Strict):
     @classmethod
     def _xids(cls, v: object) -> object:
         # One line for any wrong value: pydantic's own names only the union's first branch.
-        codes = isinstance(v, list | tuple) and v and all(
-            type(x) is int and 1 <= x <= 1023 for x in v)  # fmt: skip
         if v is None or v in ("nvidia-default", "none"):
             return v
-        if codes:
-            return tuple(v)  # type: ignore[arg-type]  # YAML's list, hashable
+        if isinstance(v, list | tuple) and v and all(type(x) is int and 1 <= x <= 1023 for x in v):
+            return tuple(v)  # YAML's list, hashable
         raise ValueError(f"expected nvidia-default, none or a list of Xid codes such as "
                          f"[31, 43, 45], found {v!r}")  # fmt: skip
 

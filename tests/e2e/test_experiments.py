@@ -457,12 +457,13 @@ class GrowingSamples:
     def _run(self) -> None:
         while not self.stop.wait(0.02):
             t = time.monotonic() - self.t0
-            alloc = 4 if t >= self.at else 3
-            self.samples.append(Sample(t, {"lab-a": [4, alloc, "1"]}, {}))
+            alloc, phase = (4, "Running") if t >= self.at else (3, "Pending")
+            self.samples.append(Sample(t, {"lab-a": [4, alloc, "1"]}, {"p": [phase, "lab-a"]}))
 
 
-def settle(at: float, settle_s: float) -> tuple[float, Recording]:
-    """A runner's settle over GrowingSamples(at), past a duration of 0 s: how long it took."""
+def settle(at: float, settle_s: float, until_running: bool = False) -> tuple[float, Recording]:
+    """A runner's settle over GrowingSamples(at), past a duration of 0 s (or, with
+    `until_running`, its wait for pod p to run): how long it took."""
     data = {"name": "s", "lab": "lab", "duration": 0, "settle": settle_s,
             "sample_interval": "50ms", "timeline": [{"at": 0, "do": "restart_plugin"}],
             "expect": [{"check": "allocatable", "node": "lab-a", "equals": 4},
@@ -472,10 +473,10 @@ def settle(at: float, settle_s: float) -> tuple[float, Recording]:
     runner.exp, runner.console = exp, Console(file=io.StringIO())
     runner._stop, runner.t0_ns = threading.Event(), time.time_ns()
     rec = Recording(exp.model_dump(mode="json"), "gpulab", "", runner.t0_ns, {})
-    sampler = GrowingSamples(at)
+    runner.sampler = GrowingSamples(at)  # type: ignore[assignment]
     start = time.monotonic()
-    runner._settle(rec, sampler)  # type: ignore[arg-type]
-    sampler.stop.set()
+    runner._wait_running("p") if until_running else runner._settle(rec)
+    runner.sampler.stop.set()
     return time.monotonic() - start, rec
 
 
@@ -494,6 +495,11 @@ def test_a_settle_that_never_holds_ends_at_its_bound_and_the_check_fails() -> No
     took, rec = settle(at=1e9, settle_s=0.4)
     assert took >= 0.4
     assert not evaluate(rec)[0].passed
+
+
+def test_a_step_once_a_pod_runs_waits_for_it_and_at_most_the_settle() -> None:
+    assert 0.3 <= settle(at=0.3, settle_s=20, until_running=True)[0] < 10
+    assert settle(at=1e9, settle_s=0.4, until_running=True)[0] >= 0.4
 
 
 def test_a_pod_given_a_faulty_gpu_fails_devices_healthy() -> None:
