@@ -44,7 +44,14 @@ def infrastructure(ctx: Context) -> None:
 def reuse_or_recreate(ctx: Context) -> object:
     """A cluster left from an earlier run must answer: Docker restarts kind's nodes with the
     engine; most come back within a minute, some never do. Those are deleted (and made
-    again by the next actions)."""
+    again by the next actions), as is one whose kubeconfig is gone (a run killed while it
+    created or deleted it): nothing can reach it, and its name blocks a new one."""
+    if ctx.host.orphaned():
+        ctx.console.print(f"[yellow]![/] {ctx.name}: kind has the cluster but the lab has no "
+                          "kubeconfig (a run killed while it created or deleted it): recreating it",
+                          highlight=False)  # fmt: skip
+        ctx.delete()
+        return None
     if not ctx.host.exists():
         return SKIP
     stale = changed_config(ctx) or stale_states(ctx)

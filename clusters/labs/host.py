@@ -79,6 +79,11 @@ class Host:
     def exists(self) -> bool:
         return self.name in clusters(self.kind) and self.kubeconfig.exists()
 
+    def orphaned(self) -> bool:
+        """kind has a cluster of this name but this lab has no kubeconfig for it: a create
+        or delete cut short (a killed run). `kind create` refuses the name until it goes."""
+        return self.name in clusters(self.kind) and not self.kubeconfig.exists()
+
     def config(self) -> dict | None:
         """The kind config the cluster was created with; None when none was recorded."""
         try:

@@ -244,6 +244,27 @@ def test_a_lab_that_never_answers_is_made_again(seed: Lab) -> None:
         assert again.capacity(worker) == (N, N)
 
 
+def test_a_cluster_without_its_kubeconfig_is_made_again(
+    seed: Lab, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A run killed inside `kind create` (or `kind delete`) leaves kind's nodes and no
+    kubeconfig: the lab cannot reach them and kind refuses the name, so the next up deletes
+    them first (the decision only, as below: the kubeconfig is put back)."""
+    kubeconfig = seed.host.kubeconfig
+    aside = kubeconfig.with_name("kubeconfig.aside")
+    kubeconfig.rename(aside)
+    out = io.StringIO()
+    lab = Lab("seed", subject="nvidia", console=Console(file=out, width=200))
+    downs: list[str] = []
+    monkeypatch.setattr(lab.ctx, "delete", lambda: downs.append(lab.name))
+    try:
+        actions.reuse_or_recreate(lab.ctx)
+    finally:
+        aside.rename(kubeconfig)
+    assert "seed: kind has the cluster but the lab has no kubeconfig" in out.getvalue()
+    assert downs == ["seed"]
+
+
 def test_a_lab_whose_fake_gpu_state_is_unreadable_is_made_again(
     seed: Lab, monkeypatch: pytest.MonkeyPatch
 ) -> None:
