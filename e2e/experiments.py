@@ -31,7 +31,9 @@ resources (allocatable, capacity, plugin_log, devices_healthy) have nothing to r
 and are refused. Times are durations in the one
 grammar of fakenvml/yamlmodel.py (`500ms`, `2s`, `1.5m` or a number of seconds);
 expectations take `at: <time>|end` or `during: [<time>, <time>|end]`; `end` is `duration`,
-or with `settle:` the first sample after it where the end state holds (or its bound).
+or with `settle:` the first sample after it where the end state holds (or its bound). A
+pod check's window may open at `created`, when its pod's creation returned (the API
+server's time, not the timeline's).
 
 `load()` (the shared YAML loader) turns every problem into one ExperimentError line naming
 the file and the key; `check_lab()` then checks node names, GPU indexes and pod specs
@@ -56,6 +58,9 @@ from fakenvml.yamlmodel import Duration, LoadError, Strict, seconds
 
 EXPERIMENTS = Path(__file__).resolve().parent / "experiments"
 END = "end"
+# A pod check's window may open when its pod's creation returned, not at a time: a pod
+# made at 5 s existed at 8 s when the API server was slow (CI of 2026-12-03, dynmig).
+CREATED = "created"
 
 
 class ExperimentError(LoadError):
@@ -64,6 +69,11 @@ class ExperimentError(LoadError):
 
 def _time_or_end(v: object) -> float | str:
     return END if v == END else seconds(v)
+
+
+def _bound(v: object) -> float | str:
+    """A window's first bound: a time, `end`, or `created` (a pod check's own pod)."""
+    return CREATED if v == CREATED else _time_or_end(v)
 
 
 # -- actions
@@ -254,14 +264,16 @@ class _Check(Strict):
             return None
         if not isinstance(v, list | tuple) or len(v) != 2:
             raise ValueError(f"{v!r}: expected [from, to], e.g. [0s, end]")
-        return _time_or_end(v[0]), _time_or_end(v[1])
+        return _bound(v[0]), _time_or_end(v[1])
 
     @model_validator(mode="after")
     def _one_window(self) -> _Check:
         if self.during and self.at is not None:
             raise ValueError("give `at:` or `during:`, not both")
         a, b = self.during or (0.0, 0.0)
-        if a == END or (b != END and float(a) > float(b)):
+        if a == CREATED and not isinstance(self, PodPhase):
+            raise ValueError("during: [created, ...] opens at a pod's creation: `check: pod` only")
+        if a == END or (CREATED not in (a, b) and b != END and float(a) > float(b)):
             raise ValueError(f"during: [{a}, {b}] ends before it starts")
         return self
 
@@ -271,7 +283,7 @@ class _Check(Strict):
 
     def when(self) -> str:
         if self.during:
-            a, b = (x if x == END else f"{x:g}s" for x in self.during)
+            a, b = (x if isinstance(x, str) else f"{x:g}s" for x in self.during)
             return f"during [{a}, {b}]"
         return "at end" if self.at in (None, END) else f"at {self.at:g}s"
 
@@ -444,7 +456,7 @@ class Experiment(Strict):
         for i, e in enumerate(self.expect):
             times = [*(e.during or ())] if isinstance(e, _Check) and e.during else []
             times += [e.at] if isinstance(e, _Check) and e.at is not None else []
-            if any(t != END and t > self.duration for t in times):
+            if any(not isinstance(t, str) and t > self.duration for t in times):
                 raise ValueError(f"expect[{i}] looks past duration {self.duration:g}s")
         if not self.settle and any(isinstance(a, DeletePod) and a.once_running
                                    for a in self.timeline):  # fmt: skip

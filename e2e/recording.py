@@ -102,13 +102,24 @@ class LogLine:
 @dataclass
 class PodInfo:
     name: str
-    created: float
+    created: float  # when its creation returned: in the API from here on
     node: str = ""
     phase: str = "Absent"
     reason: str = ""  # status.reason, or the last FailedScheduling message
     devices: list[str] = field(default_factory=list)  # its GPUs' UUIDs (Pods.devices)
     claimed: list[str] = field(default_factory=list)  # its claim's devices (DRA), by name
     deleted: float | None = None  # when a delete_pod action asked for its deletion
+
+
+@dataclass
+class MigChange:
+    """A MIG device made or destroyed in a node's fake state (its journal's time)."""
+
+    t: float
+    node: str
+    device: str  # the DRA driver's name (clusters.labs.dra.mig_device_name)
+    gpu: int
+    made: bool
 
 
 @dataclass
@@ -130,6 +141,7 @@ class Recording:
     # The plugin's log lines its file does not state (`logs:`: xid, unhealthy, healthy,
     # registered, restart): the report says "not stated" where it would read them.
     unstated_logs: list[str] = field(default_factory=list)
+    mig_changes: list[MigChange] = field(default_factory=list)  # where the run samples MIG
 
     # -- persistence
 
@@ -143,7 +155,7 @@ class Recording:
             **{
                 k: v
                 for k, v in d.items()
-                if k not in ("actions", "faults", "samples", "log", "pods")
+                if k not in ("actions", "faults", "samples", "log", "pods", "mig_changes")
             },
             actions=[ActionRun(**a) for a in d["actions"]],
             # Older recordings spelled some kinds differently (ecc_dbe): read them as now.
@@ -151,6 +163,7 @@ class Recording:
             samples=[Sample(**s) for s in d["samples"]],
             log=[LogLine(**x) for x in d["log"]],
             pods=[PodInfo(**p) for p in d["pods"]],
+            mig_changes=[MigChange(**c) for c in d.get("mig_changes", [])],
         )
 
     def stated(self, event: str) -> bool:
@@ -352,9 +365,8 @@ def _taint_layer(rec: Recording, out: list[Trace]) -> None:
 
 @dataclass
 class MigLife:
-    """One claimed MIG device of a pod, timed from the samples of the node's fake state:
-    made after the pod was created, gone after its deletion was asked for (None: not seen
-    in the run)."""
+    """One claimed MIG device of a pod, timed from the node's journal: made after the pod
+    was created, gone after its deletion was asked for (None: not in the run)."""
 
     pod: str
     device: str
@@ -367,10 +379,9 @@ class MigLife:
 
 
 def mig_lives(rec: Recording) -> list[MigLife]:
-    """Every MIG device a pod's claim was given, in pod order. The device was made at the
-    first sample after the pod's creation that holds it where the sample before did not
-    (another pod may have held the same placement until then), and gone at the first
-    sample after the pod's deletion that does not hold it."""
+    """Every MIG device a pod's claim was given, in pod order: made at its first making
+    after the pod's creation (another pod may have held the same placement until then),
+    gone at its first destruction after the pod's deletion was asked for."""
     out = []
     for p in rec.pods:
         phases = rec.pod_phases(p.name)
@@ -379,19 +390,11 @@ def mig_lives(rec: Recording) -> list[MigLife]:
         for dev in p.claimed:
             if "-mig-" not in dev:
                 continue
-            made = gone = None
-            before = False  # held in the last sample before the pod was created
-            for s in rec.samples:
-                held = dev in s.mig.get(node, {})
-                if s.t < p.created:
-                    before = held
-                elif made is None:
-                    if held and not before:
-                        made = s.t
-                    before = held
-                elif p.deleted is not None and s.t >= p.deleted and not held:
-                    gone = s.t
-                    break
+            changes = [c for c in rec.mig_changes if (c.node, c.device) == (node, dev)]
+            made = next((c.t for c in changes if c.made and c.t >= p.created), None)
+            gone = None
+            if p.deleted is not None:
+                gone = next((c.t for c in changes if not c.made and c.t >= p.deleted), None)
             out.append(MigLife(p.name, dev, node, p.created, made, running, p.deleted, gone))
     return out
 
@@ -476,6 +479,8 @@ class Outcome:
 
 def _window(rec: Recording, e: ex._Check) -> tuple[float, float]:
     def t(x: float | str) -> float:
+        if x == ex.CREATED and isinstance(e, ex.PodPhase):  # check_lab: the timeline makes it
+            return next((p.created for p in rec.pods if p.name == e.name), rec.end)
         return rec.end if x == END else float(x)
 
     if e.during:
@@ -486,11 +491,15 @@ def _window(rec: Recording, e: ex._Check) -> tuple[float, float]:
 
 def _values(rec: Recording, e: ex._Check, get) -> list[tuple[float, object]]:  # type: ignore[no-untyped-def]
     """The values in force over the expectation's window: the one at its start, then
-    every sample inside it."""
+    every sample inside it. A window opened at a pod's creation starts at the first sample
+    taken after it: one from before cannot have seen the pod."""
     a, b = _window(rec, e)
     first = None
     inside = []
+    at_creation = bool(e.during) and e.during[0] == ex.CREATED  # type: ignore[index]
     for s in rec.samples:
+        if s.t < a and at_creation:
+            continue
         if s.t <= a:
             first = (s.t, get(s))
         elif s.t <= b:

@@ -180,8 +180,8 @@ def markdown(rec: Recording, trs: list[Trace], outcomes: list[Outcome]) -> str:
             "",
             "Each MIG device a claim was given, in the node's fake state: made after the pod "
             "was created (where the driver makes them when it prepares the claim: DynamicMIG) "
-            "and gone after its deletion was asked for. Times are the first state sample that "
-            f"showed the change (late by up to a {interval:.0f} ms interval, never early).",
+            "and gone after its deletion was asked for. Times are the node's journal records "
+            "of the change (the library's clock, when the driver's NVML call made it).",
             "",
             _mig(rec, lives),
         ]

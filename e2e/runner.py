@@ -34,7 +34,16 @@ from clusters.subjects.subject import LOG_RESOURCE, Logs
 from clusters.subjects.subject import load as load_subject
 from e2e import experiments as ex
 from e2e.pods import Pods, load_spec
-from e2e.recording import ActionRun, Fault, LogLine, PodInfo, Recording, Sample, evaluate
+from e2e.recording import (
+    ActionRun,
+    Fault,
+    LogLine,
+    MigChange,
+    PodInfo,
+    Recording,
+    Sample,
+    evaluate,
+)
 from fakenvml.journal import Record
 
 # The order a line is tried in (one line is one event): updates, then Xids, then the rest.
@@ -205,6 +214,11 @@ class Runner:
             key=lambda x: x.t,
         )
         rec.pods = self._pod_infos()
+        rec.mig_changes = [
+            MigChange(round((t_ns - self.t0_ns) / 1e9, 4), node, name, gpu, made)
+            for node, d in sampler.mig_of.items()
+            for t_ns, name, gpu, made in dra.mig_device_changes(d, self.t0_ns)
+        ]
         if self.reset_after:
             self._reset("after the run")
         return rec
@@ -281,8 +295,8 @@ class Runner:
             self.serving.ask(self.lab.ctx, self.exp.namespace, a.name, a.selector, a.gpus or 1,
                              a.mig)  # fmt: skip
             for name in a.names:
-                self.created[name] = self._now()
                 self.pods.create(self._pod_doc(a, name))
+                self.created[name] = self._now()  # it exists from here, however slow the API
         elif isinstance(a, ex.DeletePod):
             if a.once_running:
                 self._wait_running(a.once_running)

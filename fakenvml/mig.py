@@ -239,17 +239,37 @@ class StateDir(Protocol):
 def layout(node_dir: StateDir) -> list[GpuMig]:
     """Every GPU's MIG state now, replayed from the node's journal."""
     gpus = [GpuMig(g) for g in node_dir.node().gpus]
+    for _ in _replay(node_dir, gpus):
+        pass
+    return gpus
+
+
+def history(node_dir: StateDir) -> Iterator[tuple[Record, list[GpuMig]]]:
+    """Every GPU's MIG state after each MIG record of the node's journal, in its order:
+    when each instance was made and destroyed, by the record's clock. One list, changed in
+    place: read it before the next."""
+    gpus = [GpuMig(g) for g in node_dir.node().gpus]
+    for rec in _replay(node_dir, gpus):
+        yield rec, gpus
+
+
+def _replay(node_dir: StateDir, gpus: list[GpuMig]) -> Iterator[Record]:
     for rec in node_dir.events():
         if Kind.MIG_MODE <= rec.kind <= Kind.CI_DESTROY and rec.gpu < len(gpus):
             gpus[rec.gpu].apply(rec)
-    return gpus
+            yield rec
 
 
 def devices(node_dir: StateDir) -> list[MigDevice]:
     """The node's MIG devices, GPU by GPU, each GPU's by GPU instance then compute
     instance id."""
+    return devices_of(layout(node_dir))
+
+
+def devices_of(gpus: list[GpuMig]) -> list[MigDevice]:
+    """The MIG devices of a layout (layout(), or a step of history())."""
     out = []
-    for m in layout(node_dir):
+    for m in gpus:
         if not m.current:
             continue
         k = 0

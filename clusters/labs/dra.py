@@ -275,9 +275,27 @@ def made_mig_devices(node_dir: mig.StateDir) -> dict[str, int]:
     """The MIG devices that exist in a node's fake state (fakenvml.mig.devices: a compute
     instance smaller than its GPU instance is `<slices>c.<profile>`), by the name the
     driver gives them, each to its GPU's index."""
-    gpus = mig.layout(node_dir)
+    return _named(mig.layout(node_dir))
+
+
+def mig_device_changes(node_dir: mig.StateDir, since_ns: int) -> list[tuple[int, str, int, bool]]:
+    """Each MIG device made or destroyed in a node's fake state at or after `since_ns` (the
+    journal's realtime clock), as (realtime_ns, name, GPU index, made), in journal order:
+    what the driver did, to the nanosecond, where samples of the state miss a device
+    destroyed and made again between two of them."""
+    out, held = [], {}
+    for rec, gpus in mig.history(node_dir):
+        now = _named(gpus)
+        if rec.realtime_ns >= since_ns:
+            out += [(rec.realtime_ns, n, g, False) for n, g in held.items() if n not in now]
+            out += [(rec.realtime_ns, n, g, True) for n, g in now.items() if n not in held]
+        held = now
+    return out
+
+
+def _named(gpus: list[mig.GpuMig]) -> dict[str, int]:
     out = {}
-    for d in mig.devices(node_dir):
+    for d in mig.devices_of(gpus):
         m = gpus[d.gpu]
         gi = m.gis[d.gi]
         out[mig_device_name(m.gpu, d.profile, gi.prof.id, gi.start)] = d.gpu

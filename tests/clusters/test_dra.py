@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import time
 from pathlib import Path
 
 import docker
@@ -226,6 +227,41 @@ def test_with_dynamic_mig_the_lab_waits_for_every_placement_and_names_what_claim
     assert dra.made_mig_devices(state) == {"gpu-1-mig-3g40gb-9-4": 1, "gpu-1-mig-1c3g40gb-9-0": 1}
     # Counted the same with devices made: the driver publishes placements, not instances.
     assert dra.expected_devices(running, node.name, dynamic_mig=True) == 2 * 26  # type: ignore[arg-type]
+
+
+def test_mig_device_changes_time_each_device_from_the_journal(tmp_path: Path) -> None:
+    """What an experiment reads after its run: each MIG device made or destroyed, at its
+    journal record's time, from `since_ns` on; a placement destroyed and made again (one
+    claim's device, then the next's) is two changes however close together."""
+    (node,) = spec.load("dra-dynmig").gpu_nodes
+    state = NodeDir(tmp_path / "state")
+    state.init(node.gpu_node)
+
+    def change(make: bool, gid: int = 0) -> int:
+        plan = mig.Plan(state)
+        m = plan.gpu(1)
+        if make:
+            gid = plan.create_gi(m, "4g.40gb", 0)
+            plan.create_ci(m, gid)
+        else:
+            plan.destroy_gi(m, gid)
+        plan.write()
+        return gid
+
+    plan = mig.Plan(state)
+    plan.mode(plan.gpu(1), True)
+    plan.reset(plan.gpu(1))
+    plan.write()
+    first = change(make=True)
+    since = time.time_ns()
+    change(make=False, gid=first)
+    change(make=True)
+    name = "gpu-1-mig-4g40gb-5-0"
+    changes = dra.mig_device_changes(state, since)
+    assert [c[1:] for c in changes] == [(name, 1, False), (name, 1, True)]
+    assert since <= changes[0][0] <= changes[1][0]
+    everything = dra.mig_device_changes(state, 0)
+    assert [c[1:] for c in everything] == [(name, 1, True), (name, 1, False), (name, 1, True)]
 
 
 def test_a_new_fakenvml_rolls_the_kubelet_plugins() -> None:

@@ -23,6 +23,7 @@ from e2e.recording import (
     ActionRun,
     Fault,
     LogLine,
+    MigChange,
     PodInfo,
     Recording,
     Sample,
@@ -111,6 +112,10 @@ def _with(**changes: object) -> dict:
         (_with(timeline=[{"at": 0, "do": "create_pod", "name": "p", "spec": "experiments/gpu-1"},
                          {"at": 1, "do": "delete_pod", "name": "p", "once_running": "p"}]),
          "once_running: give `settle:`, the most it may wait"),
+        (_with(expect=[{"check": "capacity", "node": "n", "equals": 1,
+                        "during": ["created", "3s"]}]),
+         "expect[0].capacity: during: [created, ...] opens at a pod's creation: `check: pod` "
+         "only"),
     ],
 )  # fmt: skip
 def test_bad_experiment_is_one_line_naming_the_key(data: dict, message: str) -> None:
@@ -502,6 +507,32 @@ def test_a_step_once_a_pod_runs_waits_for_it_and_at_most_the_settle() -> None:
     assert settle(at=1e9, settle_s=0.4, until_running=True)[0] >= 0.4
 
 
+def test_a_window_opened_at_creation_waits_for_the_api_to_make_the_pod() -> None:
+    """p2 is asked for at 3 s and the API makes it at 4.25 s (a loaded API server), Pending
+    until 4.6 s: a window from a time before that saw it Absent; one from `created` starts
+    at the first sample after it (the one at 4.2 s read the pod list before it existed),
+    and still fails on a wrong phase inside it."""
+    rec = sample_recording()
+    for s in rec.samples:
+        if s.t >= 3:
+            s.pods.pop("p2")
+            if s.t >= 4.25:
+                s.pods["p2"] = ["Pending" if s.t < 4.6 else "Running", "lab-a"]
+    rec.pods[1].created = 4.25
+
+    def pod(phase: str, start: float | str) -> ex.PodPhase:
+        return ex.PodPhase(check="pod", name="p2", phase=phase, during=(start, "4.5s"))
+
+    got = evaluate(
+        rec, [pod("Pending", "created"), pod("Pending", "3.6s"), pod("Running", "created")]
+    )
+    assert [(o.passed, o.text, o.observed) for o in got] == [
+        (True, "pod p2 Pending during [created, 4.5s]", "Pending on lab-a"),
+        (False, "pod p2 Pending during [3.6s, 4.5s]", "Absent at 3.60s"),
+        (False, "pod p2 Running during [created, 4.5s]", "Pending on lab-a at 4.30s"),
+    ]
+
+
 def test_a_pod_given_a_faulty_gpu_fails_devices_healthy() -> None:
     rec = sample_recording()
     rec.pods[1].devices = ["GPU-a1", "GPU-a2"]  # placed at 3 s, GPU 1 faulty since 2.01 s
@@ -731,15 +762,19 @@ def mig_recording() -> Recording:
                                   {node: {dev: 0} if held else {}}))  # fmt: skip
     rec.pods = [PodInfo("a", 0.01, claimed=[dev], deleted=5.0),
                 PodInfo("c", 1.01, node, "Running", claimed=[dev])]  # fmt: skip
+    # The journal's times: a's device made and destroyed, the placement made again for c.
+    rec.mig_changes = [MigChange(t, node, dev, 0, made)
+                       for t, made in ((0.55, True), (5.38, False), (6.15, True))]  # fmt: skip
     return rec
 
 
 def test_a_claims_mig_device_is_timed_from_its_pod_to_made_and_from_deletion_to_gone() -> None:
     """The same placement held by two claims in turn: the second's device counts as made
-    when it appears again after its pod was created, not while the first still held it."""
+    when the journal made it again after its pod was created, not while the first still
+    held it; the times are the journal's (the samples around them saw it 50 ms later)."""
     a, c = mig_lives(mig_recording())
-    assert (a.pod, a.made, a.running, a.deleted, a.gone) == ("a", 0.6, 0.9, 5.0, 5.4)
-    assert (c.pod, c.made, c.running, c.deleted, c.gone) == ("c", 6.2, 6.5, None, None)
+    assert (a.pod, a.made, a.running, a.deleted, a.gone) == ("a", 0.55, 0.9, 5.0, 5.38)
+    assert (c.pod, c.made, c.running, c.deleted, c.gone) == ("c", 6.15, 6.5, None, None)
     assert a.node == c.node == "dra-dynmig-control-plane"
 
 
@@ -759,9 +794,9 @@ def test_a_mig_report_has_a_row_per_claimed_device(tmp_path: Path) -> None:
     assert all(o.passed for o in outcomes)
     md = (tmp_path / "report.md").read_text()
     assert "## MIG devices per claim" in md
-    assert ("| a | `gpu-0-mig-4g40gb-5-0` (control-plane) | 0.010 | 0.600 (+590 ms) | "
-            "0.900 (+890 ms) | 5.000 | 5.400 (+400 ms) |") in md  # fmt: skip
-    assert ("| c | `gpu-0-mig-4g40gb-5-0` (control-plane) | 1.010 | 6.200 (+5.19 s) | "
+    assert ("| a | `gpu-0-mig-4g40gb-5-0` (control-plane) | 0.010 | 0.550 (+540 ms) | "
+            "0.900 (+890 ms) | 5.000 | 5.380 (+380 ms) |") in md  # fmt: skip
+    assert ("| c | `gpu-0-mig-4g40gb-5-0` (control-plane) | 1.010 | 6.150 (+5.14 s) | "
             "6.500 (+5.49 s) | — | — |") in md  # fmt: skip
     assert Recording.load(tmp_path / "recording.json") == mig_recording()
     # A recording without MIG has no such section.
