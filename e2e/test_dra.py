@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 import pytest
 from kubernetes.utils import parse_quantity
@@ -288,30 +289,64 @@ def test_a_force_deleted_claim_pods_device_is_refused_to_the_next_claim(
     """Deleted gracefully, a claim pod stays in the API until its node unprepared the claim,
     so the next claim for its device starts at once. Force-deleted (grace 0), it is gone
     first: the scheduler gives the device to the next claim, the driver refuses to prepare a
-    device another claim still holds, and the kubelet tries again only ~70 s later."""
+    device another claim still holds, and the kubelet tries again only ~70 s later.
+    Whether the node is still busy with the old pod when the next claim comes is a race:
+    the kubelet kills a force-deleted pod's containers within its 2 s minimum grace, and
+    under CI load the next pod's creation alone took longer ("no refusal for dra-third:
+    Running", 2026-12-03). Here the old pod's containerd shim is stopped (SIGSTOP) over
+    the deletion, so the kubelet cannot finish the old pod (it unprepares a claim only
+    after its containers stop) while it goes on preparing the new one: a node slow to stop
+    a workload, every time. (Stopping all of containerd instead stalled the new pod too:
+    the kubelet syncs a pod only after its runtime answered a relist.)"""
     uuid = uuid_of(dra_lab, T4_NODE, "gpu-0")
     create_template(dra_lab, "t4-0", f"device.attributes['{dra.DRIVER}'].uuid == '{uuid}'")
     first = claim_pod(dpods, "dra-first", template="t4-0")
     dpods.wait_running(first, deadline_s=START_S)
     dpods.delete(first)  # the suites' grace period
-    # A workload slow to stop, as most are: sleep as PID 1 ignores SIGTERM, so the node is
-    # still busy with it when the next claim comes (the workload's own entry ends at once).
-    doc = dra.pod("dra-second", dpods.image, "t4-0")
-    doc["spec"]["containers"][0]["command"] = ["sleep", "2147483647"]
-    second = dpods.create(doc)
+    second = claim_pod(dpods, "dra-second", template="t4-0")
     dpods.wait_running(second, deadline_s=30)
-    dra_lab.core.delete_namespaced_pod(second, NAMESPACE, grace_period_seconds=0)
-    third = claim_pod(dpods, "dra-third", template="t4-0")
-    uid = dpods.get(third).metadata.uid  # not an earlier run's pod of that name
-    end = time.monotonic() + 30
-    while not (refused := [e.message for e in dpods.events(third)
-                           if e.reason == "FailedPrepareDynamicResources"
-                           and e.involved_object.uid == uid]):  # fmt: skip
-        assert time.monotonic() < end, f"no refusal for {third}: {dpods.describe(third)}"
-        time.sleep(0.5)
+    with shim_stopped(dra_lab, T4_NODE, second):
+        dra_lab.core.delete_namespaced_pod(second, NAMESPACE, grace_period_seconds=0)
+        third = claim_pod(dpods, "dra-third", template="t4-0")
+        uid = dpods.get(third).metadata.uid  # not an earlier run's pod of that name
+        end = time.monotonic() + 30
+        while not (refused := [e.message for e in dpods.events(third)
+                               if e.reason == "FailedPrepareDynamicResources"
+                               and e.involved_object.uid == uid]):  # fmt: skip
+            assert time.monotonic() < end, f"no refusal for {third}: {dpods.describe(third)}"
+            time.sleep(0.5)
     verdict.saw(refused[0])
     assert "is already allocated to different claim" in refused[0]
     assert dpods.get(third).status.phase == "Pending"
+    # The device is the next test's once the node is done with the second pod.
+    end = time.monotonic() + 30
+    while left := node_containers(dra_lab, T4_NODE, second):
+        assert time.monotonic() < end, f"{second}'s containers still run: {left}"
+        time.sleep(0.5)
+
+
+@contextmanager
+def shim_stopped(lab: Lab, node: str, pod: str) -> Iterator[None]:
+    """The containerd shim of the suite's pod `pod` on `node` stopped (SIGSTOP) inside,
+    continued after: the kubelet's kill of that pod waits on it, while containerd and the
+    kubelet serve every other pod."""
+    sandbox = lab.node_exec(node, "crictl", "pods", "-q", "--name", pod,
+                            "--namespace", NAMESPACE).split()  # fmt: skip
+    assert len(sandbox) == 1, f"{pod} on {node}: sandboxes {sandbox}"
+    pid = lab.node_exec(node, "pgrep", "-f", f"containerd-shim.* -id {sandbox[0]}").split()
+    assert len(pid) == 1, f"{pod}'s shim on {node}: {pid}"
+    lab.node_exec(node, "kill", "-STOP", pid[0])
+    try:
+        yield
+    finally:
+        lab.node_exec(node, "kill", "-CONT", pid[0])
+
+
+def node_containers(lab: Lab, node: str, pod: str) -> list[str]:
+    """The running containers of the suite's pod `pod` on `node` (crictl: the API no
+    longer has a force-deleted pod)."""
+    return lab.node_exec(node, "crictl", "ps", "-q", "--label", f"io.kubernetes.pod.name={pod}",
+                         "--label", f"io.kubernetes.pod.namespace={NAMESPACE}").split()  # fmt: skip
 
 
 # -- health as device taints

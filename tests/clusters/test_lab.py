@@ -253,15 +253,11 @@ def test_a_cluster_without_its_kubeconfig_is_made_again(
     kubeconfig = seed.host.kubeconfig
     aside = kubeconfig.with_name("kubeconfig.aside")
     kubeconfig.rename(aside)
-    out = io.StringIO()
-    lab = Lab("seed", subject="nvidia", console=Console(file=out, width=200))
-    downs: list[str] = []
-    monkeypatch.setattr(lab.ctx, "delete", lambda: downs.append(lab.name))
     try:
-        actions.reuse_or_recreate(lab.ctx)
+        said, downs = decide(monkeypatch)
     finally:
         aside.rename(kubeconfig)
-    assert "seed: kind has the cluster but the lab has no kubeconfig" in out.getvalue()
+    assert "seed: kind has the cluster but the lab has no kubeconfig" in said
     assert downs == ["seed"]
 
 
@@ -275,16 +271,23 @@ def test_a_lab_whose_fake_gpu_state_is_unreadable_is_made_again(
     state = seed.fake_gpus(FIRST).path / "state.bin"
     good = state.read_bytes()
     state.write_bytes(b"\0" * 64)
+    try:
+        said, downs = decide(monkeypatch)
+    finally:
+        state.write_bytes(good)  # the lab stays whole for whoever reuses it
+    assert f"seed: fake GPU state of {FIRST}:" in said
+    assert "recreating it" in said and downs == ["seed"]
+
+
+def decide(monkeypatch: pytest.MonkeyPatch) -> tuple[str, list[str]]:
+    """What a new run's up decides about the seed cluster there is: what it says, and the
+    labs it would delete (not deleted: the test's hand takes the delete)."""
     out = io.StringIO()
     lab = Lab("seed", subject="nvidia", console=Console(file=out, width=200))
     downs: list[str] = []
     monkeypatch.setattr(lab.ctx, "delete", lambda: downs.append(lab.name))
-    try:
-        actions.reuse_or_recreate(lab.ctx)
-    finally:
-        state.write_bytes(good)  # the lab stays whole for whoever reuses it
-    assert f"seed: fake GPU state of {FIRST}:" in out.getvalue()
-    assert "recreating it" in out.getvalue() and downs == ["seed"]
+    actions.reuse_or_recreate(lab.ctx)
+    return out.getvalue(), downs
 
 
 def kind_nodes(cluster: str) -> list[Container]:
