@@ -134,14 +134,18 @@ def test_ignored_xids_change_nothing(
     timed(verdict, lab, rec, want)
 
 
-@pytest.mark.needs("healthcheck_env")
+@pytest.mark.needs("healthcheck_env", "health_codes")
 def test_dp_disable_and_enable_healthchecks(
-    lab: Lab, fake_gpus: Callable[[str], NodeDir], verdict: Verdict
+    subject: Subject, lab: Lab, fake_gpus: Callable[[str], NodeDir], verdict: Verdict
 ) -> None:
-    """DP_DISABLE_HEALTHCHECKS=79 ignores Xid 79; DP_ENABLE_HEALTHCHECKS=13 checks Xid 13,
-    which is ignored by default: NVIDIA's documented semantics, which ours follows."""
-    verdict.expect(f"Xid 79 ignored, Xid 13 counted: {N - 1}/{N}")
-    lab.set_plugin_env({"DP_DISABLE_HEALTHCHECKS": "79", "DP_ENABLE_HEALTHCHECKS": "13"})
+    """The switch's codes (NVIDIA's DP_DISABLE_HEALTHCHECKS=79) ignore Xid 79; its enable
+    variable (DP_ENABLE_HEALTHCHECKS=13) checks Xid 13, which is ignored by default:
+    NVIDIA's documented semantics, which ours follows."""
+    switch = subject.expects.healthcheck_env
+    assert switch and switch.enable  # health_codes
+    verdict.expect(f"{switch.disable}=79 {switch.enable}=13: Xid 79 ignored, Xid 13 counted: "
+                   f"{N - 1}/{N}")  # fmt: skip
+    lab.set_plugin_env({switch.disable: "79", switch.enable: "13"})
     try:
         node = fake_gpus(NODE)
         node.inject_xid(1, 79)  # now ignored
@@ -152,7 +156,36 @@ def test_dp_disable_and_enable_healthchecks(
         node.recover(1)
         node.recover(2)
     finally:
-        lab.set_plugin_env({"DP_DISABLE_HEALTHCHECKS": None, "DP_ENABLE_HEALTHCHECKS": None})
+        lab.set_plugin_env({switch.disable: None, switch.enable: None})
+
+
+@pytest.mark.needs("healthcheck_env")
+def test_health_checks_off(
+    subject: Subject, lab: Lab, fake_gpus: Callable[[str], NodeDir], verdict: Verdict
+) -> None:
+    """Each value of the subject's switch that turns its health checks off (NVIDIA's
+    DP_DISABLE_HEALTHCHECKS=all, then =xids), one plugin start each: an Xid 79 and a lost
+    GPU leave every GPU allocatable two node-status periods later (where the checks are
+    on, the API shows a fault within one: test_faults' timings)."""
+    switch = subject.expects.healthcheck_env
+    assert switch  # the need
+    verdict.expect(f"{switch.disable}={' then '.join(switch.off_values)}: Xid 79 and a lost GPU "
+                   f"leave {N}/{N}")  # fmt: skip
+    node = fake_gpus(NODE)
+    wait_s = 2 * lab.lab.spec.node_status_update_frequency
+    try:
+        for value in switch.off_values:
+            lab.set_plugin_env({switch.disable: value})
+            node.inject_xid(1, 79)
+            node.lose(4)
+            time.sleep(wait_s)
+            assert lab.capacity(NODE) == (N, N), f"{switch.disable}={value}"
+            # Healthy hardware again before the next start: a plugin reads what is pending.
+            node.recover(1)
+            node.recover(4)
+        verdict.saw(f"{N}/{N} {wait_s:g} s after the faults, for each value")
+    finally:
+        lab.set_plugin_env({switch.disable: None})
 
 
 def test_gpu_lost(subject: Subject, lab: Lab, fake_gpus: Callable[[str], NodeDir],

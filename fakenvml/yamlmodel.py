@@ -13,6 +13,7 @@ Durations are `500ms`, `2s`, `1.5m`, or a bare number of seconds (`3`, `0.25`, "
 
 from __future__ import annotations
 
+import re
 import typing
 from collections.abc import Hashable, Iterable
 from pathlib import Path
@@ -150,7 +151,10 @@ def explain(err: ValidationError, model: type[BaseModel]) -> str:
     errors = err.errors()
     # An unknown key is usually the cause of a "missing" one (a typo), so it goes first.
     e = next((x for x in errors if x["type"] == "extra_forbidden"), errors[0])
-    loc, kind, ctx = tuple(e["loc"]), e["type"], e.get("ctx") or {}
+    # A plain union puts the member it tried in the path (`HealthSwitch`, `literal[False]`);
+    # keys are snake_case, so a part with a capital or a bracket is such a member.
+    loc = tuple(x for x in e["loc"] if not (isinstance(x, str) and re.search(r"[A-Z\[]", x)))
+    kind, ctx = e["type"], e.get("ctx") or {}
     where = key_path(loc)
     if kind in ("union_tag_invalid", "union_tag_not_found"):
         # The tag's key is not in pydantic's path; name it ("timeline[0].do").

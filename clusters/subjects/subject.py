@@ -35,7 +35,9 @@ tests/plugin, shipped subjects only; all: C, K and N):
       double_bit_ecc: unhealthy       # K N: the ECC event alone (no Xid 48): | ignored
       preferred_allocation_on_64_gpus: true   # N
       health_across_kubelet_restarts: true    # N
-      healthcheck_env: true           # K: honours DP_DISABLE_/DP_ENABLE_HEALTHCHECKS
+      healthcheck_env: true           # K: its health-check switch: true (NVIDIA's), false,
+                                      # or {disable: VAR, off_values: [all, xids], codes: true,
+                                      #     enable: VAR} (HealthSwitch, below)
       ignored_xids: nvidia-default    # K: NVIDIA's list of harmless Xids | none | [31, 43]
       kubelet_restart: re-registers   # K: | stays-gone (registers once, at start)
       event_wait_errors: ignored      # K: a failed event wait marks every-device | nothing
@@ -290,6 +292,34 @@ KubeletRestart = Literal["re-registers", "stays-gone"]
 EventWaitErrors = Literal["every-device", "ignored"]
 
 
+class HealthSwitch(Strict):
+    """A plugin's health-check switch: env vars of its DaemonSet and the values they take.
+    `healthcheck_env: true` is NVIDIA's, as the defaults here spell it (its plugin's
+    health.go: `all` or `xids` turns every check off, a comma list of codes adds to the
+    ignored Xids; DP_ENABLE_HEALTHCHECKS lists Xids checked even so)."""
+
+    disable: str = "DP_DISABLE_HEALTHCHECKS"  # the env var that turns checks off
+    off_values: tuple[str, ...] = Field(("all", "xids"), min_length=1)  # its "all off"
+    codes: bool = True  # `disable` also takes Xid codes, comma-separated, to ignore
+    enable: str | None = "DP_ENABLE_HEALTHCHECKS"  # Xids checked even if ignored; or none
+
+    @field_validator("disable", "enable")
+    @classmethod
+    def _var(cls, v: str | None) -> str | None:
+        if v is not None and not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", v):
+            raise ValueError(f"{v!r} is not an env var name")
+        return v
+
+    @field_validator("off_values", mode="before")
+    @classmethod
+    def _values(cls, v: object) -> object:
+        if not isinstance(v, list | tuple) or not v:
+            raise ValueError(f"expected a list of values such as [all, xids], found {v!r}")
+        if bad := [x for x in v if not isinstance(x, str) or not x or "," in x]:
+            raise ValueError(f"{bad[0]!r}: a word without commas (a comma list is codes)")
+        return tuple(v)  # YAML's list, hashable
+
+
 class Expects(Strict):
     """The subject's documented behaviour, which the suites assert. A behaviour left out
     (None) is not stated: the scenarios that read it fail at once saying so (Unstated);
@@ -302,7 +332,8 @@ class Expects(Strict):
     double_bit_ecc: DoubleBitEcc | None = None  # ignored: acts on Xid 48 only (NVIDIA's)
     preferred_allocation_on_64_gpus: bool | None = None  # answers GetPreferredAllocation on 64
     health_across_kubelet_restarts: bool | None = None  # Unhealthy stays so on re-registering
-    healthcheck_env: bool | None = None  # honours DP_DISABLE_HEALTHCHECKS / DP_ENABLE_...
+    # Its health-check switch (HealthSwitch; true: NVIDIA's), or false: it has none.
+    healthcheck_env: HealthSwitch | Literal[False] | None = None
     # Which Xids leave a GPU Healthy: NVIDIA's default list (13, 31, 43, 45, 68, 109:
     # application errors; ours follows it), none (every Xid marks its GPU), or its own list.
     ignored_xids: IgnoredXids | None = None
@@ -327,6 +358,16 @@ class Expects(Strict):
     # start a random one; Xids on the other slices of that GPU are dropped).
     mig_slice_xid: MigSliceXid | None = None
 
+    @field_validator("healthcheck_env", mode="before")
+    @classmethod
+    def _switch(cls, v: object) -> object:
+        if v is True:
+            return HealthSwitch()
+        if v is None or v is False or isinstance(v, dict | HealthSwitch):
+            return v
+        raise ValueError("expected true (NVIDIA's switch), false or a mapping of disable, "
+                         f"off_values, codes, enable; found {v!r}")  # fmt: skip
+
     @field_validator("ignored_xids", mode="before")
     @classmethod
     def _xids(cls, v: object) -> object:
@@ -350,11 +391,14 @@ def allowed(annotation: object) -> str:
     out: list[str] = []
     for a in args:
         if get_origin(a) is Literal:
-            out += [str(v) for v in get_args(a)]
+            out += [str(v).lower() if isinstance(v, bool) else str(v) for v in get_args(a)]
         elif get_origin(a) is tuple:
             out.append("a list of Xid codes")
         elif a is bool:
             out += ["true", "false"]
+        elif a is HealthSwitch:
+            out += ["true (NVIDIA's switch)", "{disable: VAR, off_values: [values], codes: bool, "
+                    "enable: VAR}"]  # fmt: skip
         else:
             out.append(getattr(a, "__name__", str(a)))
     return " | ".join(out)
@@ -374,7 +418,7 @@ class Expectations:
         double_bit_ecc: DoubleBitEcc
         preferred_allocation_on_64_gpus: bool
         health_across_kubelet_restarts: bool
-        healthcheck_env: bool
+        healthcheck_env: HealthSwitch | Literal[False]
         ignored_xids: IgnoredXids
         kubelet_restart: KubeletRestart
         event_wait_errors: EventWaitErrors
@@ -411,6 +455,13 @@ class Expectations:
     @property
     def time_sliced(self) -> bool:
         return self.replicas > 1
+
+    @property
+    def health_codes(self) -> bool:
+        """Its switch takes Xid codes to ignore and has a variable for codes checked even so
+        (a `needs` trait: false where unstated, which `healthcheck_env` reports)."""
+        switch = self._spec.healthcheck_env
+        return bool(switch) and switch.codes and switch.enable is not None  # type: ignore[union-attr]
 
     @property
     def ignored_xid_codes(self) -> frozenset[int]:

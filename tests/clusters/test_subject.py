@@ -158,6 +158,47 @@ def test_a_wrong_ignored_xids_is_one_line(tmp_path: Path, said: object) -> None:
         f"[31, 43, 45], found {said!r}")  # fmt: skip
 
 
+@pytest.mark.parametrize(
+    ("said", "switch", "codes"),
+    [(True, ("DP_DISABLE_HEALTHCHECKS", ("all", "xids"), True, "DP_ENABLE_HEALTHCHECKS"), True),
+     ({"disable": "HC_OFF", "off_values": ["all"], "codes": False, "enable": None},
+      ("HC_OFF", ("all",), False, None), False),
+     (False, None, False)],
+)  # fmt: skip
+def test_a_health_check_switch_is_nvidias_none_or_the_plugins_own(
+    tmp_path: Path, said: object, switch: tuple | None, codes: bool
+) -> None:
+    """`true` is NVIDIA's switch spelt out; a mapping names a plugin's own variable and the
+    values it takes; `health_codes` (a needs trait) says whether the codes scenario applies."""
+    s = subject.load(write(tmp_path, {**MINE, "expects": {"healthcheck_env": said}}))
+    got = s.expects.healthcheck_env
+    shown = (got.disable, got.off_values, got.codes, got.enable) if got else None
+    assert shown == switch
+    assert s.expects.health_codes is codes and s.needs_met(("health_codes",)) is codes
+    assert hash(s)
+
+
+@pytest.mark.parametrize(
+    ("said", "message"),
+    [("yes", "expects.healthcheck_env: expected true (NVIDIA's switch), false or a mapping of "
+              "disable, off_values, codes, enable; found 'yes'"),
+     ({"off_values": ["all,79"]}, "expects.healthcheck_env.off_values: 'all,79': a word "
+                                  "without commas (a comma list is codes)"),
+     ({"off_values": []}, "expects.healthcheck_env.off_values: expected a list of values such "
+                          "as [all, xids], found []"),
+     ({"disable": "DP-OFF"}, "expects.healthcheck_env.disable: 'DP-OFF' is not an env var name"),
+     ({"of": ["all"]}, "expects.healthcheck_env.of: unknown key (expected one of: disable, "
+                       "off_values, codes, enable)")],
+)  # fmt: skip
+def test_a_wrong_health_check_switch_is_one_line(
+    tmp_path: Path, said: object, message: str
+) -> None:
+    """One line naming the key as the file spells it (never pydantic's union member)."""
+    with pytest.raises(subject.SubjectError) as e:
+        subject.load(write(tmp_path, {**MINE, "expects": {"healthcheck_env": said}}))
+    assert "\n" not in str(e.value) and str(e.value).endswith(message)
+
+
 def test_only_what_a_tier_reads_is_required(tmp_path: Path) -> None:
     """A subject of its name, image, manifest and device ids loads: each tier asks for the
     rest where it reads it."""

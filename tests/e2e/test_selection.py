@@ -114,7 +114,8 @@ def test_a_scenario_reading_an_unstated_expectation_fails_in_one_line(
     result.assert_outcomes(passed=2, failed=1, errors=1)
     out = result.stdout.str()
     assert f"{path}: expects.healthcheck_env is not stated, and this scenario reads it: " \
-           "state one of true | false" in out  # fmt: skip
+           "state one of true (NVIDIA's switch) | {disable: VAR, off_values: [values], " \
+           "codes: bool, enable: VAR} | false" in out  # fmt: skip
     assert f"{path}: expects.lost_gpu is not stated" in out
     assert "ran on a guess" not in out and "raise unstated" not in out  # no traceback
 
