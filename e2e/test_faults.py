@@ -13,6 +13,7 @@ import time
 from collections.abc import Callable
 
 import pytest
+from kubernetes.client import V1Pod
 
 from clusters import versions
 from clusters.labs import spec
@@ -186,6 +187,57 @@ def test_health_checks_off(
         verdict.saw(f"{N}/{N} {wait_s:g} s after the faults, for each value")
     finally:
         lab.set_plugin_env({switch.disable: None})
+
+
+@pytest.mark.needs("start_with_lost_gpu")
+def test_a_plugin_started_with_a_lost_gpu(
+    subject: Subject, lab: Lab, fake_gpus: Callable[[str], NodeDir], verdict: Verdict
+) -> None:
+    """GPU 4 lost, then the node's plugin pod restarted: `serves-the-rest` (ours) serves
+    the other GPUs; `exits` (NVIDIA's) ends its container with an error naming the lost
+    GPU, and the node's other GPUs go unserved while its pod crash-loops (allocatable 0;
+    NVIDIA/k8s-device-plugin#231). Recovered and restarted, every GPU is back."""
+    how = subject.expects.start_with_lost_gpu
+    node = fake_gpus(NODE)
+    node.lose(4)
+    (old,) = lab.plugin_pods(NODE)
+    lab.core.delete_namespaced_pod(old.metadata.name, old.metadata.namespace)
+    if how == "serves-the-rest":
+        verdict.expect(f"GPU 4 lost at start: {N - 1}/{N - 1}")
+        lab.wait_allocatable(NODE, N - 1, N - 1)
+    else:
+        verdict.expect("GPU 4 lost at start: its container exits, allocatable 0")
+        ns, labels = old.metadata.namespace, subject.selector
+        lab.kube.watch_until(f"a new {NODE} plugin pod's container exiting",
+                             lab.core.list_namespaced_pod,
+                             lambda pods: (exited(pods, NODE, old.metadata.uid) is not None, ""),
+                             60, namespace=ns, label_selector=labels)  # fmt: skip
+        pods = {
+            p.metadata.name: p
+            for p in lab.core.list_namespaced_pod(ns, label_selector=labels).items
+        }
+        name, previous = exited(pods, NODE, old.metadata.uid) or ("", False)
+        log = lab.core.read_namespaced_pod_log(name, ns, previous=previous, tail_lines=5)
+        verdict.saw(log.strip().splitlines()[-1][-200:])
+        assert "GPU is lost" in log
+        lab.wait_allocatable(NODE, 0)
+    verdict.saw(f"{lab.capacity(NODE)[1]}/{lab.capacity(NODE)[0]}")
+    node.recover(4)
+    lab.serving.restart(lab.ctx, [NODE])  # back when every GPU is served
+
+
+def exited(pods: dict[str, V1Pod], node: str, old: str) -> tuple[str, bool] | None:
+    """A new pod on `node` whose container ended in an error: its name, and whether that
+    was its previous container (a new one is waiting to start again); None while none."""
+    for p in pods.values():
+        if p.spec.node_name != node or p.metadata.uid == old:
+            continue
+        for c in p.status.container_statuses or []:
+            for state, previous in ((c.state, False), (c.last_state, True)):
+                t = state and state.terminated
+                if t and t.exit_code:
+                    return p.metadata.name, previous
+    return None
 
 
 def test_gpu_lost(subject: Subject, lab: Lab, fake_gpus: Callable[[str], NodeDir],

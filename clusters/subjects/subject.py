@@ -41,6 +41,7 @@ tests/plugin, shipped subjects only; all: C, K and N):
       ignored_xids: nvidia-default    # K: NVIDIA's list of harmless Xids | none | [31, 43]
       kubelet_restart: re-registers   # K: | stays-gone (registers once, at start)
       event_wait_errors: ignored      # K: a failed event wait marks every-device | nothing
+      start_with_lost_gpu: serves-the-rest  # K N: a GPU lost before it starts | exits
       extra_resources: false          # K: serves the lab spec's extra resources (default)
       replicas: 1                     # all: time-slicing, each GPU advertised N times
       xid_marks: every-replica        # C K, with replicas > 1: | one-replica
@@ -290,6 +291,7 @@ MigStrategy = Literal["none", "single", "mixed"]
 IgnoredXids = Literal["nvidia-default", "none"] | tuple[int, ...]  # hashable
 KubeletRestart = Literal["re-registers", "stays-gone"]
 EventWaitErrors = Literal["every-device", "ignored"]
+StartWithLostGpu = Literal["serves-the-rest", "exits"]
 
 
 class HealthSwitch(Strict):
@@ -344,6 +346,10 @@ class Expects(Strict):
     # (NVIDIA's: "Error waiting for event ... Marking all devices as unhealthy"), or
     # nothing: it waits again and still hears the next Xid.
     event_wait_errors: EventWaitErrors | None = None
+    # Started with a GPU already lost (its handle lookup fails, NVML_ERROR_GPU_IS_LOST): it
+    # serves the node's other GPUs (ours), or exits (NVIDIA's: "error getting device handle
+    # for index N: GPU is lost"; its pod crash-loops, the other GPUs go unserved).
+    start_with_lost_gpu: StartWithLostGpu | None = None
     extra_resources: bool = False  # serves the lab spec's extra_resources too
     replicas: int = Field(1, ge=1, le=64)  # time-slicing: each GPU advertised N times
     # With replicas > 1, what a fault on a GPU takes out: all its replicas (health is per
@@ -422,6 +428,7 @@ class Expectations:
         ignored_xids: IgnoredXids
         kubelet_restart: KubeletRestart
         event_wait_errors: EventWaitErrors
+        start_with_lost_gpu: StartWithLostGpu
         extra_resources: bool
         replicas: int
         xid_marks: XidMarks

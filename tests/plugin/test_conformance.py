@@ -168,6 +168,32 @@ def test_lost_gpu(subject: Subject, gpus8: Running, kubelet: Kubelet) -> None:
     assert res.healthy == set(gpus8.uuids) - set(sick)
 
 
+def test_a_start_with_a_lost_gpu(
+    subject: Subject,
+    kubelet: Kubelet,
+    fake_node: Callable[..., NodeDir],
+    subject_plugin: Callable[..., PluginProcess],
+) -> None:
+    """GPU 2 lost before the plugin starts: `serves-the-rest` lists the other 7, Healthy;
+    `exits` ends with a non-zero status, saying so, and registers nothing."""
+    node = fake_node({"gpus": [{"profile": H100, "count": 8}]})
+    node.lose(2)
+    uuids = [g.uuid for g in node.node().gpus]
+    plugin = subject_plugin(subject, node)
+    if subject.expects.start_with_lost_gpu == "serves-the-rest":
+        kubelet.wait_devices(R, 7, timeout=30)
+        res = kubelet.resource(R)
+        assert sorted(res.devices) == sorted(set(uuids) - {uuids[2]})
+        assert res.healthy == set(res.devices)
+        return
+    end = time.monotonic() + 30
+    while (code := plugin.poll()) is None:
+        assert time.monotonic() < end, "still running with a lost GPU"
+        time.sleep(0.1)
+    assert code != 0 and "GPU is lost" in plugin.log_tail(5)
+    assert R not in kubelet.resources
+
+
 def test_a_double_bit_ecc_error_marks_that_gpu_unhealthy(gpus8: Running, kubelet: Kubelet) -> None:
     """As the driver reports one: the ECC event, then Xid 48. Every subject acts: NVIDIA's
     on the Xid (48 is not among those it ignores), ours on either."""
