@@ -466,7 +466,7 @@ class Expectations:
     @property
     def health_codes(self) -> bool:
         """Its switch takes Xid codes to ignore and has a variable for codes checked even so
-        (a `needs` trait: false where unstated, which `healthcheck_env` reports)."""
+        (false where `healthcheck_env` is unstated: reading that one says so)."""
         switch = self._spec.healthcheck_env
         return bool(switch) and switch.codes and switch.enable is not None  # type: ignore[union-attr]
 
