@@ -457,13 +457,19 @@ class GrowingSamples:
         self.samples: list[Sample] = []
         self.at, self.t0 = at, time.monotonic()
         self.stop = threading.Event()
+        # The first sample at once: a loaded machine may start the thread past `at`, and
+        # a run with no sample before it would show no change to judge.
+        self._sample()
         threading.Thread(target=self._run, daemon=True).start()
 
     def _run(self) -> None:
         while not self.stop.wait(0.02):
-            t = time.monotonic() - self.t0
-            alloc, phase = (4, "Running") if t >= self.at else (3, "Pending")
-            self.samples.append(Sample(t, {"lab-a": [4, alloc, "1"]}, {"p": [phase, "lab-a"]}))
+            self._sample()
+
+    def _sample(self) -> None:
+        t = time.monotonic() - self.t0
+        alloc, phase = (4, "Running") if t >= self.at else (3, "Pending")
+        self.samples.append(Sample(t, {"lab-a": [4, alloc, "1"]}, {"p": [phase, "lab-a"]}))
 
 
 def settle(at: float, settle_s: float, until_running: bool = False) -> tuple[float, Recording]:
@@ -478,11 +484,12 @@ def settle(at: float, settle_s: float, until_running: bool = False) -> tuple[flo
     runner.exp, runner.console = exp, Console(file=io.StringIO())
     runner._stop, runner.t0_ns = threading.Event(), time.time_ns()
     rec = Recording(exp.model_dump(mode="json"), "gpulab", "", runner.t0_ns, {})
-    runner.sampler = GrowingSamples(at)  # type: ignore[assignment]
-    start = time.monotonic()
+    runner.sampler = sampler = GrowingSamples(at)  # type: ignore[assignment]
     runner._wait_running("p") if until_running else runner._settle(rec)
-    runner.sampler.stop.set()
-    return time.monotonic() - start, rec
+    sampler.stop.set()
+    # From the samples' own t=0: under CI load the lines above took 0.09 s after it, and a
+    # clock started there read an end on the state at 0.3 s as 0.21 s.
+    return time.monotonic() - sampler.t0, rec
 
 
 def test_a_settle_ends_the_run_at_the_first_sample_where_the_end_state_holds() -> None:
