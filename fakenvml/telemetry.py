@@ -61,6 +61,7 @@ class Sensor(enum.IntEnum):
     VIDEO_CLOCK = 9
     PSTATE = 10
     CLOCK_REASONS = 11
+    COMPUTE_MODE = 12  # a setting, not telemetry: nvmlDeviceSetComputeMode writes it too
 
     @property
     def spelling(self) -> str:
@@ -83,7 +84,10 @@ _UNITS = {
     },
     Sensor.PSTATE: _Unit({"": 1}, "a P-state, e.g. P0 or 2", wave=False),
     Sensor.CLOCK_REASONS: _Unit({"": 1}, "reasons joined by +, a mask, or none", wave=False),
+    Sensor.COMPUTE_MODE: _Unit({"": 1}, "default, prohibited or exclusive-process", False),
 }
+# nvmlComputeMode_t by `nvidia-smi -c`'s words (EXCLUSIVE_THREAD, 1, is deprecated).
+COMPUTE_MODES = {"default": 0, "exclusive-thread": 1, "prohibited": 2, "exclusive-process": 3}
 _NUMBER = re.compile(r"(\d+(?:\.\d+)?)([a-z%]*)")
 
 
@@ -109,6 +113,9 @@ class Setting(collections.namedtuple("Setting", "sensor start end period_ms idle
             return f"{self.sensor.spelling}={IDLE}"
         if self.sensor == Sensor.CLOCK_REASONS:
             return f"{self.sensor.spelling}={reasons_text(self.start)}"
+        if self.sensor == Sensor.COMPUTE_MODE:
+            word = next((w for w, n in COMPUTE_MODES.items() if n == self.start), self.start)
+            return f"{self.sensor.spelling}={word}"
         unit, start, end = _SHOWN_UNIT[self.sensor], self.start, self.end
         if self.sensor == Sensor.POWER and start % 1000 == 0 and end % 1000 == 0:
             unit, start, end = "W", start // 1000, end // 1000
@@ -173,6 +180,10 @@ def _setting(sensor: Sensor, value: str, gpu: Gpu) -> Setting:
         return Setting(sensor, _pstate(value, gpu, where))
     if sensor == Sensor.CLOCK_REASONS:
         return Setting(sensor, _reasons(value, where))
+    if sensor == Sensor.COMPUTE_MODE:
+        if value.lower() not in COMPUTE_MODES:
+            raise FakeNvmlError(f"{where}: expected {_UNITS[sensor].hint}")
+        return Setting(sensor, COMPUTE_MODES[value.lower()])
     unit = _UNITS[sensor]
     span, slash, period = value.partition("/")
     ends = span.split("..")

@@ -17,7 +17,7 @@ DEVICE_GETTER(nvmlDeviceGetBoardId, unsigned int, d->board_id)
 DEVICE_GETTER(nvmlDeviceGetMultiGpuBoard, unsigned int, d->multi_gpu_board)
 DEVICE_GETTER(nvmlDeviceGetModuleId, unsigned int, d->index + 1) /* SXM module ids are 1-based */
 DEVICE_GETTER(nvmlDeviceGetPersistenceMode, nvmlEnableState_t, d->persistence)
-DEVICE_GETTER(nvmlDeviceGetComputeMode, nvmlComputeMode_t, d->compute_mode)
+DEVICE_GETTER(nvmlDeviceGetComputeMode, nvmlComputeMode_t, fnv_sensor(d, FNV_S_COMPUTE_MODE))
 DEVICE_GETTER(nvmlDeviceGetDisplayMode, nvmlEnableState_t, d->display_mode)
 DEVICE_GETTER(nvmlDeviceGetDisplayActive, nvmlEnableState_t, NVML_FEATURE_DISABLED)
 /* The platform's: a GPU passed through to a VM says so (the H100 capture, and H200 and T4
@@ -295,4 +295,19 @@ nvmlReturn_t nvmlDeviceGetFieldValues(nvmlDevice_t device, int valuesCount,
         }
     }
     return fnv_leave(NVML_SUCCESS);
+}
+
+/* `nvidia-smi -c` (NVIDIA's MPS control daemon sets EXCLUSIVE_PROCESS with it, and DEFAULT
+ * when it stops): a journal record, so every process on the node reads the new mode, and
+ * it lasts until `fakenvml set ... compute-mode` or a re-init, as a real GPU's lasts until
+ * the driver reloads. A MIG device has no mode of its own (nvml.h: the call takes a GPU). */
+nvmlReturn_t nvmlDeviceSetComputeMode(nvmlDevice_t device, nvmlComputeMode_t mode) {
+    if ((unsigned)mode >= NVML_COMPUTEMODE_COUNT) return NVML_ERROR_INVALID_ARGUMENT;
+    if (fnv_is_mig_handle(device)) return NVML_ERROR_NOT_SUPPORTED;
+    const fnv_device *d;
+    nvmlReturn_t ret = fnv_device_enter(device, &d);
+    if (ret != NVML_SUCCESS) return ret;
+    fnv_record rec = {.kind = FNV_SET, .gpu = d->index, .arg0 = FNV_S_COMPUTE_MODE,
+                      .data = (uint64_t)mode};
+    return fnv_leave(fnv_journal_append(fnv_g, &rec));
 }

@@ -25,6 +25,7 @@ static uint64_t profile_value(const fnv_device *d, enum fnv_sensor s) {
     case FNV_S_MEM_CLOCK:
     case FNV_S_VIDEO_CLOCK: return d->clocks[s - FNV_S_GRAPHICS_CLOCK];
     case FNV_S_PSTATE: return d->pstate;
+    case FNV_S_COMPUTE_MODE: return d->compute_mode;
     case FNV_S_CLOCK_REASONS: /* an idle GPU says so; a busy one has no reason to slow */
         return fnv_sensor(d, FNV_S_UTIL) ? 0 : nvmlClocksEventReasonGpuIdle;
     default: return 0; /* memory temperature: the profile's field (identity.c) */

@@ -219,6 +219,7 @@ enum fnv_sensor { /* FNV_SET's arg0; fakenvml/telemetry.py's Sensor */
     FNV_S_VIDEO_CLOCK,
     FNV_S_PSTATE,        /* nvmlPstates_t */
     FNV_S_CLOCK_REASONS, /* nvmlClocksEventReason* bits */
+    FNV_S_COMPUTE_MODE,  /* nvmlComputeMode_t: nvmlDeviceSetComputeMode's, never a wave */
     FNV_S_COUNT
 };
 

@@ -114,6 +114,18 @@ def count_and_handles(st: NodeDir, node: Node) -> None:
 
 
 @check
+def compute_mode(st: NodeDir, node: Node) -> None:
+    """Set through the journal and read back; put back, as the checks share one state."""
+    d = h(0)
+    before = nv.nvmlDeviceGetComputeMode(d)
+    nv.nvmlDeviceSetComputeMode(d, nv.NVML_COMPUTEMODE_PROHIBITED)
+    assert nv.nvmlDeviceGetComputeMode(d) == nv.NVML_COMPUTEMODE_PROHIBITED
+    raises(nv.NVML_ERROR_INVALID_ARGUMENT, nv.nvmlDeviceSetComputeMode, d, 99)
+    nv.nvmlDeviceSetComputeMode(d, before)
+    assert nv.nvmlDeviceGetComputeMode(d) == before
+
+
+@check
 def identity(st: NodeDir, node: Node) -> None:
     for g in (node.gpus[0], node.gpus[-1]):
         d = h(g.index)

@@ -594,3 +594,18 @@ def test_compute_policy_timeslice_is_accepted(smi: Smi) -> None:
     res = smi("compute-policy", "-i", "0", "--set-timeslice", "1")
     assert res.returncode == 0, res.stdout + res.stderr
     assert "Successfully set timeslice policy with value Short for GPU 0" in res.stdout
+
+
+def test_compute_mode_set_by_nvidia_smi_is_read_by_every_process(smi: Smi, node: NodeDir) -> None:
+    """`nvidia-smi -c` (NVIDIA's MPS control daemon sets EXCLUSIVE_PROCESS so, DEFAULT
+    when it stops) goes through nvmlDeviceSetComputeMode: a journal record the next
+    nvidia-smi, another process, reads, on that GPU only."""
+    uuid, n = gpus(node)[1].uuid, len(gpus(node))
+    res = smi("-i", uuid, "-c", "EXCLUSIVE_PROCESS")
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert f"Set compute mode to EXCLUSIVE_PROCESS for GPU {gpus(node)[1].bus_id}" in res.stdout
+    modes = smi("--query-gpu=compute_mode", "--format=csv,noheader").stdout.split()
+    assert modes == ["Default", "Exclusive_Process", *["Default"] * (n - 2)]
+    assert smi("-i", "1", "-c", "DEFAULT").returncode == 0
+    modes = smi("--query-gpu=compute_mode", "--format=csv,noheader").stdout.split()
+    assert modes == ["Default"] * n

@@ -220,3 +220,28 @@ def test_the_cli_sets_and_events_show_it(
     assert "process-add pid 7 1024 MiB, sm 75%, mem 40%" in out
     assert [r.kind for r in state.events()] == [Kind.SET, Kind.SET] + [Kind.PROCESS_ADD] * 2
     assert state.faulted() == set()  # telemetry is not a fault
+
+
+def test_compute_mode_is_set_by_nvml_and_by_the_cli(
+    nvml: object, state: NodeDir, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """nvmlDeviceSetComputeMode writes the node's journal (every process reads it), as
+    `fakenvml set N compute-mode=...` does; a mode NVML has not is refused, a MIG device
+    has none of its own."""
+    h = nv.nvmlDeviceGetHandleByIndex(2)
+    assert nv.nvmlDeviceGetComputeMode(h) == nv.NVML_COMPUTEMODE_DEFAULT
+    nv.nvmlDeviceSetComputeMode(h, nv.NVML_COMPUTEMODE_EXCLUSIVE_PROCESS)
+    assert nv.nvmlDeviceGetComputeMode(h) == nv.NVML_COMPUTEMODE_EXCLUSIVE_PROCESS
+    assert nv.nvmlDeviceGetComputeMode(nv.nvmlDeviceGetHandleByIndex(0)) == 0
+    with pytest.raises(nv.NVMLError_InvalidArgument):
+        nv.nvmlDeviceSetComputeMode(h, 4)
+    d = ["--state-dir", str(state.path)]
+    assert cli.main(["set", "2", "compute-mode=prohibited", *d]) == 0
+    assert nv.nvmlDeviceGetComputeMode(h) == nv.NVML_COMPUTEMODE_PROHIBITED
+    capsys.readouterr()
+    assert cli.main(["events", *d]) == 0
+    out = capsys.readouterr().out
+    assert "set compute-mode=exclusive-process" in out and "set compute-mode=prohibited" in out
+    assert cli.main(["set", "2", "compute-mode=shared", *d]) == cli.EXIT_BAD_INPUT
+    err = capsys.readouterr().err
+    assert "compute-mode=shared: expected default, prohibited or exclusive-process" in err
