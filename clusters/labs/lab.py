@@ -269,6 +269,12 @@ class Lab:
             else:
                 current[key] = client.V1EnvVar(name=key, value=value)
         container.env = list(current.values())
+        # Every node's pod at once: a rolling update one node at a time (the default
+        # maxUnavailable of 1) made each change as many plugin restarts in a row as the
+        # lab has GPU nodes. The plugin's start is what a suite waits for, not the order.
+        strategy = ds.spec.update_strategy
+        if strategy is not None and strategy.type == "RollingUpdate":
+            strategy.rolling_update = client.V1RollingUpdateDaemonSet(max_unavailable="100%")
         since = self.mark_plugin()
         self.apps.replace_namespaced_daemon_set(name, ns, ds)
         self.kube.wait_daemonset(name, ns)
