@@ -175,13 +175,13 @@ bench: install
 LAB ?= seed
 # The plugins under test: shipped subject names (gpulab, nvidia, nvidia-v0.17.4, the
 # time-slicing configs gpulab-timeslicing, nvidia-timeslicing, the CDI config nvidia-cdi,
-# the MIG configs gpulab-mig, nvidia-mig (mixed) and gpulab-mig-single, nvidia-mig-single,
+# the MPS config nvidia-mps, the MIG configs gpulab-mig, nvidia-mig (mixed) and gpulab-mig-single, nvidia-mig-single,
 # NVIDIA's Helm chart nvidia-helm) or subject files (clusters/subjects/subject.py), comma-separated.
 # `make infra` builds their images where a subject says `image: {build: DIR}` and fetches
 # the Go modules their charts come from; `make cluster` deploys the first. nvidia-helm is
 # not in the default list until its one unexplained cluster-tier failure is
 # (docs/not-done-yet.md).
-SUBJECT ?= gpulab,nvidia,gpulab-timeslicing,nvidia-timeslicing,nvidia-cdi,gpulab-mig,nvidia-mig,gpulab-mig-single,nvidia-mig-single
+SUBJECT ?= gpulab,nvidia,gpulab-timeslicing,nvidia-timeslicing,nvidia-cdi,nvidia-mps,gpulab-mig,nvidia-mig,gpulab-mig-single,nvidia-mig-single
 export GPULAB_SUBJECTS := $(SUBJECT)
 # `make e2e SUBJECT=mine` runs the suites that test the subjects (SUITES=subject); with
 # the default SUBJECT, or SUITES=all, gpulab's own run too (DRA, the chart on a plain

@@ -52,6 +52,9 @@ def pod(name: str, containers: list[dict], init: list[dict] | None = None,
     return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": spec}
 
 
+# What a node advertises is the plugin program's and its replicas' (not how Allocate
+# answers: CDI; nor what the replicas are: MPS clients share a GPU as time slices do).
+@pytest.mark.varies_with("plugin", "replicas")
 def test_each_node_reports_its_own_capacity(
     subject: Subject, hetero: Lab, verdict: Verdict
 ) -> None:

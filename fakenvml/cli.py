@@ -136,12 +136,12 @@ def _install_driver(args: argparse.Namespace) -> None:
 
     d = NodeDir(_state_dir(args))
     node = d.node() if d.exists() else None
-    smi = Path(args.nvidia_smi) if args.nvidia_smi else None
+    programs = [Path(p) for p in args.bin]
     node_dev = Path(args.dev) if args.dev else None
-    got = driver.install(Path(args.root), node, smi, node_dev)
+    got = driver.install(Path(args.root), node, programs, node_dev)
     print(f"installed {got.library}")
-    if smi is not None:
-        print(f"installed {Path(args.root) / driver.BIN_DIR / 'nvidia-smi'}")
+    for program in programs:
+        print(f"installed {Path(args.root) / driver.BIN_DIR / program.name}")
     if node is None:
         print(f"no GPU state in {d.path} yet: the library only (no versioned name, no /dev nodes)")
     elif got.no_device_nodes:
@@ -545,8 +545,9 @@ def _parser(only: str | None = None) -> argparse.ArgumentParser:
         help="the library and the GPUs' device nodes into a node's driver root",
     )
     c.add_argument("root", metavar="DIR", help="e.g. /run/fakenvml/driver")
-    c.add_argument("--nvidia-smi", metavar="PATH",
-                   help="also this nvidia-smi binary, as <root>/usr/bin/nvidia-smi")  # fmt: skip
+    c.add_argument("--bin", metavar="PATH", action="append", default=[],
+                   help="also this driver program (nvidia-smi, nvidia-cuda-mps-control, ...) "
+                   "as <root>/usr/bin/<its name>; repeatable")  # fmt: skip
     c.add_argument("--dev", metavar="DIR",
                    help="also the device nodes in DIR, the node's own /dev (left alone where "
                    "a real NVIDIA driver is loaded)")  # fmt: skip

@@ -20,9 +20,12 @@
     resource per GPU: what go-nvlib's nvpci reads (GFD's nvidia.com/gpu.mode label)
     <root>/sys/devices/pci<domain>:<bus>/<root port>/<address>/: the same files where the
     kernel keeps them, under the GPU's PCIe root complex (see `pcie_paths`)
-    <root>/usr/bin/nvidia-smi: NVIDIA's real one, when given (`--nvidia-smi PATH`): a
-    driver root has it, and NVIDIA's DRA driver refuses a root without it (its init
-    container runs `nvidia-smi --version` there, with the root's libnvidia-ml preloaded)
+    <root>/usr/bin/<program>: NVIDIA's real driver programs, those given (`--bin PATH`,
+    regular files): nvidia-smi, which a driver root has and NVIDIA's DRA driver refuses a
+    root without (its init container runs `nvidia-smi --version` there, with the root's
+    libnvidia-ml preloaded); nvidia-cuda-mps-control and nvidia-cuda-mps-server, which the
+    toolkit's CDI spec then mounts into GPU containers (NVIDIA's MPS control daemon runs
+    the control program; it needs no GPU until a CUDA client connects)
 
 NVIDIA's plugin looks for libnvidia-ml.so.1 under its container driver root (/driver-root)
 before the normal search path; our plugin is pointed there with LD_LIBRARY_PATH.
@@ -66,7 +69,7 @@ import shutil
 import stat
 import struct
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -398,17 +401,19 @@ def _write_pci_sysfs(root: Path, node: Node) -> None:
             (d / "config").write_bytes(_pci_config(gpu, int(files["class"], 16)))
 
 
-def install(root: Path, node: Node | None = None, nvidia_smi: Path | None = None,
+def install(root: Path, node: Node | None = None, programs: Sequence[Path] = (),
             node_dev: Path | None = None) -> Installed:  # fmt: skip
-    """The library (and, given the node's state, its versioned name and device nodes;
-    given a binary, nvidia-smi) under `root`; given `node_dev`, the device nodes there too."""
+    """The library (and, given the node's state, its versioned name and device nodes) under
+    `root`, and the driver `programs` in its usr/bin; given `node_dev`, the device nodes
+    there too."""
     dest_dir = root / LIB_DIR
-    if nvidia_smi is not None and not os.access(nvidia_smi, os.X_OK):
-        raise FakeNvmlError(f"--nvidia-smi {nvidia_smi}: no such executable")
+    for program in programs:
+        if not (program.is_file() and os.access(program, os.X_OK)):
+            raise FakeNvmlError(f"--bin {program}: no such executable")
     try:
-        if nvidia_smi is not None:
+        for program in programs:
             (root / BIN_DIR).mkdir(parents=True, exist_ok=True)
-            _copy_library(root / BIN_DIR, "nvidia-smi", nvidia_smi)  # a regular file
+            _copy_library(root / BIN_DIR, program.name, program)  # a regular file
         dest_dir.mkdir(parents=True, exist_ok=True)
         if node is None:
             # No state yet: the library alone, as libnvidia-ml.so.1.

@@ -71,5 +71,17 @@ def program(subject: Subject) -> Program:
 
 
 def node_subjects(subjects: list[Subject]) -> list[Subject]:
-    """The subjects the node tier runs: those whose file says how (`process:`)."""
-    return [s for s in subjects if s.spec.process is not None]
+    """The subjects the node tier runs: those whose file says how (`process:`) and that
+    serve outside a cluster."""
+    return [s for s in tier_subjects(subjects) if s.spec.process is not None]
+
+
+def tier_subjects(subjects: list[Subject]) -> list[Subject]:
+    """The subjects the node and container tiers run: all but those `cluster_only`."""
+    return [s for s in subjects if s.spec.cluster_only is None]
+
+
+def cluster_only(subjects: list[Subject]) -> list[str]:
+    """One line for each subject the node and container tiers leave out, and why."""
+    return [f"{s.name}: cluster tier only: {s.spec.cluster_only}"
+            for s in subjects if s.spec.cluster_only is not None]  # fmt: skip

@@ -22,6 +22,18 @@ FIRST = (
 )
 
 
+def pytest_report_header() -> list[str]:
+    """The subjects the node and container tiers leave out (`cluster_only`), one line each:
+    shipped ones and those $GPULAB_SUBJECTS names."""
+    from clusters.infra import infra
+    from clusters.subjects import subject
+    from standin.subjects import cluster_only
+
+    wanted = [s for s in infra.subjects_wanted()
+              if s.source.resolve().parent != subject.SUBJECTS_DIR]  # fmt: skip
+    return cluster_only(subject.shipped() + wanted)
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     if missing := [f for f in FIRST if not (ROOT / f).is_file()]:
         raise pytest.UsageError(f"tests/conftest.py FIRST names no file: {', '.join(missing)}")

@@ -7,11 +7,11 @@
 An export holds every Docker image infra.json records (one `docker save` tar: the lab
 images share the base image's layers), the product directories the build scripts look for
 before they build (bin/, nvidia-device-plugin/, nvidia-container-toolkit/, nvidia-smi/,
-dra-driver/, rootfs/, images/, go/mod/: one tar each), infra.json, and manifest.json
-(written last: a directory without it is no export). Images pinned by registry digest are
-not exported: `docker load` cannot give an image back its registry digest, so `make infra`
-pulls them again where a registry answers (GitHub runners) — the only thing it does not
-find.
+nvidia-cuda-mps/, dra-driver/, rootfs/, images/, go/mod/: one tar each), infra.json, and
+manifest.json (written last: a directory without it is no export). Images pinned by
+registry digest are not exported: `docker load` cannot give an image back its registry
+digest, so `make infra` pulls them again where a registry answers (GitHub runners) — the
+only thing it does not find.
 
 Go's module cache goes in always: warm steps read module sources from it (NVIDIA's DRA
 driver, the charts subjects use), so without it they would download. Go's build cache and
@@ -75,6 +75,7 @@ PARTS = (
     Part("nvidia-device-plugin"),
     Part("nvidia-container-toolkit"),  # linked from nvidia-device-plugin/<v>/
     Part("nvidia-smi"),
+    Part("nvidia-cuda-mps"),  # the MPS control daemon and server (ci/nvidia-smi.sh)
     Part("dra-driver"),
     Part("rootfs"),  # the node image's root filesystem tar
     Part("images"),  # control-plane image tars, the workload's busybox .deb

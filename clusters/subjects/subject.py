@@ -322,6 +322,33 @@ class HealthSwitch(Strict):
         return tuple(v)  # YAML's list, hashable
 
 
+class PodSelector(Strict):
+    """Pods a subject runs beside its plugin, found by namespace and labels."""
+
+    namespace: str = "kube-system"
+    labels: dict[str, str] = Field(min_length=1)
+
+    @property
+    def selector(self) -> str:
+        return kube.selector(self.labels)
+
+
+MpsDaemonDeath = Literal["unnoticed"]
+
+
+class Mps(Strict):
+    """Sharing through an MPS control daemon (NVIDIA's `sharing.mps`): each replica is an
+    MPS client of its GPU. Pods get the daemon's pipe directory (CUDA_MPS_PIPE_DIRECTORY)
+    and, through it, its per-client limits: `100 / replicas` percent of the GPU's threads
+    and `memory / replicas` of pinned device memory (NVIDIA's mps-control-daemon sets them)."""
+
+    daemon: PodSelector  # where the control daemon runs, one pod per plugin node
+    max_request: int | None = Field(None, ge=1)  # more replicas a container is refused
+    # The daemon gone (its nvidia-cuda-mps-control killed): `unnoticed` (NVIDIA's: no MPS
+    # health check; GPUs stay Healthy, pods are admitted with a pipe no daemon serves).
+    daemon_death: MpsDaemonDeath
+
+
 class Expects(Strict):
     """The subject's documented behaviour, which the suites assert. A behaviour left out
     (None) is not stated: the scenarios that read it fail at once saying so (Unstated);
@@ -352,6 +379,7 @@ class Expects(Strict):
     start_with_lost_gpu: StartWithLostGpu | None = None
     extra_resources: bool = False  # serves the lab spec's extra_resources too
     replicas: int = Field(1, ge=1, le=64)  # time-slicing: each GPU advertised N times
+    mps: Mps | Literal[False] = False  # the replicas are MPS clients (and how it behaves)
     # With replicas > 1, what a fault on a GPU takes out: all its replicas (health is per
     # GPU) or only one (NVIDIA's: it matches the event's UUID to one replica id).
     xid_marks: XidMarks | None = None
@@ -431,6 +459,7 @@ class Expectations:
         start_with_lost_gpu: StartWithLostGpu
         extra_resources: bool
         replicas: int
+        mps: Mps | Literal[False]
         xid_marks: XidMarks
         mig: MigStrategy
         mig_slice_xid: MigSliceXid
@@ -461,7 +490,7 @@ class Expectations:
 
     @property
     def time_sliced(self) -> bool:
-        return self.replicas > 1
+        return self.replicas > 1 and not self._spec.mps
 
     @property
     def health_codes(self) -> bool:
@@ -580,6 +609,9 @@ class SubjectSpec(Strict):
     # subject file), which the subjects of one plugin share.
     logs: Logs = Field(default_factory=Logs)
     process: Process | None = None  # how the node tier runs it (without its image)
+    # Why its plugin serves only in a cluster (a companion beside it, the kube API): the node
+    # and container tiers leave it out and say so in one line, instead of failing each test.
+    cluster_only: str | None = Field(None, min_length=1)
     expects: Expects = Field(default_factory=Expects)
     # Set in (or replacing the value of) every container of the subject's DaemonSet:
     # one manifest serves several configurations (MIG_STRATEGY: single | mixed).

@@ -77,6 +77,8 @@ def test_shipped_subjects_are_gpulab_and_each_pinned_nvidia_release(
         "nvidia-mig-single-v0.19.3",
         "nvidia-mig-v0.17.4",
         "nvidia-mig-v0.19.3",
+        "nvidia-mps-v0.17.4",
+        "nvidia-mps-v0.19.3",
         "nvidia-timeslicing-v0.17.4",
         "nvidia-timeslicing-v0.19.3",
         "nvidia-v0.17.4",
@@ -100,6 +102,17 @@ def test_shipped_subjects_are_gpulab_and_each_pinned_nvidia_release(
     assert cdi.needs_met(("cdi", "replicas=1")) and not found["gpulab"].needs_met(("cdi",))
     config = next(d for d in ts.manifest if d["kind"] == "ConfigMap")["data"]["config.yaml"]
     assert yaml.safe_load(config)["sharing"]["timeSlicing"]["resources"][0]["replicas"] == 4
+    # MPS: the same replicas as MPS clients, not time slices; the daemon's DaemonSet after
+    # the plugin's (the first is the plugin's), found by the labels the subject names.
+    mps = found["nvidia-mps-v0.19.3"]
+    assert mps.expects.replicas == 4 and not mps.expects.time_sliced
+    assert mps.needs_met(("mps",)) and not ts.needs_met(("mps",))
+    config = next(d for d in mps.manifest if d["kind"] == "ConfigMap")["data"]["config.yaml"]
+    assert yaml.safe_load(config)["sharing"]["mps"]["resources"][0]["replicas"] == 4
+    plugin, daemon = [d for d in mps.manifest if d["kind"] == "DaemonSet"]
+    assert mps.daemonset is plugin and mps.expects.mps
+    labels = daemon["spec"]["template"]["metadata"]["labels"]
+    assert mps.expects.mps.daemon.labels.items() <= labels.items()
     # MIG: the subject's env sets the strategy in its DaemonSet's containers.
     mig = found["nvidia-mig-single-v0.19.3"]
     assert mig.expects.mig == "single" and mig.needs_met(("mig=single",))
@@ -114,7 +127,7 @@ def test_the_pinned_versions_can_be_overridden(monkeypatch: pytest.MonkeyPatch) 
     assert names == [
         "gpulab-mig-single", "gpulab-mig", "gpulab-timeslicing", "gpulab", "nvidia-cdi-v0.20.0",
         "nvidia-helm-v0.20.0", "nvidia-mig-single-v0.20.0", "nvidia-mig-v0.20.0",
-        "nvidia-timeslicing-v0.20.0", "nvidia-v0.20.0",
+        "nvidia-mps-v0.20.0", "nvidia-timeslicing-v0.20.0", "nvidia-v0.20.0",
     ]  # fmt: skip
 
 

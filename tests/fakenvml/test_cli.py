@@ -777,21 +777,28 @@ def test_inject_loads_neither_the_model_nor_dataclasses_nor_typing(node: Path) -
     assert done.stdout.split("\n")[-2] == "0 []", done.stdout + done.stderr
 
 
-def test_install_driver_adds_nvidia_smi_as_a_regular_file(tmp_path: Path, run: Run) -> None:
-    smi = write(tmp_path, "#!/bin/sh\necho smi\n", name="nvidia-smi")
-    smi.chmod(0o755)
-    code, out, err = run("install-driver", tmp_path / "driver", "--nvidia-smi", smi)
-    got = tmp_path / "driver/usr/bin/nvidia-smi"
+def test_install_driver_adds_the_driver_programs_as_regular_files(tmp_path: Path, run: Run) -> None:
+    progs = [write(tmp_path, f"#!/bin/sh\necho {n}\n", name=n)
+             for n in ("nvidia-smi", "nvidia-cuda-mps-control")]  # fmt: skip
+    for p in progs:
+        p.chmod(0o755)
+    code, out, err = run("install-driver", tmp_path / "driver",
+                         *(a for p in progs for a in ("--bin", p)))  # fmt: skip
     assert code == 0, err
-    assert str(got) in out and got.is_file() and not got.is_symlink()
-    assert got.read_bytes() == smi.read_bytes() and os.access(got, os.X_OK)
+    for p in progs:
+        got = tmp_path / "driver/usr/bin" / p.name
+        assert str(got) in out and got.is_file() and not got.is_symlink()
+        assert got.read_bytes() == p.read_bytes() and os.access(got, os.X_OK)
 
 
-def test_install_driver_refuses_a_missing_nvidia_smi_and_installs_nothing(
+def test_install_driver_refuses_a_missing_program_and_installs_nothing(
     tmp_path: Path, run: Run
 ) -> None:
-    code, _, err = run("install-driver", tmp_path / "driver", "--nvidia-smi", tmp_path / "none")
-    assert code == 2 and err.count("\n") == 1 and "--nvidia-smi" in err
+    smi = write(tmp_path, "#!/bin/sh\n", name="nvidia-smi")
+    smi.chmod(0o755)
+    code, _, err = run("install-driver", tmp_path / "driver", "--bin", smi,
+                       "--bin", tmp_path / "none")  # fmt: skip
+    assert code == 2 and err.count("\n") == 1 and "--bin" in err and "none" in err
     assert not (tmp_path / "driver").exists()
 
 

@@ -562,7 +562,7 @@ def test_a_driver_root_passes_the_dra_drivers_check_with_the_newer_nvidia_smi(
     (root / "var/lib/fakenvml").symlink_to(node.path)
     from fakenvml import driver
 
-    driver.install(root, node.node(), binary)
+    driver.install(root, node.node(), [binary])
     smi = root / "usr/bin/nvidia-smi"
     assert smi.is_file() and not smi.is_symlink()  # the check finds regular files only
     lib = root / "usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1"

@@ -14,7 +14,7 @@ from clusters.subjects.subject import Process, Subject
 from fakenvml.node import NodeDir
 from standin import Kubelet, nvidia
 from standin.process import PluginProcess
-from standin.subjects import PROGRAMS, node_subjects, program
+from standin.subjects import PROGRAMS, cluster_only, node_subjects, program, tier_subjects
 
 
 def renamed(name: str, like: str, **changes: object) -> Subject:
@@ -48,9 +48,18 @@ def test_nvidias_program_runs_the_binary_of_the_subjects_version(
 
 def test_a_subject_that_names_no_process_is_not_run_in_the_node_tier() -> None:
     every = [*subject.shipped(), *subject.examples()]
-    assert [s.name for s in node_subjects(every)] == [s.name for s in subject.shipped()]
+    served = [s.name for s in subject.shipped() if s.spec.cluster_only is None]
+    assert [s.name for s in node_subjects(every)] == served
     with pytest.raises(subject.Unstated, match="process is not stated"):
         program(subject.examples()[0])
+
+
+def test_a_cluster_only_subject_is_left_out_of_the_node_and_container_tiers_in_one_line() -> None:
+    mps = subject.load("nvidia-mps")
+    why = mps.spec.cluster_only
+    assert why and mps.spec.process is not None  # it says how, and why not here
+    assert node_subjects([mps]) == [] and tier_subjects([mps]) == []
+    assert cluster_only([mps, subject.load("nvidia")]) == [f"{mps.name}: cluster tier only: {why}"]
 
 
 def test_a_renamed_gpulab_subject_runs_gpulabs_plugin(

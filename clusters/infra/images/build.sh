@@ -82,12 +82,17 @@ image_gpulab() {
   local base lib=${GPULAB_LIBRARY:-$repo/build/release/libnvidia-ml.so.1}
   base=$(image_base)
   [[ -f $lib ]] || die "images: $lib missing; run make install (or fakenvml build) first"
-  local tag key smi=$GPULAB_CACHE/nvidia-smi/$NVIDIA_SMI_DRIVER_ROOT_VERSION/nvidia-smi
+  local tag key bin driver_bins=()
   key=$(tree_key) || die "images: cannot compute the gpulab tree key"
-  # NVIDIA's nvidia-smi (ci/nvidia-smi.sh, Debian 12 only): the fake-gpus chart installs
-  # it into each node's driver root, as real driver roots have it.
-  [[ -x $smi ]] || { log "images: gpulab: no $smi (ci/nvidia-smi.sh), the image has no nvidia-smi"; smi=; }
-  tag=gpulab/gpulab:$(inputs_hash "$base" "$key" ${smi:+"$smi"})
+  # NVIDIA's nvidia-smi and MPS programs (ci/nvidia-smi.sh, Debian 12 only): the fake-gpus
+  # chart installs them into each node's driver root, as real driver roots have them.
+  for bin in "nvidia-smi/$NVIDIA_SMI_DRIVER_ROOT_VERSION/nvidia-smi" \
+    "nvidia-cuda-mps/$NVIDIA_SMI_DRIVER_ROOT_VERSION/nvidia-cuda-mps-control" \
+    "nvidia-cuda-mps/$NVIDIA_SMI_DRIVER_ROOT_VERSION/nvidia-cuda-mps-server"; do
+    if [[ -x $GPULAB_CACHE/$bin ]]; then driver_bins+=("$GPULAB_CACHE/$bin")
+    else log "images: gpulab: no $GPULAB_CACHE/$bin (ci/nvidia-smi.sh), the image has no ${bin##*/}"; fi
+  done
+  tag=gpulab/gpulab:$(inputs_hash "$base" "$key" ${driver_bins[@]+"${driver_bins[@]}"})
   if ! have "$tag"; then
     local wheels=$WORK/wheels ctx
     rm -rf "$wheels"; mkdir -p "$wheels"
@@ -124,7 +129,7 @@ image_gpulab() {
       --target "$ctx/site" "$wheels"/*.whl >/dev/null
     cp "$lib" "${lib%/*}/libcuda.so.1" "$ctx/lib/"
     mkdir -p "$ctx/bin"
-    [[ -z $smi ]] || cp "$smi" "$ctx/bin/"
+    [[ ${#driver_bins[@]} == 0 ]] || cp "${driver_bins[@]}" "$ctx/bin/"
     sed "s|@BASE@|$base|" "$here/gpulab.Dockerfile" >"$ctx/Dockerfile"
     log "images: gpulab: docker build $tag"
     # Never tag an image that cannot import its own package (a half-written context).
@@ -180,25 +185,27 @@ image_nvidia() {
   for bin in $bins; do
     version=$(basename "$(dirname "$bin")")
     local tag
-    local ctk=${bin%/*}/nvidia-ctk gfd=${bin%/*}/gpu-feature-discovery
+    local ctk=${bin%/*}/nvidia-ctk gfd=${bin%/*}/gpu-feature-discovery mps=${bin%/*}/mps-control-daemon
     [[ -x $gfd ]] || gfd=  # a release whose GFD the proxy cannot build (nvidia-plugin.sh)
     # NVIDIA's own Dockerfile (deployments/container) sets this env: on a node whose
     # containerd runs the NVIDIA Container Toolkit, the runtime sees NVIDIA_VISIBLE_DEVICES
     # and injects every GPU and the driver's library, as NVIDIA's chart expects.
     local env='NVIDIA_DISABLE_REQUIRE=true NVIDIA_VISIBLE_DEVICES=all NVIDIA_DRIVER_CAPABILITIES=compute,utility'
-    tag=gpulab/nvidia-device-plugin:$version-$(inputs_hash "$base" "$bin" "$ctk" ${gfd:+"$gfd"} "$env")
+    tag=gpulab/nvidia-device-plugin:$version-$(inputs_hash "$base" "$bin" "$ctk" "$mps" ${gfd:+"$gfd"} "$env")
     if ! have "$tag"; then
       local ctx
       ctx=$(fresh_tmp "$WORK/nvidia.ctx")
       cp "$bin" "$ctx/nvidia-device-plugin"
       cp "$ctk" "$ctx/nvidia-ctk"
-      local bins="nvidia-device-plugin nvidia-ctk"
+      cp "$mps" "$ctx/mps-control-daemon"
+      local bins="nvidia-device-plugin nvidia-ctk mps-control-daemon"
       if [[ -n $gfd ]]; then
         cp "$gfd" "$ctx/gpu-feature-discovery"
         bins+=" gpu-feature-discovery"
       fi
       # nvidia-ctk rides along so the CDI subjects can install it on the node (its hook);
-      # gpu-feature-discovery is the same release's label writer (one image, two commands).
+      # gpu-feature-discovery is the same release's label writer and mps-control-daemon its
+      # MPS control daemon (one image, three commands, as NVIDIA's image has them).
       printf 'FROM %s\nCOPY %s /usr/bin/\nENV %s\nENTRYPOINT ["/usr/bin/nvidia-device-plugin"]\n' \
         "$base" "$bins" "$env" >"$ctx/Dockerfile"
       log "images: nvidia: docker build $tag"

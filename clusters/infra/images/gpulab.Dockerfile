@@ -12,7 +12,8 @@ COPY site/ /usr/local/lib/python3.11/dist-packages/
 RUN python3 -m compileall -q -j 0 --invalidation-mode unchecked-hash \
     /usr/local/lib/python3.11/dist-packages >/dev/null
 COPY lib/libnvidia-ml.so.1 lib/libcuda.so.1 /usr/lib/fakenvml/
-# NVIDIA's nvidia-smi where the build had it (empty otherwise): into driver roots.
+# NVIDIA's nvidia-smi and MPS programs where the build had them (empty otherwise): into
+# driver roots.
 COPY bin/ /usr/bin/
 ENV PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1 \
     FAKENVML_LIBRARY=/usr/lib/fakenvml/libnvidia-ml.so.1

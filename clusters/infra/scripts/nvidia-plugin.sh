@@ -15,7 +15,9 @@
 # Not the legacy pieces (nvidia-container-runtime-hook, nvidia-container-cli): they need
 # libnvidia-container, a C library no Go module provides; the runtime's CDI mode does
 # without them. And gpu-feature-discovery (cmd/gpu-feature-discovery, the same module and version: GFD
-# ships from this repository since v0.15), which writes the nvidia.com/* node labels.
+# ships from this repository since v0.15), which writes the nvidia.com/* node labels, and
+# mps-control-daemon (cmd/mps-control-daemon), which runs NVIDIA's MPS control daemon for
+# the plugin's sharing.mps config.
 # Idempotent: a version whose binary exists is not rebuilt. Progress goes to stderr and
 # the binary paths to stdout, so `BIN=$(clusters/infra/scripts/nvidia-plugin.sh v0.17.4)` works.
 #
@@ -66,12 +68,12 @@ module_source() {
 build() {
   local version=$1 gitdir=$2 dir=$GPULAB_CACHE/nvidia-device-plugin/$1
   local bin=$dir/nvidia-device-plugin
-  local gfd=$dir/gpu-feature-discovery
+  local gfd=$dir/gpu-feature-discovery mps=$dir/mps-control-daemon
   local toolkit=(nvidia-ctk) cmd
   [[ $version != "${VERSIONS[0]}" ]] || toolkit+=(nvidia-container-runtime nvidia-cdi-hook)
   local missing=0
   for cmd in "${toolkit[@]}"; do [[ -x $dir/$cmd ]] || missing=1; done
-  if [[ -x $bin && $missing == 0 && (-x $gfd || -f $gfd.refused) ]]; then
+  if [[ -x $bin && -x $mps && $missing == 0 && (-x $gfd || -f $gfd.refused) ]]; then
     log "nvidia-plugin $version: cached at $bin"
     echo "$bin"
     return
@@ -102,6 +104,14 @@ build() {
     (cd "$src" && with_ticker "$version" nice -n 10 go build -mod=$mode -trimpath \
       -o "$tmp/nvidia-device-plugin" ./cmd/nvidia-device-plugin) || die "nvidia-plugin $version: go build failed (see above)"
     mv "$tmp/nvidia-device-plugin" "$bin"
+  fi
+  if [[ ! -x $mps ]]; then
+    # The MPS control daemon (sharing.mps): the same module, so its build is mostly cached.
+    log "nvidia-plugin $version: go build ./cmd/mps-control-daemon (shares the plugin's build cache)"
+    (cd "$src" && with_ticker "mps-control-daemon $version" nice -n 10 go build -mod=$mode \
+      -trimpath -o "$tmp/mps-control-daemon" ./cmd/mps-control-daemon) ||
+      die "nvidia-plugin $version: building mps-control-daemon failed (see above)"
+    mv "$tmp/mps-control-daemon" "$mps"
   fi
   if [[ ! -x $gfd && ! -f $gfd.refused ]]; then
     log "nvidia-plugin $version: go build ./cmd/gpu-feature-discovery (shares the plugin's build cache)"
