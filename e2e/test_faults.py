@@ -202,15 +202,17 @@ def test_a_plugin_started_with_a_lost_gpu(
     else:
         verdict.expect("GPU 4 lost at start: its container exits, allocatable 0")
         ns, labels = old.metadata.namespace, subject.selector
+        hits: list[tuple[str, bool]] = []
+
+        def ended(pods: dict[str, V1Pod]) -> tuple[bool, str]:
+            hit = exited(pods, NODE, old.metadata.uid)
+            hits.extend([hit] if hit else [])
+            return hit is not None, ""
+
         lab.kube.watch_until(f"a new {NODE} plugin pod's container exiting",
-                             lab.core.list_namespaced_pod,
-                             lambda pods: (exited(pods, NODE, old.metadata.uid) is not None, ""),
-                             60, namespace=ns, label_selector=labels)  # fmt: skip
-        pods = {
-            p.metadata.name: p
-            for p in lab.core.list_namespaced_pod(ns, label_selector=labels).items
-        }
-        name, previous = exited(pods, NODE, old.metadata.uid) or ("", False)
+                             lab.core.list_namespaced_pod, ended, 60, namespace=ns,
+                             label_selector=labels)  # fmt: skip
+        name, previous = hits[-1]
         log = lab.core.read_namespaced_pod_log(name, ns, previous=previous, tail_lines=5)
         verdict.saw(log.strip().splitlines()[-1][-200:])
         assert "GPU is lost" in log

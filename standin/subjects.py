@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import get_args
 
-from clusters.subjects.subject import Process, Subject
+from clusters.subjects.subject import Process, Subject, tier_subjects
 from standin import gpulab, nvidia
 from standin.process import PluginProcess
 
@@ -74,14 +74,3 @@ def node_subjects(subjects: list[Subject]) -> list[Subject]:
     """The subjects the node tier runs: those whose file says how (`process:`) and that
     serve outside a cluster."""
     return [s for s in tier_subjects(subjects) if s.spec.process is not None]
-
-
-def tier_subjects(subjects: list[Subject]) -> list[Subject]:
-    """The subjects the node and container tiers run: all but those `cluster_only`."""
-    return [s for s in subjects if s.spec.cluster_only is None]
-
-
-def cluster_only(subjects: list[Subject]) -> list[str]:
-    """One line for each subject the node and container tiers leave out, and why."""
-    return [f"{s.name}: cluster tier only: {s.spec.cluster_only}"
-            for s in subjects if s.spec.cluster_only is not None]  # fmt: skip

@@ -27,11 +27,10 @@ def pytest_report_header() -> list[str]:
     shipped ones and those $GPULAB_SUBJECTS names."""
     from clusters.infra import infra
     from clusters.subjects import subject
-    from standin.subjects import cluster_only
 
     wanted = [s for s in infra.subjects_wanted()
               if s.source.resolve().parent != subject.SUBJECTS_DIR]  # fmt: skip
-    return cluster_only(subject.shipped() + wanted)
+    return subject.cluster_only(subject.shipped() + wanted)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -46,13 +46,14 @@ def reuse_or_recreate(ctx: Context) -> object:
     engine; most come back within a minute, some never do. Those are deleted (and made
     again by the next actions), as is one whose kubeconfig is gone (a run killed while it
     created or deleted it): nothing can reach it, and its name blocks a new one."""
-    if ctx.host.orphaned():
+    state = ctx.host.state()
+    if state == "orphaned":
         ctx.console.print(f"[yellow]![/] {ctx.name}: kind has the cluster but the lab has no "
                           "kubeconfig (a run killed while it created or deleted it): recreating it",
                           highlight=False)  # fmt: skip
         ctx.delete()
         return None
-    if not ctx.host.exists():
+    if state == "none":
         return SKIP
     stale = changed_config(ctx) or stale_states(ctx)
     if stale:

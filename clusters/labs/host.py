@@ -13,6 +13,7 @@ import tarfile
 import time
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Literal
 
 import yaml
 
@@ -29,6 +30,9 @@ class LabInUse(steps.StepError):
 # Labs this process has claimed: name -> the open lock file (flock is per open file, so a
 # second Lab object for the same lab in this process shares the first one's claim).
 _CLAIMS: dict[str, int] = {}
+
+
+ClusterState = Literal["up", "none", "orphaned"]
 
 
 class Host:
@@ -77,12 +81,15 @@ class Host:
             os.close(fd)  # closing the last descriptor drops the flock
 
     def exists(self) -> bool:
-        return self.name in clusters(self.kind) and self.kubeconfig.exists()
+        return self.state() == "up"
 
-    def orphaned(self) -> bool:
-        """kind has a cluster of this name but this lab has no kubeconfig for it: a create
-        or delete cut short (a killed run). `kind create` refuses the name until it goes."""
-        return self.name in clusters(self.kind) and not self.kubeconfig.exists()
+    def state(self) -> ClusterState:
+        """`up`; `none`; or `orphaned`: kind has a cluster of this name but this lab has no
+        kubeconfig for it, a create or delete cut short (a killed run), and `kind create`
+        refuses the name until it goes. One `kind get clusters`."""
+        if self.name not in clusters(self.kind):
+            return "none"
+        return "up" if self.kubeconfig.exists() else "orphaned"
 
     def config(self) -> dict | None:
         """The kind config the cluster was created with; None when none was recorded."""

@@ -904,6 +904,17 @@ def from_file(path: Path) -> list[Subject]:
     return out
 
 
+def tier_subjects(subjects: list[Subject]) -> list[Subject]:
+    """The subjects the node and container tiers run: all but those `cluster_only`."""
+    return [s for s in subjects if s.spec.cluster_only is None]
+
+
+def cluster_only(subjects: list[Subject]) -> list[str]:
+    """One line for each subject the node and container tiers leave out, and why."""
+    return [f"{s.name}: cluster tier only: {s.spec.cluster_only}"
+            for s in subjects if s.spec.cluster_only is not None]  # fmt: skip
+
+
 def shipped() -> list[Subject]:
     """The subjects in clusters/subjects/, every pinned version."""
     return [s for p in sorted(SUBJECTS_DIR.glob("*.yaml")) for s in from_file(p)]

@@ -91,3 +91,23 @@ def test_kind_gets_the_preloaded_node_image_and_the_lab_records_its_own(
     assert [n["image"] for n in yaml.safe_load(given.read_text())["nodes"]] == [
         "lab-node:a", "node:b"]  # fmt: skip
     assert host.config() == config
+
+
+def test_a_clusters_state_is_read_with_one_kind_call(tmp_path: Path) -> None:
+    """kind's cluster and the lab's kubeconfig: up (both), orphaned (kind's alone: a killed
+    create or delete), none (neither; a kubeconfig without kind's cluster counts as none)."""
+    fake, calls = tmp_path / "kind", tmp_path / "calls"
+    fake.write_text(f'#!/bin/sh\necho "$@" >>{calls}\ncat {tmp_path / "clusters"}\n')
+    fake.chmod(0o755)
+    host = Host("seed", tmp_path / "seed")
+    host.kind = str(fake)
+    (tmp_path / "seed").mkdir()
+    seen = []
+    for kind_has, kubeconfig in ((True, True), (True, False), (False, True), (False, False)):
+        (tmp_path / "clusters").write_text("seed\n" if kind_has else "other\n")
+        host.kubeconfig.unlink(missing_ok=True)
+        if kubeconfig:
+            host.kubeconfig.write_text("apiVersion: v1\n")
+        seen.append(host.state())
+    assert seen == ["up", "orphaned", "none", "none"]
+    assert calls.read_text().splitlines() == ["get clusters"] * 4

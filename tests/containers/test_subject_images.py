@@ -25,14 +25,13 @@ from plugin.api.v1beta1 import api_pb2
 from standin import Kubelet
 from standin.container import ContainerTierError, SubjectContainer
 from standin.kubelet import StandinError
-from standin.subjects import tier_subjects
 
 # The shipped subjects, the examples (plugins gpulab did not write) and any other subject
 # $GPULAB_SUBJECTS names (`GPULAB_SUBJECTS=path/to/subject.yaml pytest tests/containers`;
 # `make infra SUBJECT=...` builds its image).
 # Not those that serve only in a cluster (`cluster_only`): tests/conftest.py's header
 # says which, and why.
-SUBJECTS = tier_subjects(subjects.shipped() + [
+SUBJECTS = subjects.tier_subjects(subjects.shipped() + [
     s for s in infra.subjects_wanted() if s.source.resolve().parent != subjects.SUBJECTS_DIR
 ])  # fmt: skip
 

@@ -14,7 +14,7 @@ from clusters.subjects.subject import Process, Subject
 from fakenvml.node import NodeDir
 from standin import Kubelet, nvidia
 from standin.process import PluginProcess
-from standin.subjects import PROGRAMS, cluster_only, node_subjects, program, tier_subjects
+from standin.subjects import PROGRAMS, node_subjects, program
 
 
 def renamed(name: str, like: str, **changes: object) -> Subject:
@@ -58,8 +58,9 @@ def test_a_cluster_only_subject_is_left_out_of_the_node_and_container_tiers_in_o
     mps = subject.load("nvidia-mps")
     why = mps.spec.cluster_only
     assert why and mps.spec.process is not None  # it says how, and why not here
-    assert node_subjects([mps]) == [] and tier_subjects([mps]) == []
-    assert cluster_only([mps, subject.load("nvidia")]) == [f"{mps.name}: cluster tier only: {why}"]
+    assert node_subjects([mps]) == [] and subject.tier_subjects([mps]) == []
+    lines = subject.cluster_only([mps, subject.load("nvidia")])
+    assert lines == [f"{mps.name}: cluster tier only: {why}"]
 
 
 def test_a_renamed_gpulab_subject_runs_gpulabs_plugin(
