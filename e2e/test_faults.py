@@ -206,7 +206,8 @@ def test_a_plugin_started_with_a_lost_gpu(
 
         def ended(pods: dict[str, V1Pod]) -> tuple[bool, str]:
             hit = exited(pods, NODE, old.metadata.uid)
-            hits.extend([hit] if hit else [])
+            if hit:
+                hits.append(hit)
             return hit is not None, ""
 
         lab.kube.watch_until(f"a new {NODE} plugin pod's container exiting",

@@ -73,6 +73,12 @@ def in_daemon(lab: Lab, mps: Mps, command: str) -> str:
                        container=pod.spec.containers[0].name)  # fmt: skip
 
 
+def restart_daemon(lab: Lab, mps: Mps) -> None:
+    """NODE's control-daemon pod deleted and its replacement Ready: a new daemon."""
+    lab.kube.restart_pods(mps.daemon.namespace, mps.daemon.selector, "MPS control daemon",
+                          nodes={NODE})  # fmt: skip
+
+
 def shown(mib: int) -> str:
     """A pinned-memory limit as the daemon prints it: whole GiB, rounded down, from 1 GiB
     up (NVIDIA's 550.163.01: 20389M shows as 19G, 40960M as 40G), else MiB."""
@@ -151,9 +157,7 @@ def daemon_healed(lab: Lab, subject: Subject) -> Iterator[dict[str, bool]]:
     state = {"healed": False}
     yield state
     if not state["healed"]:
-        mps = mps_of(subject)
-        lab.kube.restart_pods(mps.daemon.namespace, mps.daemon.selector,
-                              "MPS control daemon", nodes={NODE})  # fmt: skip
+        restart_daemon(lab, mps_of(subject))
 
 
 def test_the_mps_daemon_dying(
@@ -179,8 +183,7 @@ def test_the_mps_daemon_dying(
     pods.wait_running("mps-orphan")
     dead = ask(pods, "mps-orphan", "get_default_active_thread_percentage")
     assert dead[-1].startswith("failed:"), dead
-    lab.kube.restart_pods(mps.daemon.namespace, mps.daemon.selector, "MPS control daemon",
-                          nodes={NODE})  # fmt: skip
+    restart_daemon(lab, mps)
     daemon_healed["healed"] = True
     back = ask(pods, "mps-orphan", "get_default_active_thread_percentage", answered=True)
     assert back == [f"{100 / subject.expects.replicas:.1f}"], back

@@ -28,9 +28,7 @@ def pytest_report_header() -> list[str]:
     from clusters.infra import infra
     from clusters.subjects import subject
 
-    wanted = [s for s in infra.subjects_wanted()
-              if s.source.resolve().parent != subject.SUBJECTS_DIR]  # fmt: skip
-    return subject.cluster_only(subject.shipped() + wanted)
+    return subject.cluster_only(infra.subjects_tested())
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -38,7 +38,7 @@ from rich.console import Console
 
 from clusters import built, versions
 from clusters.built import ROOT, Products
-from clusters.subjects.subject import Subject, SubjectError
+from clusters.subjects.subject import SUBJECTS_DIR, Subject, SubjectError
 from clusters.subjects.subject import examples as subject_examples
 from clusters.subjects.subject import load as load_subject
 from clusters.subjects.subject import names as subject_names
@@ -483,6 +483,13 @@ def subjects_wanted() -> list[Subject]:
     for s in named:
         seen.setdefault(s.source.resolve(), s)
     return list(seen.values())
+
+
+def subjects_tested() -> list[Subject]:
+    """The shipped subjects, then the wanted ones (subjects_wanted) that are not shipped:
+    every subject the node and container tiers may run."""
+    others = [s for s in subjects_wanted() if s.source.resolve().parent != SUBJECTS_DIR]
+    return subject_shipped() + others
 
 
 def chart_modules() -> list[str]:

@@ -31,9 +31,7 @@ from standin.kubelet import StandinError
 # `make infra SUBJECT=...` builds its image).
 # Not those that serve only in a cluster (`cluster_only`): tests/conftest.py's header
 # says which, and why.
-SUBJECTS = subjects.tier_subjects(subjects.shipped() + [
-    s for s in infra.subjects_wanted() if s.source.resolve().parent != subjects.SUBJECTS_DIR
-])  # fmt: skip
+SUBJECTS = subjects.tier_subjects(infra.subjects_tested())
 
 
 def image_of(s: Subject) -> str:
