@@ -380,10 +380,13 @@ class MigLife:
 
 def mig_lives(rec: Recording) -> list[MigLife]:
     """Every MIG device a pod's claim was given, in pod order: made at its first making
-    after the pod's creation (another pod may have held the same placement until then),
-    gone at its first destruction after the pod's deletion was asked for."""
-    out = []
-    for p in rec.pods:
+    after the pod's creation and after the previous holder's device of that placement was
+    gone (one placement, one holder at a time: under load a second pod was created before
+    the first pod's device was made, and took that making for its own), gone at its first
+    destruction after the pod's deletion was asked for."""
+    out: dict[int, MigLife] = {}
+    free_from: dict[tuple[str, str], float] = {}  # (node, device) -> its last holder's gone
+    for i, p in sorted(enumerate(rec.pods), key=lambda ip: ip[1].created):
         phases = rec.pod_phases(p.name)
         node = next((n for _, _, n in phases if n), p.node)
         running = next((t for t, ph, _ in phases if ph == "Running"), None)
@@ -391,12 +394,15 @@ def mig_lives(rec: Recording) -> list[MigLife]:
             if "-mig-" not in dev:
                 continue
             changes = [c for c in rec.mig_changes if (c.node, c.device) == (node, dev)]
-            made = next((c.t for c in changes if c.made and c.t >= p.created), None)
+            since = max(p.created, free_from.get((node, dev), p.created))
+            made = next((c.t for c in changes if c.made and c.t >= since), None)
             gone = None
             if p.deleted is not None:
                 gone = next((c.t for c in changes if not c.made and c.t >= p.deleted), None)
-            out.append(MigLife(p.name, dev, node, p.created, made, running, p.deleted, gone))
-    return out
+            if gone is not None:
+                free_from[(node, dev)] = gone
+            out[i] = MigLife(p.name, dev, node, p.created, made, running, p.deleted, gone)
+    return [out[i] for i in sorted(out)]
 
 
 def rec_value(rec: Recording, node: str, t: float, what: str = "") -> int | None:

@@ -785,6 +785,16 @@ def test_a_claims_mig_device_is_timed_from_its_pod_to_made_and_from_deletion_to_
     assert a.node == c.node == "dra-dynmig-control-plane"
 
 
+def test_a_second_claim_created_before_the_first_ones_device_was_made_gets_its_own() -> None:
+    """CI under load: the API server created c before the driver made a's device. The
+    making a's claim caused is a's; c's is the one after a's device was gone."""
+    rec = mig_recording()
+    rec.pods[1].created = 0.3
+    a, c = mig_lives(rec)
+    assert (a.made, a.gone) == (0.55, 5.38)
+    assert (c.created, c.made) == (0.3, 6.15)
+
+
 def test_mig_device_checks_count_the_sampled_state_and_a_wrong_one_fails() -> None:
     assert [o.text for o in evaluate(mig_recording()) if not o.passed] == []
     rec = mig_recording()
