@@ -1,4 +1,4 @@
-"""MIG on the `mig` lab (one worker, two H100s in MIG mode, all-1g.10gb: 14 slices), for the
+"""MIG on the `mig` lab (one node, two H100s in MIG mode, all-1g.10gb: 14 slices), for the
 subjects configured with a MIG strategy (expects.mig): capacity per MIG resource, pods that
 get MIG UUIDs, a pod that does not fit, a layout changed at run time, a slice's Xid.
 

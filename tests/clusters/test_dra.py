@@ -81,7 +81,7 @@ def test_the_dra_mig_lab_has_a_whole_gpu_beside_one_in_mig_mode() -> None:
     lab = spec.load("dra-mig")
     assert lab.spec.dra is not None and lab.kubernetes == "v1.37.0"
     (node,) = lab.gpu_nodes
-    assert node.name == "dra-mig-worker"
+    assert node.name == "dra-mig-control-plane"  # one node: the GPUs on the control plane
     assert [g.mig_layout for g in node.gpu_node.gpus] == ["", "3g.40gb,2g.20gb,1g.10gb"]
 
 
