@@ -384,9 +384,9 @@ def mig_lives(rec: Recording) -> list[MigLife]:
     gone (one placement, one holder at a time: under load a second pod was created before
     the first pod's device was made, and took that making for its own), gone at its first
     destruction after the pod's deletion was asked for."""
-    out: dict[int, MigLife] = {}
+    out = []
     free_from: dict[tuple[str, str], float] = {}  # (node, device) -> its last holder's gone
-    for i, p in sorted(enumerate(rec.pods), key=lambda ip: ip[1].created):
+    for p in rec.pods:  # in creation order (the runner records them as each one returns)
         phases = rec.pod_phases(p.name)
         node = next((n for _, _, n in phases if n), p.node)
         running = next((t for t, ph, _ in phases if ph == "Running"), None)
@@ -401,8 +401,8 @@ def mig_lives(rec: Recording) -> list[MigLife]:
                 gone = next((c.t for c in changes if not c.made and c.t >= p.deleted), None)
             if gone is not None:
                 free_from[(node, dev)] = gone
-            out[i] = MigLife(p.name, dev, node, p.created, made, running, p.deleted, gone)
-    return [out[i] for i in sorted(out)]
+            out.append(MigLife(p.name, dev, node, p.created, made, running, p.deleted, gone))
+    return out
 
 
 def rec_value(rec: Recording, node: str, t: float, what: str = "") -> int | None:
