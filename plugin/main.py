@@ -145,9 +145,12 @@ def run(conf: cfg.Config, plugin_dir: Path, dev_root: Path, metrics_port: int) -
     nv.nvmlInit()
     try:
         while not stop.is_set():
+            # Cleared before the start, never after: a SIGHUP that lands while this start
+            # registers (the kubelet lists devices before Register returns) must restart
+            # again, not be wiped (it was, once in a CI run).
+            restart.clear()
             plugins = Plugins(conf, plugin_dir, dev_root, metrics)
             plugins.start(stop)
-            restart.clear()
             while not (stop.is_set() or restart.is_set()):
                 select.select([inotify.fd, woken], [], [])
                 with contextlib.suppress(BlockingIOError):

@@ -170,6 +170,7 @@ class Kubelet:
         self._endpoints: dict[str, _Endpoint] = {}
         self._cond = threading.Condition()
         self._server: grpc.Server | None = None
+        self._before_answer: Callable[[str], None] | None = None
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -315,6 +316,17 @@ class Kubelet:
         if old is not None:
             old.close()  # a plugin that registers again replaces its old endpoint
         ep.start()
+        with self._cond:
+            action, self._before_answer = self._before_answer, None
+        if action is not None:
+            action(name)
+
+    def before_next_answer(self, action: Callable[[str], None]) -> None:
+        """Run `action(resource)` once, in the next Register, after the kubelet dialled the
+        plugin and opened its ListAndWatch but before it answers: the window in which a
+        plugin already serves while its own Register call has not returned."""
+        with self._cond:
+            self._before_answer = action
 
     def _on_list(self, ep: _Endpoint, response: Any) -> None:
         self._record("recv", "ListAndWatch", ep.resource, response)

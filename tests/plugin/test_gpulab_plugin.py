@@ -48,6 +48,21 @@ def test_sighup_restarts_and_keeps_what_nvml_says(
     assert len(res.devices) == 8
 
 
+def test_a_sighup_while_it_registers_restarts_it(
+    kubelet: Kubelet, fake_node: Callable[..., NodeDir],
+    run_plugin: Callable[..., PluginProcess], tmp_path: Path,
+) -> None:  # fmt: skip
+    """A SIGHUP that lands before its Register call returns (the kubelet lists its devices
+    first) still restarts it: once in CI the end of the start wiped such a signal."""
+    node = fake_node(H100x8)
+    started: list[PluginProcess] = []
+    kubelet.before_next_answer(lambda _resource: started[0].signal(signal.SIGHUP))
+    started.append(run_plugin(*gpulab.command(kubelet.dir, node.path, tmp_path)))
+    res = kubelet.wait_registered(R, count=2, timeout=30)
+    assert len(res.devices) == 8
+    started[0].wait_log('Received signal "SIGHUP", restarting.', timeout=5)
+
+
 def test_sigterm_stops_it_with_status_0_and_takes_its_socket_away(
     kubelet: Kubelet, fake_node: Callable[..., NodeDir],
     run_plugin: Callable[..., PluginProcess], tmp_path: Path,
