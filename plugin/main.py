@@ -111,11 +111,12 @@ class Plugins:
             p.serve()
         self.register(stop)
 
-    def stop(self) -> None:
+    def stop(self, join_health: bool = True) -> None:
         # All at once: the health thread's NVML wait and the servers' graces overlap.
         self.health.stop(wait=False)
         stop_all(self.plugins)
-        self.health.stop()
+        if join_health:
+            self.health.stop()
 
 
 def run(conf: cfg.Config, plugin_dir: Path, dev_root: Path, metrics_port: int) -> int:
@@ -162,7 +163,11 @@ def run(conf: cfg.Config, plugin_dir: Path, dev_root: Path, metrics_port: int) -
                 if reregister.is_set() and not stop.is_set():
                     reregister.clear()
                     plugins.reregister(stop)
-            plugins.stop()
+            # A restart joins the old health thread (the new one must be the only one
+            # marking devices); an exit does not wait out its NVML wait (up to WAIT_MS,
+            # most of a stop's time): it is a daemon holding its own nvmlInit, and the
+            # library counts them, so the shutdown below leaves its calls working.
+            plugins.stop(join_health=not stop.is_set())
     finally:
         nv.nvmlShutdown()
         inotify.close()

@@ -81,7 +81,7 @@ class DevicePluginService(rpc.DevicePluginServicer):
         yield listing
         last = listing
         while context.is_active() and not self.stopping.is_set():
-            newer = self.state.wait_newer(version, timeout=0.5)
+            newer = self.state.wait_newer(version, timeout=0.5, stop=self.stopping)
             if newer == version:
                 continue
             version, listing = self._listing()

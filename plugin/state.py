@@ -79,13 +79,20 @@ class ResourceState:
             return self._version, [(d, self._healthy[d.id]) for d in self.devices]
 
     def wake(self) -> None:
-        """Wake every wait_newer now (a stopping server's streams end at once, not at their
-        next timeout)."""
+        """Wake every wait_newer now, so one whose `stop` was set sees it (a stopping
+        server's streams end at once, not at their next timeout)."""
         with self._cond:
             self._cond.notify_all()
 
-    def wait_newer(self, version: int, timeout: float) -> int:
-        """Block until the version moves past `version` or the timeout; returns the version."""
+    def wait_newer(self, version: int, timeout: float,
+                   stop: threading.Event | None = None) -> int:  # fmt: skip
+        """Block until the version moves past `version`, `stop` is set (and wake() called)
+        or the timeout; returns the version. `stop` is in the wait's own condition: a wake
+        alone re-checked only the version and slept on to the timeout, so every stop of a
+        server waited out its 0.5 s grace for the ListAndWatch stream."""
         with self._cond:
-            self._cond.wait_for(lambda: self._version != version, timeout)
+            self._cond.wait_for(
+                lambda: self._version != version or (stop is not None and stop.is_set()),
+                timeout,
+            )
             return self._version

@@ -79,3 +79,18 @@ def test_a_socket_path_near_the_unix_limit_is_served(tmp_path: Path) -> None:
         assert p.socket.exists() and p.socket.stat().st_ino == p.inode
     finally:
         p.stop()
+
+
+def test_a_stop_wakes_a_wait_for_a_newer_list_at_once() -> None:
+    """A stopping server's ListAndWatch stream waits in wait_newer: the stop event, set
+    and then woken, ends that wait with nothing changed (the wake alone used to sleep on to
+    its timeout, so every stop waited out the server's grace)."""
+    state = ResourceState(R, [Device("gpu-0")])
+    stop, got = threading.Event(), []
+    t = threading.Thread(target=lambda: got.append(state.wait_newer(0, timeout=60, stop=stop)))
+    t.start()
+    time.sleep(0.2)  # in its wait (were it not yet, the stop is seen on entry all the same)
+    stop.set()
+    state.wake()
+    t.join(timeout=10)
+    assert not t.is_alive() and got == [0]
