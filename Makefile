@@ -172,7 +172,7 @@ fuzz: install
 	@$(PY) -m fakenvml.native.fuzz --seconds $(FUZZ_SECONDS) --out $(BUILD)
 
 bench: install
-	@$(PY) -m gpulab infra nvidia-plugins
+	@$(PY) -m gpulab infra  # the seed lab's restarts need a node image and both plugins
 	@$(PY) -m bench.run --out $(BUILD)/bench.json
 
 LAB ?= seed

@@ -14,18 +14,22 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from bench import fakenvml_bench, plugin_bench
+from bench import fakenvml_bench, plugin_bench, restart_bench
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, default=Path("build/bench.json"))
+    ap.add_argument("--no-cluster", action="store_true", help="skip the seed lab's restarts")
     args = ap.parse_args()
     console = Console()
     with console.status("fakenvml benchmarks"):
         rows = fakenvml_bench.run()
     with console.status("device plugin benchmarks (NVIDIA's and ours, node tier)"):
         rows += plugin_bench.run(plugin_bench.all_subjects())
+    if not args.no_cluster:
+        with console.status("device plugin pod restarts (seed lab)"):
+            rows += restart_bench.run()
     table = Table(title="gpulab benchmarks")
     for col in ("metric", "value", "unit", "aim"):
         table.add_column(col, justify="right" if col == "value" else "left")

@@ -2,6 +2,7 @@
 them registered across kubelet restarts, mark health from NVML events.
 
     gpulab-plugin [--config plugin.yaml] [--device-plugin-path DIR] [--metrics-port N]
+                  [--wait-for-nvml SECONDS]
 
 Signals: SIGHUP restarts the plugins (re-discovery, health reset, as NVIDIA's does);
 SIGTERM/SIGINT stop them and remove their sockets. Exit 2 on a bad config.
@@ -17,6 +18,7 @@ import select
 import signal
 import sys
 import threading
+import time
 from pathlib import Path
 
 import pynvml as nv
@@ -119,7 +121,30 @@ class Plugins:
             self.health.stop()
 
 
-def run(conf: cfg.Config, plugin_dir: Path, dev_root: Path, metrics_port: int) -> int:
+def init_nvml(wait_s: float, stop: threading.Event) -> bool:
+    """nvmlInit, waiting up to `wait_s` for the driver's library to appear: a plugin pod
+    may start before the driver's. The plugin waits itself rather than behind an init
+    container, whose exit the kubelet notices only at its next relist (up to 1 s): that
+    wait came back in every restart of the pod. False when a stop came first."""
+    deadline = time.monotonic() + wait_s
+    told = False
+    while True:
+        try:
+            nv.nvmlInit()
+            return True
+        except nv.NVMLError_LibraryNotFound:
+            if time.monotonic() >= deadline:
+                raise
+            if not told:
+                log.info("No libnvidia-ml.so.1 yet; waiting up to %gs for the driver.", wait_s)
+                told = True
+        if stop.wait(0.1):
+            return False
+
+
+def run(
+    conf: cfg.Config, plugin_dir: Path, dev_root: Path, metrics_port: int, nvml_wait: float = 0
+) -> int:
     metrics = Metrics()
     if metrics_port:
         metrics.serve(metrics_port)
@@ -132,6 +157,8 @@ def run(conf: cfg.Config, plugin_dir: Path, dev_root: Path, metrics_port: int) -
 
     for s in (signal.SIGHUP, signal.SIGTERM, signal.SIGINT):
         signal.signal(s, on_signal)
+    if not init_nvml(nvml_wait, stop):
+        return 0
     # A signal wakes the main loop at once: Python writes its number here, and select()
     # returns. A wait it merely interrupts is retried to its timeout (PEP 475), which
     # made every stop of the plugin up to 200 ms later.
@@ -143,7 +170,6 @@ def run(conf: cfg.Config, plugin_dir: Path, dev_root: Path, metrics_port: int) -
     # kubelet recreates kubelet.sock on restart and deletes plugin sockets: both mean
     # "register again", as NVIDIA's plugin does on fsnotify Create of kubelet.sock.
     inotify.add_watch(plugin_dir, inflags.CREATE)
-    nv.nvmlInit()
     try:
         while not stop.is_set():
             # Cleared before the start, never after: a SIGHUP that lands while this start
@@ -193,6 +219,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--metrics-port", type=int, default=0, help="Prometheus port (0: off)")
     ap.add_argument(
+        "--wait-for-nvml",
+        type=float,
+        default=0,
+        metavar="SECONDS",
+        help="wait this long for libnvidia-ml.so.1 to appear before failing (0: fail at once)",
+    )
+    ap.add_argument(
         "--mig-strategy",
         choices=mig.STRATEGIES,
         default=os.environ.get("MIG_STRATEGY") or None,
@@ -217,7 +250,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"gpulab-plugin: error: {where} is not a directory", file=sys.stderr)
         return 2
     try:
-        return run(conf, args.device_plugin_path, args.dev_root, args.metrics_port)
+        return run(conf, args.device_plugin_path, args.dev_root, args.metrics_port,
+                   args.wait_for_nvml)  # fmt: skip
     except nv.NVMLError as e:
         log.error("Failed to initialize NVML: %s", e)
         return 1

@@ -37,8 +37,7 @@ SOCKET = "nvidia-gpu.sock"
 
 def versions() -> tuple[str, ...]:
     """The versions the suites run, newest first (clusters/versions.env, or
-    $GPULAB_NVIDIA_PLUGIN_VERSIONS). v0.20.0 is not served by the Go module proxy here;
-    clusters/infra/scripts/nvidia-plugin.sh --git builds it from a clone."""
+    $GPULAB_NVIDIA_PLUGIN_VERSIONS). v0.20.0 is not served by the Go module proxy here."""
     return pins.nvidia_plugin_versions()
 
 

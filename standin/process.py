@@ -101,6 +101,11 @@ class PluginProcess:
         """The exit code once the plugin has exited, else None."""
         return None if self.proc is None else self.proc.poll()
 
+    def wait_exit(self, timeout: float = 10.0) -> int:
+        """Its exit code once it has exited by itself (TimeoutExpired past `timeout`)."""
+        assert self.proc is not None, "plugin not started"
+        return self.proc.wait(timeout)
+
     def signal(self, sig: int) -> None:
         if self.proc is not None and self.proc.poll() is None:
             os.killpg(self.proc.pid, sig)

@@ -158,7 +158,11 @@ def test_the_main_subjects_render_their_plugin_from_the_chart(name: str) -> None
     assert [d["kind"] for d in docs] == ["DaemonSet"]  # no pools: the lab's release has them
     pod = docs[0]["spec"]["template"]["spec"]
     assert (s.namespace, pod["nodeSelector"]) == ("kube-system", {"gpulab.dev/plugin": "true"})
-    assert pod["initContainers"][0]["image"] == IMAGE  # waits for fakenvml's library
+    if pod["containers"][0]["name"] == "gpulab-device-plugin":  # it waits for the library
+        assert "initContainers" not in pod
+        assert pod["containers"][0]["args"][-2:] == ["--wait-for-nvml", "120"]
+    else:
+        assert pod["initContainers"][0]["image"] == IMAGE  # waits for fakenvml's library
     assert pod["containers"][0]["image"] == "gpulab/subject:v1"
     env = {e["name"]: e.get("value") for e in pod["containers"][0]["env"]}
     assert env["MIG_STRATEGY" if s.expects.mig != "none" else "FAKENVML_STATE_DIR"] == (

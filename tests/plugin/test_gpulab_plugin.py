@@ -7,6 +7,7 @@ import signal
 from collections.abc import Callable
 from pathlib import Path
 
+from fakenvml import library
 from fakenvml.node import NodeDir
 from standin import Kubelet, gpulab
 from standin.process import PluginProcess
@@ -76,3 +77,37 @@ def test_sigterm_stops_it_with_status_0_and_takes_its_socket_away(
     assert own, sorted(kubelet.dir.iterdir())
     assert plugin.stop() == 0, plugin.log_tail()
     assert not [p for p in own if p.exists()]
+
+
+def test_it_waits_for_the_driver_library_and_then_serves(
+    kubelet: Kubelet, fake_node: Callable[..., NodeDir],
+    run_plugin: Callable[..., PluginProcess], tmp_path: Path,
+) -> None:  # fmt: skip
+    """A plugin pod may start before the driver's: with --wait-for-nvml it waits for
+    libnvidia-ml.so.1 itself (the chart has no init container for it) and serves once the
+    library is there."""
+    node = fake_node(H100x8)
+    lib_dir = tmp_path / "driver-lib"
+    lib_dir.mkdir()
+    argv, env = gpulab.command(kubelet.dir, node.path, tmp_path)
+    plugin = run_plugin([*argv, "--wait-for-nvml", "30"], {**env, "LD_LIBRARY_PATH": str(lib_dir)})
+    plugin.wait_log("No libnvidia-ml.so.1 yet; waiting up to 30s", timeout=30)
+    assert plugin.poll() is None
+    (lib_dir / "libnvidia-ml.so.1").symlink_to(library.path())
+    assert len(kubelet.wait_devices(R, 8, timeout=30).devices) == 8
+
+
+def test_without_the_library_it_fails_after_its_wait_and_stops_at_once_within_it(
+    kubelet: Kubelet, run_plugin: Callable[..., PluginProcess], tmp_path: Path
+) -> None:
+    """Past its wait it exits 1 saying why (the kubelet restarts it); a SIGTERM during the
+    wait ends it with 0, as a stop of a serving plugin does."""
+    argv, env = gpulab.command(kubelet.dir, tmp_path / "no-node", tmp_path)
+    env = {**env, "LD_LIBRARY_PATH": str(tmp_path / "no-driver")}
+    failing = run_plugin([*argv, "--wait-for-nvml", "0.3"], env)
+    assert failing.wait_exit(timeout=30) == 1
+    failing.wait_log("Failed to initialize NVML: NVML Shared Library Not Found")
+    waiting = run_plugin([*argv, "--wait-for-nvml", "60"], env)
+    waiting.wait_log("waiting up to 60s for the driver", timeout=30)
+    assert waiting.stop() == 0, waiting.log_tail()
+    assert R not in kubelet.resources

@@ -22,16 +22,14 @@
 # the binary paths to stdout, so `BIN=$(clusters/infra/scripts/nvidia-plugin.sh v0.17.4)` works.
 #
 # usage: clusters/infra/scripts/nvidia-plugin.sh [VERSION...]            (default: every pinned version)
-#        clusters/infra/scripts/nvidia-plugin.sh --git GITDIR VERSION...  (build the tag from a clone instead)
 #
 # Why not `go install <pkg>@<version>`: it also asks the proxy for the module's version
 # list (to check for deprecation), and the proxy this lab uses answers 403 for that list,
 # which go install treats as fatal. Downloading the one module version and building it as
 # the main module gives the same build (its own go.mod and go.sum) without the list.
 #
-# Why --git: the proxy does not serve every release (v0.20.0 answers 403 "This module
-# version is not available"). A clone's tag builds offline: the repository vendors its
-# dependencies.
+# Only what the module proxy serves is built (v0.20.0 answers 403 there): gpulab keeps no
+# build of another project's checked-out source.
 set -euo pipefail
 
 # The Go caches, toolchain and flags all Go builds here share, log/die, with_ticker.
@@ -59,14 +57,13 @@ module_source() {
   local json
   json=$(go mod download -json "$1@$2") || {
     die "nvidia-plugin: the Go module proxy does not serve $1@$2:
-  $(sed -n 's/^\s*"Error": "\(.*\)"$/\1/p' <<<"$json" | sed 's/\\n\\t/ /g')
-  build the plugin from a clone instead: clusters/infra/scripts/nvidia-plugin.sh --git <clone of NVIDIA/k8s-device-plugin> VERSION"
+  $(sed -n 's/^\s*"Error": "\(.*\)"$/\1/p' <<<"$json" | sed 's/\\n\\t/ /g')"
   }
   sed -n 's/^\s*"Dir": "\(.*\)",$/\1/p' <<<"$json"
 }
 
 build() {
-  local version=$1 gitdir=$2 dir=$GPULAB_CACHE/nvidia-device-plugin/$1
+  local version=$1 dir=$GPULAB_CACHE/nvidia-device-plugin/$1
   local bin=$dir/nvidia-device-plugin
   local gfd=$dir/gpu-feature-discovery mps=$dir/mps-control-daemon
   local toolkit=(nvidia-ctk) cmd
@@ -85,20 +82,10 @@ build() {
   # builds go first.
   rm -rf "$dir"/.build.*
   tmp=$(mktemp -d "$dir/.build.XXXXXX")
-  if [[ -n $gitdir ]]; then
-    log "nvidia-plugin $version: source from $gitdir (tag $version, vendored dependencies)"
-    mkdir "$tmp/src"
-    # Only what the build reads: tests/ holds large vendored trees of its own that a
-    # partial clone may lack.
-    git -C "$gitdir" archive "$version" -- go.mod go.sum api cmd internal vendor |
-      tar -x -C "$tmp/src" || die "nvidia-plugin $version: cannot export tag $version from $gitdir"
-    src=$tmp/src mode=vendor
-  else
-    log "nvidia-plugin $version: downloading $MODULE@$version"
-    src=$(module_source "$MODULE" "$version")
-    # The module zip carries vendor/modules.txt but not the vendored packages.
-    mode=mod
-  fi
+  log "nvidia-plugin $version: downloading $MODULE@$version"
+  src=$(module_source "$MODULE" "$version")
+  # The module zip carries vendor/modules.txt but not the vendored packages.
+  mode=mod
   if [[ ! -x $bin ]]; then
     log "nvidia-plugin $version: go build ./cmd/nvidia-device-plugin ($(go env GOVERSION); about 2 min cold, under 1 min warm)"
     (cd "$src" && with_ticker "$version" nice -n 10 go build -mod=$mode -trimpath \
@@ -155,13 +142,7 @@ build() {
 tmp=
 trap '[[ -z $tmp ]] || rm -rf "$tmp"' EXIT
 
-gitdir=
-if [[ ${1:-} == --git ]]; then
-  [[ $# -ge 3 ]] || die "nvidia-plugin: usage: $0 --git GITDIR VERSION..."
-  gitdir=$2
-  shift 2
-fi
 (($#)) || set -- "${VERSIONS[@]}"
 for v in "$@"; do
-  build "$v" "$gitdir"
+  build "$v"
 done
