@@ -56,6 +56,8 @@ class Products:
     # The NVIDIA Container Toolkit's dir (nvidia-container-runtime, nvidia-cdi-hook,
     # nvidia-ctk) that the newest pinned plugin requires: what lab GPU nodes run.
     toolkit: str = ""
+    # NVIDIA's mig-parted: nvidia-mig-parted, nvidia-mig-manager, config-default.yaml
+    mig_parted: str = ""
     tree_key: str = ""  # the checkout state the gpulab image was built from
     subjects: dict[str, str] = field(default_factory=dict)  # subject name -> image built
     # node image -> it with the lab images in its containerd (PRELOADED): what a new lab's

@@ -131,6 +131,13 @@ def _build(args: argparse.Namespace) -> None:
     build.build("release", Path(args.out) if args.out else library.build_dir())
 
 
+def _node_view(args: argparse.Namespace) -> int:
+    from fakenvml import nodeview
+
+    program = args.program[1:] if args.program[:1] == ["--"] else args.program
+    return nodeview.run(Path(args.root), program)
+
+
 def _install_driver(args: argparse.Namespace) -> None:
     from fakenvml import driver
 
@@ -552,6 +559,16 @@ def _parser(only: str | None = None) -> argparse.ArgumentParser:
                    help="also the device nodes in DIR, the node's own /dev (left alone where "
                    "a real NVIDIA driver is loaded)")  # fmt: skip
     c.set_defaults(run=_install_driver)
+
+    c = sub.add_parser(
+        "node-view",
+        help="run a program seeing a driver root's proc/modules, PCI sysfs ... where the "
+        "kernel keeps them (a private mount namespace; root)",
+    )
+    c.add_argument("root", metavar="DIR", help="a driver root install-driver wrote")
+    c.add_argument("program", metavar="-- PROGRAM", nargs=argparse.REMAINDER,
+                   help="the program and its arguments")  # fmt: skip
+    c.set_defaults(run=_node_view)
 
     c = sub.add_parser(
         "persistenced",

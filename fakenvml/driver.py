@@ -16,6 +16,11 @@
     <root>/proc/devices: the kernel's /proc/devices with the majors the driver registers
     (nvidia, nvidia-uvm, nvidia-caps, and from R550 nvidia-caps-imex-channels) added to its
     character devices
+    <root>/proc/modules: the kernel's /proc/modules (where it has one) with the driver's
+    modules loaded (nvidia, nvidia_modeset, nvidia_uvm, nvidia_drm); <root>/sys/module/
+    <module>/: refcnt, initstate, and nvidia's version: what readers of "is the driver
+    loaded" check (NVIDIA's mig-parted reads /proc/modules; the GPU Operator's validator
+    and newer operators the same or /sys/module/nvidia)
     <root>/sys/bus/pci/devices/<address>/: vendor, device, class, subsystem ids, numa_node,
     resource per GPU: what go-nvlib's nvpci reads (GFD's nvidia.com/gpu.mode label)
     <root>/sys/devices/pci<domain>:<bus>/<root port>/<address>/: the same files where the
@@ -69,7 +74,7 @@ import shutil
 import stat
 import struct
 import tempfile
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -98,6 +103,18 @@ REAL_DRIVER = Path("/proc/driver/nvidia/version")
 MIG_MINORS = Path("proc/driver/nvidia-caps/mig-minors")
 CAPABILITIES = Path("proc/driver/nvidia/capabilities")
 PROC_DEVICES = Path("proc/devices")
+PROC_MODULES = Path("proc/modules")
+SYS_MODULE = Path("sys/module")
+# The driver's kernel modules as /proc/modules lists them on a host running it: name, users
+# and what uses it. Sizes are 0 and addresses 0x0 (what an unprivileged reader sees): no
+# reader gpulab knows of looks at either. "(OE)": out of tree, unsigned, as NVIDIA's open
+# modules taint a kernel.
+DRIVER_MODULES = (
+    ("nvidia_uvm", 0, ""),
+    ("nvidia_drm", 0, ""),
+    ("nvidia_modeset", 1, "nvidia_drm"),
+    ("nvidia", 2, "nvidia_uvm,nvidia_modeset"),
+)
 # Capability files' DeviceFileMode: mig/config is root's alone (0400), the rest readable by
 # all (0444), as a MIG host's procfs shows them; the driver may change the nodes (Modify 1).
 CONFIG_MODE, ACCESS_MODE = 0o400, 0o444
@@ -302,16 +319,48 @@ def proc_devices(node: Node, kernel: str) -> str:
     return "\n".join(lines) + "\n\nBlock devices:" + (block if sep else "\n")
 
 
-def write_proc_devices(root: Path, node: Node, kernel: Path = Path("/proc/devices")) -> Path:
-    """<root>/proc/devices: this kernel's list with the driver's majors (what a process
-    reads at /proc/devices on a host whose driver is loaded)."""
+def _with_driver(root: Path, rel: Path, kernel: Path, absent: str,
+                 add: Callable[[str], str]) -> Path:  # fmt: skip
+    """<root>/<rel>: this kernel's `kernel` file (`absent` where it has none) with what the
+    driver adds to it."""
     try:
         text = kernel.read_text()
     except OSError:
-        text = "Character devices:\n\nBlock devices:\n"
-    path = root / PROC_DEVICES
+        text = absent
+    path = root / rel
     path.parent.mkdir(parents=True, exist_ok=True)
-    write_if_changed(path, proc_devices(node, text))
+    write_if_changed(path, add(text))
+    return path
+
+
+def write_proc_devices(root: Path, node: Node, kernel: Path = Path("/proc/devices")) -> Path:
+    """<root>/proc/devices: this kernel's list with the driver's majors (what a process
+    reads at /proc/devices on a host whose driver is loaded)."""
+    return _with_driver(root, PROC_DEVICES, kernel, "Character devices:\n\nBlock devices:\n",
+                        lambda text: proc_devices(node, text))  # fmt: skip
+
+
+def proc_modules(kernel: str) -> str:
+    """`kernel` (a /proc/modules, maybe empty) with the driver's modules loaded, first, as
+    the most recently loaded modules are listed."""
+    names = {m[0] for m in DRIVER_MODULES}
+    ours = [f"{name} 0 {users} {deps + ',' if deps else '-'} Live 0x0000000000000000 (OE)"
+            for name, users, deps in DRIVER_MODULES]  # fmt: skip
+    rest = [line for line in kernel.splitlines() if line.split(" ", 1)[0] not in names]
+    return "\n".join(ours + rest) + "\n"
+
+
+def write_kernel_modules(root: Path, node: Node, kernel: Path = Path("/proc/modules")) -> Path:
+    """<root>/proc/modules and <root>/sys/module/<module>/: the driver loaded, as a reader
+    of either sees it on a host running it. A kernel built without module support has no
+    /proc/modules (CONFIG_MODULES off); the driver's lines are then the whole file."""
+    path = _with_driver(root, PROC_MODULES, kernel, "", proc_modules)
+    for name, users, _ in DRIVER_MODULES:
+        d = root / SYS_MODULE / name
+        d.mkdir(parents=True, exist_ok=True)
+        write_if_changed(d / "refcnt", f"{users}\n")
+        write_if_changed(d / "initstate", "live\n")
+    write_if_changed(root / SYS_MODULE / "nvidia" / "version", f"{node.driver_version}\n")
     return path
 
 
@@ -437,6 +486,7 @@ def install(root: Path, node: Node | None = None, programs: Sequence[Path] = (),
             write_mig_minors(root)
             write_capabilities(root, node)
             write_proc_devices(root, node)
+            write_kernel_modules(root, node)
             _write_pci_sysfs(root, node)
             out.device_nodes, out.no_device_nodes = make_device_nodes(root / DEV_DIR, node)
             if node_dev is not None:

@@ -50,7 +50,10 @@ STEPS = {  # group -> the scripts its steps run (`--list`)
     "engine": ["clusters/infra/scripts/docker.sh"],
     "kind": ["clusters/infra/scripts/kind.sh"],
     "helm": ["clusters/infra/scripts/helm.sh"],
-    "nvidia-plugins": ["clusters/infra/scripts/nvidia-plugin.sh"],
+    "nvidia-plugins": [
+        "clusters/infra/scripts/nvidia-plugin.sh",
+        "clusters/infra/scripts/mig-parted.sh",
+    ],
     "node-image": [
         "clusters/infra/scripts/node-image.sh",
         "clusters/infra/nodeimage/build.sh",
@@ -314,9 +317,9 @@ def _run(r: Runner, want: set[str], chosen: dict[str, str],
 
 
 def _programs(r: Runner, want: set[str], lane: Future[dict[str, str]]) -> None:
-    """The second Go lane: helm and the charts' modules, NVIDIA's plugin and toolkit, the
-    lab images (NFD's, the DRA driver's and node-problem-detector's builds among them) and
-    the subjects' images."""
+    """The second Go lane: helm and the charts' modules, NVIDIA's plugin, toolkit and
+    mig-parted, the lab images (NFD's, the DRA driver's and node-problem-detector's builds
+    among them) and the subjects' images."""
     p = r.products
     if "helm" in want:
         helm = r.step(
@@ -344,6 +347,12 @@ def _programs(r: Runner, want: set[str], lane: Future[dict[str, str]]) -> None:
         newest = Path(p.nvidia[versions.nvidia_plugin_versions()[0]]).parent
         toolkit = str((newest / "nvidia-container-runtime").resolve().parent)
         r.record(lambda: setattr(p, "toolkit", toolkit))
+        migparted = r.step(
+            f"NVIDIA mig-parted {versions.get('MIG_PARTED_VERSION')} (Go)",
+            lambda: r.script("mig-parted", "mig-parted",
+                             "clusters/infra/scripts/mig-parted.sh").splitlines()[-1],
+        )  # fmt: skip
+        r.record(lambda: setattr(p, "mig_parted", migparted))
     if "lab-images" in want:
         debootstrapped = lane.result()
         r.record(lambda: p.images.update(debootstrapped))

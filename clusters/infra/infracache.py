@@ -6,12 +6,12 @@
 
 An export holds every Docker image infra.json records (one `docker save` tar: the lab
 images share the base image's layers), the product directories the build scripts look for
-before they build (bin/, nvidia-device-plugin/, nvidia-container-toolkit/, nvidia-smi/,
-nvidia-cuda-mps/, dra-driver/, rootfs/, images/, go/mod/: one tar each), infra.json, and
-manifest.json (written last: a directory without it is no export). Images pinned by
-registry digest are not exported: `docker load` cannot give an image back its registry
-digest, so `make infra` pulls them again where a registry answers (GitHub runners) — the
-only thing it does not find.
+before they build (bin/, nvidia-device-plugin/, nvidia-container-toolkit/, mig-parted/,
+nvidia-smi/, nvidia-cuda-mps/, dra-driver/, rootfs/, images/, go/mod/: one tar each),
+infra.json, and manifest.json (written last: a directory without it is no export). Images
+pinned by registry digest are not exported: `docker load` cannot give an image back its
+registry digest, so `make infra` pulls them again where a registry answers (GitHub
+runners) — the only thing it does not find.
 
 Go's module cache goes in always: warm steps read module sources from it (NVIDIA's DRA
 driver, the charts subjects use), so without it they would download. Go's build cache and
@@ -74,6 +74,7 @@ PARTS = (
     Part("bin"),  # kind, helm, Kubernetes, etcd, CoreDNS, crictl, pause, nfd, actionlint
     Part("nvidia-device-plugin"),
     Part("nvidia-container-toolkit"),  # linked from nvidia-device-plugin/<v>/
+    Part("mig-parted"),  # nvidia-mig-parted, nvidia-mig-manager (mig-parted.sh)
     Part("nvidia-smi"),
     Part("nvidia-cuda-mps"),  # the MPS control daemon and server (ci/nvidia-smi.sh)
     Part("dra-driver"),
