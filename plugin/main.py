@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import ctypes
 import logging
 import os
 import select
@@ -36,6 +37,7 @@ from plugin.state import ANY, Device, ResourceState
 
 log = logging.getLogger("gpulab-plugin")
 DEFAULT_DIR = Path("/var/lib/kubelet/device-plugins")
+NVML_SONAME = "libnvidia-ml.so.1"  # what nvidia-ml-py dlopens
 
 
 def gpu_devices(members: list[Gpu | MigDevice], conf: cfg.Config) -> list[Device]:
@@ -121,18 +123,35 @@ class Plugins:
             self.health.stop()
 
 
+def _driver_library() -> Path | None:
+    """libnvidia-ml.so.1 in a directory of $LD_LIBRARY_PATH, where the driver's pod puts it."""
+    for d in filter(None, os.environ.get("LD_LIBRARY_PATH", "").split(":")):
+        if (lib := Path(d) / NVML_SONAME).exists():
+            return lib
+    return None
+
+
 def init_nvml(wait_s: float, stop: threading.Event) -> bool:
     """nvmlInit, waiting up to `wait_s` for the driver's library to appear: a plugin pod
     may start before the driver's. The plugin waits itself rather than behind an init
     container, whose exit the kubelet notices only at its next relist (up to 1 s): that
-    wait came back in every restart of the pod. False when a stop came first."""
+    wait came back in every restart of the pod. False when a stop came first.
+
+    A library that appears later is loaded by its path: glibc remembers a search directory
+    that did not exist at its first dlopen and never looks there again, so NVML's dlopen by
+    name would go on failing; once loaded, that dlopen finds it by its soname."""
     deadline = time.monotonic() + wait_s
-    told = False
+    told = loaded = False
     while True:
         try:
             nv.nvmlInit()
             return True
         except nv.NVMLError_LibraryNotFound:
+            if not loaded and (lib := _driver_library()) is not None:
+                with contextlib.suppress(OSError):  # still being written: the next round
+                    ctypes.CDLL(str(lib))
+                    loaded = True
+                    continue
             if time.monotonic() >= deadline:
                 raise
             if not told:

@@ -87,12 +87,14 @@ def test_it_waits_for_the_driver_library_and_then_serves(
     libnvidia-ml.so.1 itself (the chart has no init container for it) and serves once the
     library is there."""
     node = fake_node(H100x8)
-    lib_dir = tmp_path / "driver-lib"
-    lib_dir.mkdir()
+    # Not even the directory yet, as in a driver root the driver's pod has not filled:
+    # glibc then never searches it again for a dlopen by name (a CI run's chart test).
+    lib_dir = tmp_path / "driver-root" / "lib"
     argv, env = gpulab.command(kubelet.dir, node.path, tmp_path)
     plugin = run_plugin([*argv, "--wait-for-nvml", "30"], {**env, "LD_LIBRARY_PATH": str(lib_dir)})
     plugin.wait_log("No libnvidia-ml.so.1 yet; waiting up to 30s", timeout=30)
     assert plugin.poll() is None
+    lib_dir.mkdir(parents=True)
     (lib_dir / "libnvidia-ml.so.1").symlink_to(library.path())
     assert len(kubelet.wait_devices(R, 8, timeout=30).devices) == 8
 
