@@ -13,22 +13,17 @@ import tempfile
 import time
 from pathlib import Path
 
+from bench.rows import Row, pct
 from fakenvml import inventory, library
 from fakenvml.node import STATE_DIR_ENV, NodeDir
 
 REPO = Path(__file__).resolve().parents[1]
-Row = dict[str, object]
 
 
 def _state(count: int, root: Path) -> NodeDir:
     d = NodeDir(root / f"gpus{count}")
     d.init(inventory.from_dict({"gpus": [{"profile": "H100-SXM5-80GB", "count": count}]}, "bench"))
     return d
-
-
-def _pct(values: list[float], p: float) -> float:
-    values = sorted(values)
-    return values[min(len(values) - 1, round(p / 100 * (len(values) - 1)))]
 
 
 def _waiter(d: NodeDir, expect: int, idle_ms: int) -> subprocess.Popen[str]:
@@ -55,9 +50,9 @@ def delivery_latency(root: Path, events: int = 1000) -> list[Row]:
     seen = [json.loads(line)["t"] for line in out.splitlines()]
     lat = [(t - s) / 1e3 for s, t in zip(injected, seen, strict=True)]
     return [
-        {"metric": "inject -> wait return, p50 (cross-process)", "value": _pct(lat, 50),
+        {"metric": "inject -> wait return, p50 (cross-process)", "value": pct(lat, 50),
          "unit": "us", "aim": ""},
-        {"metric": "inject -> wait return, p99 (cross-process)", "value": _pct(lat, 99),
+        {"metric": "inject -> wait return, p99 (cross-process)", "value": pct(lat, 99),
          "unit": "us", "aim": "<= 1000"},
     ]  # fmt: skip
 
@@ -103,9 +98,9 @@ def cli_latency(root: Path, samples: int = 50) -> list[Row]:
         lat.append((json.loads(waiter.stdout.readline())["t"] - t0) / 1e6)
     waiter.wait(timeout=60)
     return [
-        {"metric": "fakenvml inject spawned -> wait return, p50", "value": _pct(lat, 50),
+        {"metric": "fakenvml inject spawned -> wait return, p50", "value": pct(lat, 50),
          "unit": "ms", "aim": ""},
-        {"metric": "fakenvml inject spawned -> wait return, p99", "value": _pct(lat, 99),
+        {"metric": "fakenvml inject spawned -> wait return, p99", "value": pct(lat, 99),
          "unit": "ms", "aim": "<= 60"},
     ]  # fmt: skip
 

@@ -22,13 +22,13 @@ from pathlib import Path
 
 import grpc
 
+from bench.rows import Row, pct
 from fakenvml import inventory
 from fakenvml.node import NodeDir
 from plugin.api.v1beta1 import HEALTHY
 from standin import Kubelet, gpulab, nvidia
 from standin.process import PluginProcess
 
-Row = dict[str, object]
 Command = Callable[[Path, Path, Path], tuple[list[str], dict[str, str]]]
 
 ALLOCATE_CALLS = 500
@@ -60,16 +60,11 @@ def all_subjects() -> list[Subject]:
     return [*(nvidia_subject(v) for v in nvidia.versions()), gpulab_subject()]
 
 
-def _pct(values: Sequence[float], p: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(p / 100 * (len(ordered) - 1)))]
-
-
 def _latency_rows(name: str, what: str, ms: Sequence[float], aim99: str = "") -> list[Row]:
     label = f"{name}: {what} (n={len(ms)})"
     return [
-        {"metric": f"{label}, p50", "value": _pct(ms, 50), "unit": "ms", "aim": ""},
-        {"metric": f"{label}, p99", "value": _pct(ms, 99), "unit": "ms", "aim": aim99},
+        {"metric": f"{label}, p50", "value": pct(ms, 50), "unit": "ms", "aim": ""},
+        {"metric": f"{label}, p99", "value": pct(ms, 99), "unit": "ms", "aim": aim99},
     ]
 
 

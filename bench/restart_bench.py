@@ -23,7 +23,7 @@ from datetime import datetime
 
 from kubernetes import client, watch
 
-from bench.plugin_bench import Row, _pct
+from bench.rows import Row, pct
 from clusters.labs.lab import Lab
 
 SUBJECTS = ("gpulab", "nvidia")
@@ -87,7 +87,7 @@ def run(subjects: Sequence[str] = SUBJECTS, restarts: int = RESTARTS) -> list[Ro
         for what, took in (("registered", registered), ("allocatable full", back)):
             label = f"{lab.subject.name}: plugin pod deleted -> {what} (seed, n={restarts})"
             rows += [
-                {"metric": f"{label}, p50", "value": _pct(took, 50), "unit": "s", "aim": ""},
+                {"metric": f"{label}, p50", "value": pct(took, 50), "unit": "s", "aim": ""},
                 {"metric": f"{label}, max", "value": max(took), "unit": "s", "aim": ""},
             ]
     return rows

@@ -38,15 +38,11 @@ tmp=$(mktemp -d "$dir/.build.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
 start=$SECONDS
 log "mig-parted $version: downloading $MODULE@$version"
-json=$(go mod download -json "$MODULE@$version") ||
-  die "mig-parted: the Go module proxy does not serve $MODULE@$version:
-  $(sed -n 's/^\s*"Error": "\(.*\)"$/\1/p' <<<"$json" | sed 's/\\n\\t/ /g')"
-src=$(sed -n 's/^\s*"Dir": "\(.*\)",$/\1/p' <<<"$json")
+src=$(moddir "$MODULE@$version") || die "mig-parted: the Go module proxy does not serve $MODULE@$version"
 for p in "${programs[@]}"; do
   [[ ! -x $dir/$p ]] || continue
   log "mig-parted $version: go build ./cmd/$p ($(go env GOVERSION))"
-  (cd "$src" && with_ticker "$p $version" nice -n 10 go build -mod=mod -trimpath \
-    -o "$tmp/$p" "./cmd/$p") || die "mig-parted $version: building $p failed (see above)"
+  (cd "$src" && with_ticker "$p $version" gobuild -mod=mod -o "$tmp/$p" "./cmd/$p") || die "mig-parted $version: building $p failed (see above)"
   mv "$tmp/$p" "$dir/$p"
 done
 install -m 0644 "$src/deployments/systemd/config-default.yaml" "$dir/config-default.yaml"
