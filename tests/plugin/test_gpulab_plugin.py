@@ -59,8 +59,10 @@ def test_a_sighup_while_it_registers_restarts_it(
     started: list[PluginProcess] = []
     kubelet.before_next_answer(lambda _resource: started[0].signal(signal.SIGHUP))
     started.append(run_plugin(*gpulab.command(kubelet.dir, node.path, tmp_path)))
-    res = kubelet.wait_registered(R, count=2, timeout=30)
-    assert len(res.devices) == 8
+    kubelet.wait_registered(R, count=2, timeout=30)
+    # The second Register is answered before its ListAndWatch's first list arrives (a CI
+    # run read the resource in between: 0 devices), so the list is its own wait.
+    assert len(kubelet.wait_devices(R, 8, timeout=30).devices) == 8
     started[0].wait_log('Received signal "SIGHUP", restarting.', timeout=5)
 
 
