@@ -184,9 +184,14 @@ def test_the_mps_daemon_dying(
     pods.wait_running("mps-orphan")
     dead = ask(pods, "mps-orphan", "get_default_active_thread_percentage")
     assert dead[-1].startswith("failed:"), dead
-    restart_daemon(lab, mps)
+    restart_daemon(lab, mps)  # Ready once its daemons answer (the DaemonSet's startup probe)
     daemon_healed["healed"] = True
     share = f"{100 / subject.expects.replicas:.1f}"
-    back = ask(pods, "mps-orphan", "get_default_active_thread_percentage", until=[share])
+    try:
+        back = ask(pods, "mps-orphan", "get_default_active_thread_percentage", until=[share])
+    except PodWaitError as e:
+        # Did the new daemon start (and set its limits), or does the pod not reach it?
+        tail = lab.kube.log_tail(daemon_pod(lab, mps), 15)
+        raise AssertionError(f"{e}\nthe new daemon pod's log:\n" + "\n".join(tail)) from e
     verdict.saw(f"{full}/{full}; daemon pod Running, 0 restarts; new pod: {dead[0]!r}; "
                 f"after its restart: {back[0]}%")  # fmt: skip
