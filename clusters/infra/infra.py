@@ -478,6 +478,7 @@ def _lab_images(r: Runner, p: Products) -> None:
         ("nfd", f"node-feature-discovery {versions.get('NFD_VERSION')} image (Go)", None),
         ("dra", f"NVIDIA DRA driver {versions.get('DRA_DRIVER_VERSION')} image (Go)", None),
         ("npd", f"node-problem-detector {versions.get('NPD_VERSION')} image (Go)", None),
+        ("mig-manager", f"NVIDIA MIG manager {versions.get('MIG_PARTED_VERSION')} image", None),
     ):
         made = r.step(title, lambda w=which, e=env: _image(r, w, e))
         r.record(lambda m=made: p.images.update(m))

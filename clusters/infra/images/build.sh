@@ -254,6 +254,27 @@ image_npd() {
   echo "$tag"
 }
 
+image_mig_manager() {
+  local gpulab dir tag dockerfile
+  gpulab=$(image_gpulab)
+  dir=$("$here/../scripts/mig-parted.sh") || die "images: building NVIDIA's mig-parted failed"
+  # On the gpulab image: its `fakenvml node-view` shows the driver's /proc/modules and PCI
+  # sysfs to the MIG manager and the nvidia-mig-parted it runs (fakenvml/nodeview.py); the
+  # module's default configs are its config file unless a ConfigMap replaces it.
+  dockerfile=$(printf 'FROM %s\nCOPY nvidia-mig-manager nvidia-mig-parted /usr/bin/\nCOPY config-default.yaml /etc/nvidia-mig-manager/config.yaml\n' "$gpulab")
+  tag=gpulab/nvidia-mig-manager:$MIG_PARTED_VERSION-$(inputs_hash "$dockerfile" "$dir/nvidia-mig-manager" "$dir/nvidia-mig-parted" "$dir/config-default.yaml")
+  if ! have "$tag"; then
+    local ctx
+    ctx=$(fresh_tmp "$WORK/mig-manager.ctx")
+    cp "$dir/nvidia-mig-manager" "$dir/nvidia-mig-parted" "$dir/config-default.yaml" "$ctx/"
+    printf '%s\n' "$dockerfile" >"$ctx/Dockerfile"
+    log "images: mig-manager: docker build $tag"
+    docker_build "$tag" "$ctx" /bin/sh -c 'nvidia-mig-manager --version && nvidia-mig-parted --version && python3 -c "import fakenvml.nodeview"' >/dev/null
+    rm -rf "$ctx"
+  fi
+  echo "$tag"
+}
+
 image_dra() {
   local base out dir src tag dockerfile
   base=$(image_base)
@@ -322,7 +343,7 @@ image_bats() {
   echo "$tag"
 }
 
-[[ $# -gt 0 ]] || set -- base gpulab workload nvidia nfd dra bats npd
+[[ $# -gt 0 ]] || set -- base gpulab workload nvidia nfd dra bats npd mig-manager
 for what in "$@"; do
   case $what in
     base) echo "base=$(image_base)" ;;
@@ -334,6 +355,7 @@ for what in "$@"; do
     bats-base) echo "bats-base=$(image_bats_base)" ;;
     bats) echo "bats=$(image_bats)" ;;
     npd) echo "npd=$(image_npd)" ;;
-    *) die "images: unknown image $what (base, gpulab, workload, nvidia, nfd, dra, bats-base, bats, npd)" ;;
+    mig-manager) echo "mig-manager=$(image_mig_manager)" ;;
+    *) die "images: unknown image $what (base, gpulab, workload, nvidia, nfd, dra, bats-base, bats, npd, mig-manager)" ;;
   esac
 done

@@ -6,8 +6,10 @@ source "$(dirname "$0")/lib.sh"
 
 # What a kind node runs besides the Kubernetes binaries: systemd as PID 1, containerd
 # (trixie's, below) and runc, the CNI plugins, and the network tools kubelet and kube-proxy call.
+# dbus: the system bus a GPU node has, which NVIDIA's MIG manager connects to (through the
+# host's /run/dbus/system_bus_socket) to stop and start host GPU clients.
 PACKAGES=(
-  systemd systemd-sysv containerd runc containernetworking-plugins
+  systemd systemd-sysv dbus containerd runc containernetworking-plugins
   iptables nftables iproute2 conntrack ethtool kmod mount util-linux procps
   ca-certificates libseccomp2
 )
