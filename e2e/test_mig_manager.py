@@ -1,17 +1,19 @@
 """NVIDIA's MIG manager changing a node's MIG layout by label, on the `mig-manager` lab (one
-node, two H100s, MIG off), beside NVIDIA's device plugin, both deployed as the GPU Operator
-deploys them (clusters/labs/migmanager.py). Each change goes through the MIG manager alone:
-`nvidia.com/mig.config=<name>` (a config of mig-parted's default file) on the node, then
-the manager pauses the plugin, partitions the GPUs through NVML and sets
-`nvidia.com/mig.config.state`. What each test asserts comes from the node's fake state
-(what NVML was told) and from the node's capacity (what the restarted plugin serves).
+node, two H100s, MIG off), beside NVIDIA's device plugin and GFD, all deployed as the GPU
+Operator deploys them (clusters/labs/migmanager.py), once per MIG strategy. Each change goes
+through the MIG manager alone: `nvidia.com/mig.config=<name>` (a config of mig-parted's
+default file) on the node, then the manager pauses the plugin and GFD, partitions the GPUs
+through NVML and sets `nvidia.com/mig.config.state`. What each test asserts comes from the
+node's fake state (what NVML was told), its allocatable (what the restarted plugin serves)
+and its labels (what the restarted GFD wrote).
 """
 
 from __future__ import annotations
 
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
+from typing import TypeVar
 
 import pytest
 
@@ -32,22 +34,30 @@ LAYOUTS = {
     "all-1g.10gb": Counter({"1g.10gb": 7}),
     "all-balanced": Counter({"1g.10gb": 2, "2g.20gb": 1, "3g.40gb": 1}),
 }
+OFF = [(False, Counter())] * GPUS
+STRATEGY_LABEL = "nvidia.com/mig.strategy"
+T = TypeVar("T")
+
+
+@pytest.fixture(scope="module", params=["mixed", "single"])
+def strategy(request: pytest.FixtureRequest) -> str:
+    return request.param
 
 
 @lab_fixture(LAB.name, scope="module")
-def managed(labs: Callable[..., Lab]) -> Iterator[Lab]:
-    """The lab with the MIG manager and the plugin up, MIG off; removed afterwards, the
-    GPUs back to MIG off."""
+def managed(labs: Callable[..., Lab], strategy: str) -> Iterator[Lab]:
+    """The lab with the MIG manager, the plugin and GFD up (MIG strategy `strategy`), MIG
+    off; removed afterwards, the GPUs back to MIG off."""
     lab = labs(LAB.name)
     image = built.require(["mig-manager"], lab.lab.kubernetes).images["mig-manager"]
     lab.host.load([image], [NODE])
-    migmanager.deploy(lab.kube, {**lab.images, "mig-manager": image}, NODE)
+    migmanager.deploy(lab.ctx, NODE, image, strategy)
     yield lab
     try:
-        if layout(lab) != [(False, Counter())] * GPUS:
+        if layout(lab) != OFF:
             change(lab, migmanager.DISABLED)
     finally:
-        migmanager.remove(lab.kube, NODE)
+        migmanager.remove(lab.ctx, NODE)
 
 
 def change(lab: Lab, config: str) -> float:
@@ -56,7 +66,7 @@ def change(lab: Lab, config: str) -> float:
     through it, where a node's legacy runtime (libnvidia-container, not built here) asks
     the driver; the MIG manager itself writes only the management spec."""
     t0 = time.monotonic()
-    migmanager.reconfigure(lab.kube, NODE, config)
+    migmanager.reconfigure(lab.ctx, NODE, config)
     took = time.monotonic() - t0
     toolkit.refresh(lab.ctx)
     return took
@@ -76,96 +86,160 @@ def served(lab: Lab) -> dict[str, int]:
     return {k: v for k, v in got.items() if v}
 
 
-def wait_served(lab: Lab, want: dict[str, int], deadline_s: float = 120) -> dict[str, int]:
-    """Until the node's allocatable is `want` (the restarted plugin registered)."""
+def labels(lab: Lab, keys: dict[str, str]) -> dict[str, str | None]:
+    found = lab.core.read_node(NODE).metadata.labels or {}
+    return {k: found.get(k) for k in keys}
+
+
+def wait_for(what: Callable[[], T], want: T, deadline_s: float = 120) -> T:
+    """what() until it is `want` (a restarted plugin registering, GFD's first pass
+    reaching the labels), or the deadline: the last value."""
     end = time.monotonic() + deadline_s
-    while (got := served(lab)) != want and time.monotonic() < end:
+    while (got := what()) != want and time.monotonic() < end:
         time.sleep(0.5)
     return got
 
 
-def plugin_pod(lab: Lab) -> str:
-    found = lab.kube.pods(migmanager.NAMESPACE, f"app={migmanager.PLUGIN_APP}", NODE)
-    assert len(found) == 1, f"{migmanager.PLUGIN_APP} pods on {NODE}: {len(found)}"
-    return found[0].metadata.uid
+def operand_pods(lab: Lab) -> dict[str, str]:
+    """The plugin's and GFD's pod on NODE, by the operator's app label: their uids."""
+    found = {}
+    for app in migmanager.OPERANDS:
+        pods = lab.kube.pods(migmanager.NAMESPACE, f"app={app}", NODE)
+        assert len(pods) == 1, f"{app} pods on {NODE}: {len(pods)}"
+        found[app] = pods[0].metadata.uid
+    return found
 
 
-def resources(instances: Counter[str]) -> dict[str, int]:
-    """What NVIDIA's plugin serves for this layout on every GPU (mixed strategy)."""
-    return {f"nvidia.com/mig-{p}": n * GPUS for p, n in instances.items()}
+def expected(instances: Counter[str], strategy: str) -> tuple[dict[str, int], dict[str, str]]:
+    """What NVIDIA's plugin serves and GFD labels for this layout on every GPU: mixed, a
+    resource and a count label per profile; single, nvidia.com/gpu and gpu.count as the
+    number of MIG devices."""
+    if strategy == "mixed":
+        res = {f"nvidia.com/mig-{p}": n * GPUS for p, n in instances.items()}
+        return res, {**{f"{r}.count": str(n) for r, n in res.items()}, STRATEGY_LABEL: strategy}
+    total = sum(instances.values()) * GPUS
+    return {"nvidia.com/gpu": total}, {"nvidia.com/gpu.count": str(total),
+                                      STRATEGY_LABEL: strategy}  # fmt: skip
 
 
-@pytest.mark.parametrize("config", list(LAYOUTS))
-def test_a_layout_by_label(managed: Lab, config: str, verdict: Verdict) -> None:
-    """The label set, the state `success`; every GPU in MIG mode with the config's
-    instances (the fake state: what mig-parted told NVML), the plugin pod replaced (the
-    manager paused it) and each profile allocatable, nvidia.com/gpu gone."""
-    want = resources(LAYOUTS[config])
-    verdict.expect(f"success; {GPUS} GPUs {dict(LAYOUTS[config])}; " + ", ".join(
-        f"{k} {v}" for k, v in sorted(want.items())))  # fmt: skip
-    before = plugin_pod(managed)
-    took = change(managed, config)
-    assert layout(managed) == [(True, LAYOUTS[config])] * GPUS
-    assert plugin_pod(managed) != before, "the MIG manager did not restart the plugin"
-    got = wait_served(managed, want)
-    verdict.saw(f"success in {took:.1f}s; " + ", ".join(f"{k} {v}" for k, v in sorted(got.items())))
-    assert got == want
+def words(resources: Mapping[str, object]) -> str:
+    return ", ".join(f"{k} {v}" for k, v in sorted(resources.items()))
 
 
-def test_a_pod_gets_a_slice_of_the_new_layout(managed: Lab, verdict: Verdict) -> None:
-    """After all-1g.10gb, a pod asking for nvidia.com/mig-1g.10gb runs with one MIG
+def layouts_for(strategy: str) -> list[str]:
+    # single: one profile on every GPU (NVIDIA's plugin refuses a mixed layout with it)
+    return [c for c, i in LAYOUTS.items() if strategy == "mixed" or len(i) == 1]
+
+
+def test_layouts_by_label(managed: Lab, strategy: str, verdict: Verdict) -> None:
+    """Each layout: the label set, the state `success`; every GPU in MIG mode with the
+    config's instances (the fake state: what mig-parted told NVML), the plugin's and GFD's
+    pods replaced (the manager paused them), what the plugin serves and GFD's labels the
+    layout's, nvidia.com/gpu gone (mixed) or counting MIG devices (single)."""
+    configs = layouts_for(strategy)
+    verdict.expect(
+        f"{strategy}: "
+        + "; ".join(f"{c} success, " + words(expected(LAYOUTS[c], strategy)[0]) for c in configs)
+    )
+    saw = []
+    for config in configs:
+        want, want_labels = expected(LAYOUTS[config], strategy)
+        before = operand_pods(managed)
+        took = change(managed, config)
+        assert layout(managed) == [(True, LAYOUTS[config])] * GPUS, config
+        after = operand_pods(managed)
+        assert all(after[a] != before[a] for a in before), f"{config}: not restarted: {after}"
+        got = wait_for(lambda: served(managed), want)
+        got_labels = wait_for(lambda w=want_labels: labels(managed, w), want_labels)
+        saw.append(f"{config} success in {took:.1f}s, {words(got)}")
+        assert got == want, config
+        assert got_labels == want_labels, config
+    verdict.saw(f"{strategy}: " + "; ".join(saw))
+
+
+def test_a_pod_gets_a_slice_of_the_new_layout(managed: Lab, strategy: str,
+                                              verdict: Verdict) -> None:  # fmt: skip
+    """After all-1g.10gb, a pod asking for one of what the plugin serves runs with one MIG
     device of the node's state in its env."""
-    resource = "nvidia.com/mig-1g.10gb"
     if layout(managed) != [(True, LAYOUTS["all-1g.10gb"])] * GPUS:
         change(managed, "all-1g.10gb")
-    wait_served(managed, resources(LAYOUTS["all-1g.10gb"]))
+    want = expected(LAYOUTS["all-1g.10gb"], strategy)[0]
+    wait_for(lambda: served(managed), want)
+    (resource,) = want
     slices = {d.uuid for d in mig.devices(managed.fake_gpus(NODE))}
-    verdict.expect(f"1 of the {len(slices)} MIG UUIDs in {DEVICE_ENV}")
+    verdict.expect(f"{resource}: 1 of the {len(slices)} MIG UUIDs in {DEVICE_ENV}")
     managed.ensure_namespace(NAMESPACE)
     pods = Pods(managed.core, NAMESPACE, managed.images["workload"], resource)
     pods.delete_all()
     try:
         pods.create(pods.gpu_pod("mig-slice", 1, NODE))
         pods.wait_running("mig-slice")
-        got = pods.env("mig-slice").get(DEVICE_ENV, "")
-        verdict.saw(f"{DEVICE_ENV}={got}")
-        assert got.split(",") and set(got.split(",")) <= slices and len(got.split(",")) == 1
+        got = pods.env("mig-slice").get(DEVICE_ENV, "").split(",")
+        verdict.saw(f"{DEVICE_ENV}={','.join(got)}")
+        assert len(got) == 1 and got[0] in slices, got
     finally:
         pods.delete_all()
 
 
-def test_back_to_mig_off(managed: Lab, verdict: Verdict) -> None:
+def test_back_to_mig_off(managed: Lab, strategy: str, verdict: Verdict) -> None:
     """all-disabled: MIG mode off on every GPU, no instance left, nvidia.com/gpu served
-    again and no MIG resource allocatable."""
-    if layout(managed) == [(False, Counter())] * GPUS:
+    again (whole GPUs) and no MIG resource allocatable."""
+    if layout(managed) == OFF:
         change(managed, "all-1g.10gb")
     verdict.expect(f"MIG off; nvidia.com/gpu {GPUS}")
     change(managed, migmanager.DISABLED)
-    assert layout(managed) == [(False, Counter())] * GPUS
-    got = wait_served(managed, {"nvidia.com/gpu": GPUS})
-    verdict.saw(", ".join(f"{k} {v}" for k, v in sorted(got.items())))
+    assert layout(managed) == OFF
+    got = wait_for(lambda: served(managed), {"nvidia.com/gpu": GPUS})
+    verdict.saw(words(got))
     assert got == {"nvidia.com/gpu": GPUS}
 
 
-def test_a_config_the_file_lacks_fails_and_changes_nothing(managed: Lab, verdict: Verdict) -> None:
+# What follows does not depend on the plugin's MIG strategy: asked once.
+@pytest.mark.parametrize("strategy", ["mixed"], indirect=True)
+def test_time_slicing_by_the_plugin_config_label(managed: Lab, verdict: Verdict) -> None:
+    """MIG off, `nvidia.com/device-plugin.config=ts-4` on the node: NVIDIA's config manager
+    writes that config and sends the plugin SIGHUP, and the node serves every GPU 4 times
+    from the same plugin pod (no restart); `default` back: each GPU once."""
+    if layout(managed) != OFF:
+        change(managed, migmanager.DISABLED)
+    replicas = migmanager.TIME_SLICED["ts-4"]
+    verdict.expect(f"ts-4: nvidia.com/gpu {GPUS * replicas}, same pod; default: {GPUS}")
+    (pod,) = managed.kube.pods(migmanager.NAMESPACE, f"app={migmanager.PLUGIN}", NODE)
+    try:
+        managed.kube.label_node(NODE, {migmanager.CONFIG_LABEL_PLUGIN: "ts-4"})
+        sliced = wait_for(lambda: served(managed), {"nvidia.com/gpu": GPUS * replicas})
+        (after,) = managed.kube.pods(migmanager.NAMESPACE, f"app={migmanager.PLUGIN}", NODE)
+        restarts = sum(c.restart_count for c in after.status.container_statuses or [])
+    finally:
+        managed.kube.label_node(NODE, {migmanager.CONFIG_LABEL_PLUGIN: None})
+    back = wait_for(lambda: served(managed), {"nvidia.com/gpu": GPUS})
+    verdict.saw(f"ts-4: {words(sliced)}, {restarts} restarts; default: {words(back)}")
+    assert sliced == {"nvidia.com/gpu": GPUS * replicas}
+    assert (after.metadata.uid, restarts) == (pod.metadata.uid, 0)
+    assert back == {"nvidia.com/gpu": GPUS}
+
+
+# The MIG manager's answers do not depend on it either.
+@pytest.mark.parametrize("strategy", ["mixed"], indirect=True)
+def test_a_config_the_file_lacks_fails_and_changes_nothing(managed: Lab,
+                                                           verdict: Verdict) -> None:  # fmt: skip
     """A config name its file does not have: state `failed` (its `assert --valid-config`
     refuses it), the layout as it was, the plugin's deploy label still `true` and the plugin
     serving what it served."""
     before, serving = layout(managed), served(managed)
     verdict.expect("failed; layout, deploy label and allocatable unchanged")
-    managed.kube.label_node(NODE, {migmanager.STATE_LABEL: None})
-    managed.kube.label_node(NODE, {migmanager.CONFIG_LABEL: "no-such-config"})
-    migmanager.wait_state(managed.kube, NODE, "failed", 120)
-    deploy = managed.core.read_node(NODE).metadata.labels.get(migmanager.DEPLOY_LABELS[0])
-    got = wait_served(managed, serving, 30)
-    verdict.saw(f"failed; {migmanager.DEPLOY_LABELS[0]}={deploy}; "
-                + ", ".join(f"{k} {v}" for k, v in sorted(got.items())))  # fmt: skip
+    migmanager.label(managed.ctx, NODE, "no-such-config")
+    migmanager.wait_state(managed.ctx, NODE, "failed", 120)
+    deploy = labels(managed, {migmanager.OPERANDS[migmanager.PLUGIN]: ""})
+    got = wait_for(lambda: served(managed), serving, 30)
+    verdict.saw(f"failed; {deploy}; {words(got)}")
     assert layout(managed) == before
-    assert deploy == "true"
+    assert set(deploy.values()) == {"true"}
     assert got == serving
 
 
-def test_a_profile_the_gpu_lacks_is_reported_as_success(managed: Lab, verdict: Verdict) -> None:
+@pytest.mark.parametrize("strategy", ["mixed"], indirect=True)
+def test_a_profile_the_gpus_lack_is_reported_as_success(managed: Lab, verdict: Verdict) -> None:
     """all-3g.71gb (an H200's profile, `devices: all` in the file) on H100s: NVIDIA's
     v0.13.1 says `success` with MIG mode on and no instance on any GPU, so nothing is
     served. mig-parted drops a layout whose profile no GPU of the node has
@@ -175,8 +249,8 @@ def test_a_profile_the_gpu_lacks_is_reported_as_success(managed: Lab, verdict: V
     verdict.expect("success; MIG on, no instance; nothing allocatable")
     # No CDI spec to make: with no GPU and no MIG device, `nvidia-ctk cdi generate` refuses
     # ("empty device edits"), and there is nothing a pod could get.
-    migmanager.reconfigure(managed.kube, NODE, "all-3g.71gb")
-    got = wait_served(managed, {})
+    migmanager.reconfigure(managed.ctx, NODE, "all-3g.71gb")
+    got = wait_for(lambda: served(managed), {})
     verdict.saw(f"success; {layout(managed)}; {got or 'nothing allocatable'}")
     assert layout(managed) == [(True, Counter())] * GPUS
     assert got == {}

@@ -1,14 +1,16 @@
-"""NVIDIA's MIG manager on a lab's GPU node, with NVIDIA's device plugin beside it, both as the
-GPU Operator deploys them (its namespace, its node labels), so that a MIG layout is changed
-the way platform teams change it: `nvidia.com/mig.config=<name>` on the node.
+"""NVIDIA's MIG manager on a lab's GPU node, with NVIDIA's device plugin and GFD beside it,
+all three as the GPU Operator deploys them (its namespace, its pod labels, its node labels),
+so that a MIG layout is changed the way platform teams change it:
+`nvidia.com/mig.config=<name>` on the node.
 
 The MIG manager (clusters/charts/manifests/mig-manager.yaml) pauses the node's GPU clients
 through their `nvidia.com/gpu.deploy.*` labels, waits for their pods to go, applies the
 layout with nvidia-mig-parted through NVML (fakenvml's state), brings the clients back and
 sets `nvidia.com/mig.config.state`. The device plugin is the `nvidia-mig` subject's
-DaemonSet (NVIDIA's plugin, mixed strategy, with the driver's MIG capabilities) given the
-operator's pod label and node selector, so the pause takes it off the node and the new
-plugin pod serves the new layout.
+DaemonSet (NVIDIA's plugin with the driver's MIG capabilities) and GFD the lab's GFD
+DaemonSet (clusters/labs/features.py), both with the MIG strategy asked for and given the
+operator's namespace, pod label and node selector: the pause takes them off the node, and
+their new pods serve and label the new layout.
 
 Without the operator, the node labels it would set are set here: the deploy labels `true`
 and `nvidia.com/mig.config=all-disabled` (the operator's default for MIG-capable nodes).
@@ -16,38 +18,131 @@ and `nvidia.com/mig.config=all-disabled` (the operator's default for MIG-capable
 
 from __future__ import annotations
 
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
 from clusters import steps
-from clusters.kube import Kube
-from clusters.labs import kindconfig
+from clusters.labs import features, kindconfig
+from clusters.labs.context import Context
 from clusters.subjects import subject
 
 NAMESPACE = "gpu-operator"  # the operator's documented namespace
 CONFIG_LABEL = "nvidia.com/mig.config"
 STATE_LABEL = "nvidia.com/mig.config.state"
-DEPLOY_LABELS = ("nvidia.com/gpu.deploy.device-plugin", "nvidia.com/gpu.deploy.mig-manager")
-# The operands the MIG manager pauses and brings back (it sets each to `true` if unset).
+MANAGER = "nvidia-mig-manager"
+# The operands the MIG manager pauses and brings back (it sets each to `true` if unset),
+# and the one that deploys it.
 PAUSED_LABELS = tuple(f"nvidia.com/gpu.deploy.{o}" for o in (
     "device-plugin", "gpu-feature-discovery", "dcgm-exporter", "dcgm", "nvsm"))  # fmt: skip
-PLUGIN_APP = "nvidia-device-plugin-daemonset"  # what the MIG manager waits to see go
+MANAGER_LABEL = "nvidia.com/gpu.deploy.mig-manager"
+# The operator's pod label of each operand the suite runs (what the MIG manager waits to
+# see go), and the deploy label that puts it on a node.
+OPERANDS = {
+    "nvidia-device-plugin-daemonset": "nvidia.com/gpu.deploy.device-plugin",
+    "gpu-feature-discovery": "nvidia.com/gpu.deploy.gpu-feature-discovery",
+}
+PLUGIN, GFD = OPERANDS
 PLUGIN_SUBJECT = "nvidia-mig"
 DISABLED = "all-disabled"
+NODE_FEATURES = ("nfd.k8s-sigs.io", "v1alpha1", "nodefeatures")
 
 
-def plugin_docs(images: dict[str, str]) -> list[dict]:
-    """The nvidia-mig subject's DaemonSet (its newest version) as the operator's
-    device-plugin operand: its namespace, its `app` label, on nodes whose deploy label is
-    `true`."""
-    s = subject.load(PLUGIN_SUBJECT)
-    docs = s.render({"GPULAB_IMAGE": images["gpulab"],
-                     "SUBJECT_IMAGE": images[f"nvidia-{s.version}"]})  # fmt: skip
+def as_operand(docs: list[dict], app: str) -> list[dict]:
+    """Manifests moved into the operator's namespace, their DaemonSet named and its pods
+    labelled `app` (the operator's names) on nodes whose deploy label is `true`."""
     for d in docs:
-        d["metadata"]["namespace"] = NAMESPACE
+        if d["kind"] not in ("ClusterRole", "ClusterRoleBinding"):
+            d["metadata"]["namespace"] = NAMESPACE
+        for s in d.get("subjects", []):
+            s["namespace"] = NAMESPACE
         if d["kind"] == "DaemonSet":
-            d["metadata"]["name"] = PLUGIN_APP
+            d["metadata"]["name"] = app
             pod = d["spec"]["template"]
-            pod["metadata"]["labels"]["app"] = PLUGIN_APP
-            pod["spec"]["nodeSelector"] = {DEPLOY_LABELS[0]: "true"}
+            pod["metadata"]["labels"]["app"] = app
+            pod["spec"]["nodeSelector"] = {OPERANDS[app]: "true"}
     return docs
+
+
+def operand_docs(ctx: Context, strategy: str) -> list[dict]:
+    """The device plugin (the nvidia-mig subject's DaemonSet, its newest version, with the
+    config manager) and GFD, with MIG strategy `strategy`, as the operator's operands."""
+    s = subject.load(PLUGIN_SUBJECT)
+    image = ctx.images[f"nvidia-{s.version}"]
+    plugin = s.render({"GPULAB_IMAGE": ctx.images["gpulab"], "SUBJECT_IMAGE": image})
+    for d in plugin:
+        if d["kind"] == "DaemonSet":
+            c = d["spec"]["template"]["spec"]["containers"][0]
+            c["env"] = [e for e in c["env"] if e["name"] != "MIG_STRATEGY"]
+            c["env"].append({"name": "MIG_STRATEGY", "value": strategy})
+            with_config_manager(d["spec"]["template"]["spec"], image)
+    return (as_operand(plugin, PLUGIN) + config_manager_docs()
+            + as_operand(features.gfd_docs(ctx, strategy), GFD))  # fmt: skip
+
+
+# The device plugin's configs, by name (the operator's devicePlugin.config: a ConfigMap of
+# plugin configs, one picked per node by the nvidia.com/device-plugin.config label). The
+# MIG strategy stays the plugin's env (a flag set by env overrides the file's).
+CONFIG_MAP = "device-plugin-configs"
+CONFIG_LABEL_PLUGIN = "nvidia.com/device-plugin.config"
+DEFAULT_PLUGIN_CONFIG = "default"
+TIME_SLICED = {"ts-4": 4}
+PLUGIN_CONFIGS = {
+    DEFAULT_PLUGIN_CONFIG: "version: v1\n",
+    **{name: ("version: v1\nsharing:\n  timeSlicing:\n    resources:\n"
+              f"      - name: nvidia.com/gpu\n        replicas: {n}\n")
+       for name, n in TIME_SLICED.items()},
+}  # fmt: skip
+
+
+def config_manager_docs() -> list[dict]:
+    """The configs' ConfigMap, and what the config manager may read: its node's labels."""
+    sa = {"kind": "ServiceAccount", "name": "nvidia-device-plugin", "namespace": NAMESPACE}
+    role = "gpulab-nvidia-device-plugin-config-manager"
+    return [
+        {"apiVersion": "v1", "kind": "ConfigMap",
+         "metadata": {"name": CONFIG_MAP, "namespace": NAMESPACE}, "data": PLUGIN_CONFIGS},
+        {"apiVersion": "v1", "kind": "ServiceAccount",
+         "metadata": {"name": sa["name"], "namespace": NAMESPACE}},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+         "metadata": {"name": role},
+         "rules": [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "watch"]}]},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+         "metadata": {"name": role}, "subjects": [sa],
+         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role}},
+    ]  # fmt: skip
+
+
+def with_config_manager(pod: dict, image: str) -> None:
+    """The pod given NVIDIA's config manager as the operator gives it
+    (assets/state-device-plugin): an init container that writes the config the node's
+    label names (ONESHOT), a sidecar that writes it again when the label changes and sends
+    the plugin SIGHUP (a shared process namespace), the plugin reading /config/config.yaml."""
+
+    def manager(name: str, oneshot: bool) -> dict:
+        env = {"ONESHOT": str(oneshot).lower(), "KUBECONFIG": "",
+               "NODE_LABEL": CONFIG_LABEL_PLUGIN, "CONFIG_FILE_SRCDIR": "/available-configs",
+               "CONFIG_FILE_DST": "/config/config.yaml", "DEFAULT_CONFIG": DEFAULT_PLUGIN_CONFIG,
+               "SEND_SIGNAL": str(not oneshot).lower(), "SIGNAL": "" if oneshot else "1",
+               "PROCESS_TO_SIGNAL": "" if oneshot else "nvidia-device-plugin"}  # fmt: skip
+        return {"name": name, "image": image, "imagePullPolicy": "IfNotPresent",
+                "command": ["config-manager"], "securityContext": {"privileged": True},
+                "env": [{"name": "NODE_NAME",
+                         "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
+                        *({"name": k, "value": v} for k, v in env.items())],
+                "volumeMounts": [{"name": "available-configs", "mountPath": "/available-configs"},
+                                 {"name": "config", "mountPath": "/config"}]}  # fmt: skip
+
+    pod["serviceAccountName"] = "nvidia-device-plugin"
+    pod["shareProcessNamespace"] = True
+    pod.setdefault("initContainers", []).append(manager("config-manager-init", True))
+    plugin = pod["containers"][0]
+    plugin["env"].append({"name": "CONFIG_FILE", "value": "/config/config.yaml"})
+    # The config manager links /config/config.yaml to the chosen file: both are mounted.
+    plugin["volumeMounts"] += [{"name": "available-configs", "mountPath": "/available-configs"},
+                               {"name": "config", "mountPath": "/config"}]  # fmt: skip
+    pod["containers"].append(manager("config-manager", False))
+    pod["volumes"] += [{"name": "available-configs", "configMap": {"name": CONFIG_MAP}},
+                       {"name": "config", "emptyDir": {}}]  # fmt: skip
 
 
 def manager_docs(image: str) -> list[dict]:
@@ -56,24 +151,22 @@ def manager_docs(image: str) -> list[dict]:
         "${STATE_DIR}": kindconfig.NODE_STATE_DIR})  # fmt: skip
 
 
-def deploy(kube: Kube, images: dict[str, str], node: str, deadline_s: float = 180) -> None:
-    """Both operands on `node`, its layout `all-disabled` and the MIG manager's state
-    `success`."""
+def deploy(ctx: Context, node: str, image: str, strategy: str, deadline_s: float = 180) -> None:
+    """The MIG manager (`image`), the plugin and GFD on `node`, its layout `all-disabled`
+    and the MIG manager's state `success`."""
+    kube = ctx.kube
     kube.ensure_namespace(NAMESPACE)
-    kube.label_node(node, {**dict.fromkeys(DEPLOY_LABELS, "true"), CONFIG_LABEL: DISABLED,
-                           STATE_LABEL: None})  # fmt: skip
-    for doc in plugin_docs(images) + manager_docs(images["mig-manager"]):
+    kube.label_node(node, {**dict.fromkeys(OPERANDS.values(), "true"), MANAGER_LABEL: "true",
+                           CONFIG_LABEL: DISABLED, STATE_LABEL: None})  # fmt: skip
+    for doc in operand_docs(ctx, strategy) + manager_docs(image):
         kube.apply(doc, namespace=NAMESPACE)
-    kube.wait_daemonset("nvidia-mig-manager", NAMESPACE, deadline_s)
-    wait_state(kube, node, "success", deadline_s)
-    kube.wait_daemonset(PLUGIN_APP, NAMESPACE, deadline_s)
+    kube.wait_daemonset(MANAGER, NAMESPACE, deadline_s)
+    wait_state(ctx, node, "success", deadline_s)
+    for app in OPERANDS:
+        kube.wait_daemonset(app, NAMESPACE, deadline_s)
 
 
-def state(kube: Kube, node: str) -> str | None:
-    return (kube.core.read_node(node).metadata.labels or {}).get(STATE_LABEL)
-
-
-def wait_state(kube: Kube, node: str, want: str, deadline_s: float) -> None:
+def wait_state(ctx: Context, node: str, want: str, deadline_s: float) -> None:
     """Until the node's nvidia.com/mig.config.state is `want`; a `failed` state when
     `want` is not ends the wait at once."""
 
@@ -84,22 +177,37 @@ def wait_state(kube: Kube, node: str, want: str, deadline_s: float) -> None:
             raise steps.StepError(f"{node}: {STATE_LABEL}=failed (the MIG manager's log says why)")
         return got == want, f"{STATE_LABEL}={got}"
 
-    kube.watch_until(f"{node}'s {STATE_LABEL}={want}", kube.core.list_node, reached,
-                     deadline_s, field_selector=f"metadata.name={node}")  # fmt: skip
+    ctx.kube.watch_until(f"{node}'s {STATE_LABEL}={want}", ctx.kube.core.list_node, reached,
+                         deadline_s, field_selector=f"metadata.name={node}")  # fmt: skip
 
 
-def reconfigure(kube: Kube, node: str, config: str, deadline_s: float = 300) -> None:
-    """`nvidia.com/mig.config=<config>` on the node, and the MIG manager done with it
-    (state `success`; `failed` raises). The state label is taken off first, so a
-    `success` left by the last change is not read as this one's."""
-    kube.label_node(node, {STATE_LABEL: None})
-    kube.label_node(node, {CONFIG_LABEL: config})
-    wait_state(kube, node, "success", deadline_s)
+def label(ctx: Context, node: str, config: str) -> None:
+    """`nvidia.com/mig.config=<config>` on the node, its state label taken off first so a
+    state left by the last change is not read as this one's."""
+    ctx.kube.label_node(node, {STATE_LABEL: None})
+    ctx.kube.label_node(node, {CONFIG_LABEL: config})
 
 
-def remove(kube: Kube, node: str) -> None:
-    """Both DaemonSets gone and the node's labels taken off."""
-    kube.delete_daemonset("nvidia-mig-manager", NAMESPACE)
-    kube.delete_daemonset(PLUGIN_APP, NAMESPACE)
-    kube.label_node(node, {**dict.fromkeys(DEPLOY_LABELS + PAUSED_LABELS), CONFIG_LABEL: None,
-                           STATE_LABEL: None})  # fmt: skip
+def reconfigure(ctx: Context, node: str, config: str, deadline_s: float = 300) -> None:
+    """The label set and the MIG manager done with it (`success`; `failed` raises)."""
+    label(ctx, node, config)
+    wait_state(ctx, node, "success", deadline_s)
+
+
+def remove(ctx: Context, node: str) -> None:
+    """The DaemonSets gone, GFD's NodeFeature objects deleted (nfd-master then takes their
+    labels off) and the node's operator labels taken off."""
+    kube = ctx.kube
+    for name in (MANAGER, *OPERANDS):
+        kube.delete_daemonset(name, NAMESPACE)
+    group, version, plural = NODE_FEATURES
+    custom = client.CustomObjectsApi(kube.api)
+    for f in custom.list_namespaced_custom_object(group, version, NAMESPACE, plural)["items"]:
+        try:
+            custom.delete_namespaced_custom_object(group, version, NAMESPACE, plural,
+                                                   f["metadata"]["name"])  # fmt: skip
+        except ApiException as e:
+            if e.status != 404:  # gone with its pod (GFD makes the pod its owner)
+                raise
+    kube.label_node(node, {**dict.fromkeys((*PAUSED_LABELS, MANAGER_LABEL)), CONFIG_LABEL: None,
+                           STATE_LABEL: None, CONFIG_LABEL_PLUGIN: None})  # fmt: skip

@@ -186,26 +186,29 @@ image_nvidia() {
     version=$(basename "$(dirname "$bin")")
     local tag
     local ctk=${bin%/*}/nvidia-ctk gfd=${bin%/*}/gpu-feature-discovery mps=${bin%/*}/mps-control-daemon
+    local cm=${bin%/*}/config-manager
     [[ -x $gfd ]] || gfd=  # a release whose GFD the proxy cannot build (nvidia-plugin.sh)
     # NVIDIA's own Dockerfile (deployments/container) sets this env: on a node whose
     # containerd runs the NVIDIA Container Toolkit, the runtime sees NVIDIA_VISIBLE_DEVICES
     # and injects every GPU and the driver's library, as NVIDIA's chart expects.
     local env='NVIDIA_DISABLE_REQUIRE=true NVIDIA_VISIBLE_DEVICES=all NVIDIA_DRIVER_CAPABILITIES=compute,utility'
-    tag=gpulab/nvidia-device-plugin:$version-$(inputs_hash "$base" "$bin" "$ctk" "$mps" ${gfd:+"$gfd"} "$env")
+    tag=gpulab/nvidia-device-plugin:$version-$(inputs_hash "$base" "$bin" "$ctk" "$mps" "$cm" ${gfd:+"$gfd"} "$env")
     if ! have "$tag"; then
       local ctx
       ctx=$(fresh_tmp "$WORK/nvidia.ctx")
       cp "$bin" "$ctx/nvidia-device-plugin"
       cp "$ctk" "$ctx/nvidia-ctk"
       cp "$mps" "$ctx/mps-control-daemon"
-      local bins="nvidia-device-plugin nvidia-ctk mps-control-daemon"
+      cp "$cm" "$ctx/config-manager"
+      local bins="nvidia-device-plugin nvidia-ctk mps-control-daemon config-manager"
       if [[ -n $gfd ]]; then
         cp "$gfd" "$ctx/gpu-feature-discovery"
         bins+=" gpu-feature-discovery"
       fi
       # nvidia-ctk rides along so the CDI subjects can install it on the node (its hook);
       # gpu-feature-discovery is the same release's label writer and mps-control-daemon its
-      # MPS control daemon (one image, three commands, as NVIDIA's image has them).
+      # MPS control daemon and config-manager its config sidecar (one image, its commands,
+      # as NVIDIA's image has them).
       printf 'FROM %s\nCOPY %s /usr/bin/\nENV %s\nENTRYPOINT ["/usr/bin/nvidia-device-plugin"]\n' \
         "$base" "$bins" "$env" >"$ctx/Dockerfile"
       log "images: nvidia: docker build $tag"

@@ -17,7 +17,8 @@
 # without them. And gpu-feature-discovery (cmd/gpu-feature-discovery, the same module and version: GFD
 # ships from this repository since v0.15), which writes the nvidia.com/* node labels, and
 # mps-control-daemon (cmd/mps-control-daemon), which runs NVIDIA's MPS control daemon for
-# the plugin's sharing.mps config.
+# the plugin's sharing.mps config, and config-manager (cmd/config-manager), the sidecar that
+# picks the plugin's config by node label.
 # Idempotent: a version whose binary exists is not rebuilt. Progress goes to stderr and
 # the binary paths to stdout, so `BIN=$(clusters/infra/scripts/nvidia-plugin.sh v0.17.4)` works.
 #
@@ -65,12 +66,12 @@ module_source() {
 build() {
   local version=$1 dir=$GPULAB_CACHE/nvidia-device-plugin/$1
   local bin=$dir/nvidia-device-plugin
-  local gfd=$dir/gpu-feature-discovery mps=$dir/mps-control-daemon
+  local gfd=$dir/gpu-feature-discovery mps=$dir/mps-control-daemon cm=$dir/config-manager
   local toolkit=(nvidia-ctk) cmd
   [[ $version != "${VERSIONS[0]}" ]] || toolkit+=(nvidia-container-runtime nvidia-cdi-hook)
   local missing=0
   for cmd in "${toolkit[@]}"; do [[ -x $dir/$cmd ]] || missing=1; done
-  if [[ -x $bin && -x $mps && $missing == 0 && (-x $gfd || -f $gfd.refused) ]]; then
+  if [[ -x $bin && -x $mps && -x $cm && $missing == 0 && (-x $gfd || -f $gfd.refused) ]]; then
     log "nvidia-plugin $version: cached at $bin"
     echo "$bin"
     return
@@ -99,6 +100,15 @@ build() {
       -trimpath -o "$tmp/mps-control-daemon" ./cmd/mps-control-daemon) ||
       die "nvidia-plugin $version: building mps-control-daemon failed (see above)"
     mv "$tmp/mps-control-daemon" "$mps"
+  fi
+  if [[ ! -x $cm ]]; then
+    # The config manager (the GPU Operator's and the chart's sidecar: a node label picks
+    # the plugin's config from a ConfigMap, then SIGHUP): the same module.
+    log "nvidia-plugin $version: go build ./cmd/config-manager (shares the plugin's build cache)"
+    (cd "$src" && with_ticker "config-manager $version" nice -n 10 go build -mod=$mode \
+      -trimpath -o "$tmp/config-manager" ./cmd/config-manager) ||
+      die "nvidia-plugin $version: building config-manager failed (see above)"
+    mv "$tmp/config-manager" "$cm"
   fi
   if [[ ! -x $gfd && ! -f $gfd.refused ]]; then
     log "nvidia-plugin $version: go build ./cmd/gpu-feature-discovery (shares the plugin's build cache)"
