@@ -74,8 +74,7 @@ def change(lab: Lab, config: str) -> float:
 
 def layout(lab: Lab) -> list[tuple[bool, Counter[str]]]:
     """Each GPU's MIG mode and its GPU instances by profile, from the node's fake state."""
-    return [(m.current, Counter(mig.short(gi.prof.name) for gi in m.gis.values()))
-            for m in mig.layout(lab.fake_gpus(NODE))]  # fmt: skip
+    return mig.instances(lab.fake_gpus(NODE))
 
 
 def served(lab: Lab) -> dict[str, int]:

@@ -23,6 +23,7 @@ from __future__ import annotations
 import ctypes
 import enum
 import functools
+from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -258,6 +259,13 @@ def _replay(node_dir: StateDir, gpus: list[GpuMig]) -> Iterator[Record]:
         if Kind.MIG_MODE <= rec.kind <= Kind.CI_DESTROY and rec.gpu < len(gpus):
             gpus[rec.gpu].apply(rec)
             yield rec
+
+
+def instances(node_dir: StateDir) -> list[tuple[bool, Counter[str]]]:
+    """Each GPU's MIG mode and its GPU instances by short profile name ("1g.10gb"): a
+    layout as MIG tools name it, to compare with what one was asked to make."""
+    return [(m.current, Counter(short(gi.prof.name) for gi in m.gis.values()))
+            for m in layout(node_dir)]  # fmt: skip
 
 
 def devices(node_dir: StateDir) -> list[MigDevice]:

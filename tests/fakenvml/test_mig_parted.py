@@ -46,12 +46,6 @@ def run(node: NodeDir, *argv: str, view: bool = True) -> subprocess.CompletedPro
     return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120)
 
 
-def layout(node: NodeDir) -> list[tuple[bool, Counter[str]]]:
-    """Each GPU's MIG mode and its GPU instances by profile, from the fake state."""
-    return [(m.current, Counter(mig.short(gi.prof.name) for gi in m.gis.values()))
-            for m in mig.layout(node)]  # fmt: skip
-
-
 def test_a_node_view_shows_the_driver_loaded_and_the_gpus_in_pci_sysfs(node: NodeDir) -> None:
     host = Path("/proc/modules").read_text() if Path("/proc/modules").exists() else None
     got = run(node, "sh", "-c", "cat /proc/modules; echo --; ls /sys/bus/pci/devices; "
@@ -74,7 +68,7 @@ def test_it_applies_the_operators_default_configs_through_nvml(tool: Path, node:
     for name, instances in want.items():
         got = run(node, str(tool / "nvidia-mig-parted"), "apply", "-f", configs, "-c", name)
         assert got.returncode == 0, got.stderr
-        assert layout(node) == [(True, instances)] * 2, name
+        assert mig.instances(node) == [(True, instances)] * 2, name
         asserted = run(node, str(tool / "nvidia-mig-parted"), "assert", "-f", configs, "-c", name)
         assert asserted.returncode == 0, asserted.stderr
     exported = yaml.safe_load(run(node, str(tool / "nvidia-mig-parted"), "export").stdout)
@@ -82,7 +76,7 @@ def test_it_applies_the_operators_default_configs_through_nvml(tool: Path, node:
     assert Counter(devices) == want["all-balanced"]
     got = run(node, str(tool / "nvidia-mig-parted"), "apply", "-f", configs, "-c", "all-disabled")
     assert got.returncode == 0, got.stderr
-    assert layout(node) == [(False, Counter())] * 2
+    assert mig.instances(node) == [(False, Counter())] * 2
 
 
 def test_a_profile_the_gpu_lacks_makes_no_instance_and_fails_its_assert(
@@ -98,7 +92,7 @@ def test_a_profile_the_gpu_lacks_makes_no_instance_and_fails_its_assert(
     parted = str(tool / "nvidia-mig-parted")
     got = run(node, parted, "apply", "-f", str(bad), "-c", "a100-only")
     assert got.returncode == 0, got.stderr
-    assert layout(node) == [(True, Counter())] * 2
+    assert mig.instances(node) == [(True, Counter())] * 2
     asserted = run(node, parted, "assert", "-f", str(bad), "-c", "a100-only")
     assert asserted.returncode != 0
     assert "selected configuration not currently applied" in asserted.stderr
@@ -110,7 +104,7 @@ def test_without_the_view_it_finds_no_driver_and_changes_nothing(tool: Path, nod
               view=False)  # fmt: skip
     assert got.returncode != 0
     assert "/proc/modules" in got.stderr or "not loaded" in got.stderr, got.stderr
-    assert layout(node) == [(False, Counter())] * 2
+    assert mig.instances(node) == [(False, Counter())] * 2
 
 
 def test_a_root_without_the_drivers_files_is_refused_in_one_line(
