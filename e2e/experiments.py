@@ -48,7 +48,7 @@ from typing import Annotated, Any, Literal, Union
 
 from pydantic import AliasChoices, Field, create_model, field_validator, model_validator
 
-from clusters.labs import dra
+from clusters.labs import servers
 from clusters.labs import spec as labspec
 from clusters.labs.serving import NoPlugin
 from clusters.subjects.subject import SubjectName
@@ -566,7 +566,7 @@ def _check_driver(exp: Experiment, lab: labspec.Lab, fail: Callable[[str, str], 
     """Refuse what the lab's kind of driver cannot show: a DRA lab has no extended resource
     (nothing in allocatable, no plugin DaemonSet per node), a device-plugin lab no
     ResourceSlices (no taints, no claims to select with)."""
-    server = dra.choose(lab, NoPlugin)  # what serves its GPUs: its signal decides
+    server = servers.choose(lab, NoPlugin)  # what serves its GPUs: its signal decides
     by_taints = server.signal == "taints"
     for at, item in [*((f"timeline[{i}]", a) for i, a in enumerate(exp.timeline)),
                     *((f"expect[{i}]", e) for i, e in enumerate(exp.expect))]:  # fmt: skip

@@ -224,6 +224,17 @@ class Pods:
         out = self.exec(name, ["env"], lambda out: "PATH=" in out, container, deadline_s)
         return dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
 
+    def visible_devices(self, name: str, gpus: int, node: str | None = None) -> list[str]:
+        """A pod `name` asking for `gpus` (on `node`, if given), once Running: the ids in
+        its DEVICE_ENV. Every pod of the namespace is deleted before and after."""
+        self.delete_all()
+        try:
+            self.create(self.gpu_pod(name, gpus, node))
+            self.wait_running(name)
+            return self.env(name).get(DEVICE_ENV, "").split(",")
+        finally:
+            self.delete_all()
+
     def device_nodes(self, name: str, container: str | None = None) -> list[str]:
         """The container's /dev entries (every container has /dev/null)."""
         out = self.exec(name, ["ls", "/dev"], lambda out: "null" in out.split(), container)

@@ -169,15 +169,9 @@ def test_a_pod_gets_a_slice_of_the_new_layout(managed: Lab, strategy: str,
     verdict.expect(f"{resource}: 1 of the {len(slices)} MIG UUIDs in {DEVICE_ENV}")
     managed.ensure_namespace(NAMESPACE)
     pods = Pods(managed.core, NAMESPACE, managed.images["workload"], resource)
-    pods.delete_all()
-    try:
-        pods.create(pods.gpu_pod("mig-slice", 1, NODE))
-        pods.wait_running("mig-slice")
-        got = pods.env("mig-slice").get(DEVICE_ENV, "").split(",")
-        verdict.saw(f"{DEVICE_ENV}={','.join(got)}")
-        assert len(got) == 1 and got[0] in slices, got
-    finally:
-        pods.delete_all()
+    got = pods.visible_devices("mig-slice", 1, NODE)
+    verdict.saw(f"{DEVICE_ENV}={','.join(got)}")
+    assert len(got) == 1 and got[0] in slices, got
 
 
 def test_back_to_mig_off(managed: Lab, strategy: str, verdict: Verdict) -> None:

@@ -145,7 +145,8 @@ def _install_driver(args: argparse.Namespace) -> None:
     node = d.node() if d.exists() else None
     programs = [Path(p) for p in args.bin]
     node_dev = Path(args.dev) if args.dev else None
-    got = driver.install(Path(args.root), node, programs, node_dev)
+    modprobe = Path(args.modprobe) if args.modprobe else None
+    got = driver.install(Path(args.root), node, programs, node_dev, modprobe)
     print(f"installed {got.library}")
     for program in programs:
         print(f"installed {Path(args.root) / driver.BIN_DIR / program.name}")
@@ -558,6 +559,9 @@ def _parser(only: str | None = None) -> argparse.ArgumentParser:
     c.add_argument("--dev", metavar="DIR",
                    help="also the device nodes in DIR, the node's own /dev (left alone where "
                    "a real NVIDIA driver is loaded)")  # fmt: skip
+    c.add_argument("--modprobe", metavar="PATH",
+                   help="a static modprobe (busybox) as <root>/sbin/modprobe: chroot'd into "
+                   "the root, it finds the driver's modules loaded")  # fmt: skip
     c.set_defaults(run=_install_driver)
 
     c = sub.add_parser(

@@ -4,7 +4,7 @@
     <root>/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1 -> .so.<version>, libnvidia-ml.so -> .so.1
     <root>/usr/lib/x86_64-linux-gnu/libcuda.so.<version> (and .so.1, .so): the CUDA stub
     <root>/dev/nvidia<minor> (c 195:<minor>) per GPU, nvidiactl (c 195:255),
-    nvidia-uvm and nvidia-uvm-tools
+    nvidia-modeset (c 195:254), nvidia-uvm and nvidia-uvm-tools
     <root>/proc/driver/nvidia-caps/mig-minors: the MIG capability minors, as the driver
     lists them (every GPU minor 0-31, GPU instance 0-14, compute instance 0-7)
     <root>/dev/nvidia-caps/nvidia-cap<minor>: config (1), monitor (2), and each GPU
@@ -31,6 +31,8 @@
     libnvidia-ml preloaded); nvidia-cuda-mps-control and nvidia-cuda-mps-server, which the
     toolkit's CDI spec then mounts into GPU containers (NVIDIA's MPS control daemon runs
     the control program; it needs no GPU until a CUDA client connects)
+    <root>/sbin/modprobe: a static modprobe given (`--modprobe PATH`), and the running
+    kernel's lib/modules/<release>/modules.dep listing the driver's modules: see `install`
 
 NVIDIA's plugin looks for libnvidia-ml.so.1 under its container driver root (/driver-root)
 before the normal search path; our plugin is pointed there with LD_LIBRARY_PATH.
@@ -85,9 +87,11 @@ from fakenvml.paths import write_if_changed
 
 LIB_DIR = Path("usr/lib/x86_64-linux-gnu")
 BIN_DIR = Path("usr/bin")
+MODPROBE = Path("sbin/modprobe")
 DEV_DIR = Path("dev")
 GPU_MAJOR = 195  # NVIDIA's registered character major: nvidia<minor>, nvidiactl is 255
 CTL_MINOR = 255
+MODESET_MINOR = 254  # /dev/nvidia-modeset, made where nvidia_modeset is loaded
 # nvidia-uvm's and nvidia-caps' majors are dynamic on hardware (from /proc/devices); any
 # unused ones will do.
 UVM_MAJOR = 509
@@ -168,6 +172,7 @@ def _device_nodes(node: Node) -> Iterator[tuple[str, int, int]]:
         minor = g.minor if g.minor >= 0 else g.index
         yield f"nvidia{minor}", GPU_MAJOR, minor
     yield "nvidiactl", GPU_MAJOR, CTL_MINOR
+    yield "nvidia-modeset", GPU_MAJOR, MODESET_MINOR
     yield "nvidia-uvm", UVM_MAJOR, 0
     yield "nvidia-uvm-tools", UVM_MAJOR, 1
 
@@ -364,6 +369,29 @@ def write_kernel_modules(root: Path, node: Node, kernel: Path = Path("/proc/modu
     return path
 
 
+def modules_dep() -> str:
+    """modules.dep of the driver's modules as its installer places them (the running
+    kernel's kernel/drivers/video/), each after the modules it needs."""
+    needs = {"nvidia_uvm": ["nvidia"], "nvidia_modeset": ["nvidia"],
+             "nvidia_drm": ["nvidia_modeset", "nvidia"]}  # fmt: skip
+
+    def ko(name: str) -> str:
+        return f"kernel/drivers/video/{name.replace('_', '-')}.ko"
+
+    return "".join(f"{ko(m)}:{''.join(' ' + ko(d) for d in needs.get(m, []))}\n"
+                   for m, _, _ in reversed(DRIVER_MODULES))  # fmt: skip
+
+
+def write_modules_dep(root: Path) -> Path:
+    """<root>/lib/modules/<running kernel>/modules.dep, which modprobe reads (busybox's
+    refuses to run without the directory). No module files: a module that is not loaded
+    fails to load, as it would where the driver is not built for the kernel."""
+    path = root / "lib" / "modules" / os.uname().release / "modules.dep"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(modules_dep())
+    return path
+
+
 def pci_address(gpu: Gpu) -> str:
     """The sysfs name: lower case, a 4-digit domain (NVML's busId has 8)."""
     return f"{gpu.pci_domain:04x}:{gpu.pci_bus:02x}:{gpu.pci_device:02x}.{gpu.pci_function:x}"
@@ -451,15 +479,23 @@ def _write_pci_sysfs(root: Path, node: Node) -> None:
 
 
 def install(root: Path, node: Node | None = None, programs: Sequence[Path] = (),
-            node_dev: Path | None = None) -> Installed:  # fmt: skip
+            node_dev: Path | None = None, modprobe: Path | None = None) -> Installed:  # fmt: skip
     """The library (and, given the node's state, its versioned name and device nodes) under
     `root`, and the driver `programs` in its usr/bin; given `node_dev`, the device nodes
-    there too."""
+    there too; given `modprobe` (a static one: nothing else in the root could run it), that
+    as <root>/sbin/modprobe. NVIDIA's GPU Operator validator loads the driver's modules with
+    `chroot <root> /sbin/modprobe nvidia` (nvidia-container-toolkit's nvmodules), which a
+    driver container's root answers: chroot'd there, modprobe reads the root's
+    proc/modules, and a loaded module is a success with nothing done."""
     dest_dir = root / LIB_DIR
-    for program in programs:
-        if not (program.is_file() and os.access(program, os.X_OK)):
-            raise FakeNvmlError(f"--bin {program}: no such executable")
+    for flag, program in [*(("--bin", p) for p in programs), ("--modprobe", modprobe)]:
+        if program is not None and not (program.is_file() and os.access(program, os.X_OK)):
+            raise FakeNvmlError(f"{flag} {program}: no such executable")
     try:
+        if modprobe is not None:
+            (root / MODPROBE).parent.mkdir(parents=True, exist_ok=True)
+            _copy_library(root / MODPROBE.parent, MODPROBE.name, modprobe)
+            write_modules_dep(root)
         for program in programs:
             (root / BIN_DIR).mkdir(parents=True, exist_ok=True)
             _copy_library(root / BIN_DIR, program.name, program)  # a regular file

@@ -187,11 +187,11 @@ def running_clusters() -> tuple[set[str] | None, str]:
 def lab_lines(labs: list[LabSpec], running: set[str] | None) -> list[str]:
     """One line a lab: name, nodes, fake GPUs, what serves them, whether a kind cluster of
     its name runs here (`?`: unknown); then the kind clusters that are no shipped lab."""
-    from clusters.labs import dra, serving
+    from clusters.labs import servers, serving
 
     rows = [("LAB", "NODES", "GPUS", "SERVES", "CLUSTER")]
     for lab in labs:
-        serves = dra.choose(lab, lambda lab=lab: serving.for_subject(lab.spec.subject)).words
+        serves = servers.choose(lab, lambda lab=lab: serving.for_subject(lab.spec.subject)).words
         state = "?" if running is None else "running" if lab.spec.name in running else "-"
         gpus = sum(n.gpu_count for n in lab.gpu_nodes)
         rows.append((lab.spec.name, str(len(lab.nodes)), str(gpus), serves, state))

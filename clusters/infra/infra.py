@@ -60,7 +60,11 @@ STEPS = {  # group -> the scripts its steps run (`--list`)
         "clusters/infra/nodeimage/rootfs.sh",
     ],
     "kubelets": ["clusters/infra/nodeimage/build.sh"],
-    "lab-images": ["clusters/infra/images/build.sh", "clusters/infra/scripts/dra-driver.sh"],
+    "lab-images": [
+        "clusters/infra/images/build.sh",
+        "clusters/infra/scripts/dra-driver.sh",
+        "clusters/infra/scripts/gpu-operator.sh",
+    ],
 }
 
 
@@ -479,6 +483,7 @@ def _lab_images(r: Runner, p: Products) -> None:
         ("dra", f"NVIDIA DRA driver {versions.get('DRA_DRIVER_VERSION')} image (Go)", None),
         ("npd", f"node-problem-detector {versions.get('NPD_VERSION')} image (Go)", None),
         ("mig-manager", f"NVIDIA MIG manager {versions.get('MIG_PARTED_VERSION')} image", None),
+        ("gpu-operator", "NVIDIA GPU Operator and validator images (Go)", None),
     ):
         made = r.step(title, lambda w=which, e=env: _image(r, w, e))
         r.record(lambda m=made: p.images.update(m))

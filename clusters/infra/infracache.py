@@ -75,6 +75,7 @@ PARTS = (
     Part("nvidia-device-plugin"),
     Part("nvidia-container-toolkit"),  # linked from nvidia-device-plugin/<v>/
     Part("mig-parted"),  # nvidia-mig-parted, nvidia-mig-manager (mig-parted.sh)
+    Part("gpu-operator"),  # the operator, validator, its assets and chart (gpu-operator.sh)
     Part("nvidia-smi"),
     Part("nvidia-cuda-mps"),  # the MPS control daemon and server (ci/nvidia-smi.sh)
     Part("dra-driver"),

@@ -31,7 +31,7 @@ proc/devices: whoever installs the chart (a lab, the driver's own suite) gets it
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Collection
+from collections.abc import Collection
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -337,12 +337,6 @@ def wait_slices(lab: Context, deadline_s: float = 180, untainted: bool = False,
     lab.kube.watch_until(f"{what}{DRIVER} ResourceSlices of {sorted(want)}",
                          api(lab).list_resource_slice, published, deadline_s,
                          field_selector=f"spec.driver={DRIVER}")  # fmt: skip
-
-
-def choose(lab: spec.Lab, otherwise: Callable[[], Serving]) -> Serving:
-    """What serves a lab's GPUs: this driver where its spec says `dra:` (the chart refuses
-    to run beside a device plugin), else what `otherwise` makes."""
-    return DraDriver(lab.spec.dra) if lab.spec.dra else otherwise()
 
 
 class DraDriver(Serving):

@@ -51,6 +51,10 @@ from fakenvml.yamlmodel import duration_text
 
 NODE_STATE_DIR = "/var/lib/fakenvml"  # inside the node, and in the plugin pods
 DRIVER_ROOT = "/run/fakenvml/driver"  # where fakenvml's DaemonSet installs the library
+# Where the GPU Operator's driver container lays out its root, and where its operands look
+# (the node-status exporter whatever hostPaths.driverInstallDir says): operator labs show
+# the same root there too.
+OPERATOR_DRIVER_ROOT = "/run/nvidia/driver"
 PCI_DEVICES = "sys/bus/pci/devices"  # in the driver root (fakenvml/driver.py), and on nodes
 LABEL_PREFIX = "gpulab.dev"
 TOOLKIT_DIR = "/usr/local/nvidia/toolkit"  # where NVIDIA's GPU Operator installs it on nodes
@@ -135,9 +139,11 @@ def render(lab: Lab, image: str, labs_root: Path, toolkit: str = "",
         if labels := node_labels(n):
             entry["labels"] = labels
             host = str(state_dir(labs_root, lab, n.name))
-            mounts = (NODE_STATE_DIR, DRIVER_ROOT + NODE_STATE_DIR)
+            roots = (DRIVER_ROOT, *((OPERATOR_DRIVER_ROOT,) if lab.spec.operator else ()))
+            mounts = (NODE_STATE_DIR, *(r + NODE_STATE_DIR for r in roots))
             entry["extraMounts"] = [
-                {"hostPath": str(driver_dir(labs_root, lab, n.name)), "containerPath": DRIVER_ROOT},
+                *({"hostPath": str(driver_dir(labs_root, lab, n.name)), "containerPath": r}
+                  for r in roots),
                 *({"hostPath": host, "containerPath": m} for m in mounts),
                 {"hostPath": str(pci_dir(labs_root, lab, n.name)),
                  "containerPath": "/" + PCI_DEVICES}]  # fmt: skip

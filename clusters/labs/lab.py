@@ -29,7 +29,7 @@ from kubernetes import client
 from rich.console import Console
 
 from clusters.kube import Kube
-from clusters.labs import actions, dra, registration, serving, spec
+from clusters.labs import actions, registration, servers, serving, spec
 from clusters.labs import capacity as waits  # Lab.wait_allocatable has a `capacity` parameter
 from clusters.labs.context import Context
 from clusters.labs.host import Host
@@ -53,7 +53,7 @@ class Lab:
         self.lab = lab if isinstance(lab, spec.Lab) else spec.load(lab)
         self.name = self.lab.spec.name
         chosen = subject or self.lab.spec.subject
-        self.serving: Serving = dra.choose(self.lab, lambda: serving.for_subject(chosen))
+        self.serving: Serving = servers.choose(self.lab, lambda: serving.for_subject(chosen))
         self.keep = keep
         # Keep a cluster that failed to come up (kind's --retain); KEEP=1 by default.
         self.retain = os.environ.get("KEEP", "") not in ("", "0") if retain is None else retain

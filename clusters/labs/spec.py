@@ -5,6 +5,7 @@
     subject: gpulab                 # plugin under test by default: a subject name or path,
                                     # or none (fake GPUs only)
     dra: {feature_gates: {...}}     # or NVIDIA's DRA driver instead of a plugin (no subject)
+    operator: {values: {...}}       # or NVIDIA's GPU Operator deploys NVIDIA's (no subject)
     feature_gates: {DRAExtendedResource: true}   # Kubernetes' own, on every component
     node_status_update_frequency: 1s
     container_toolkit: true         # NVIDIA Container Toolkit in GPU nodes' containerd
@@ -28,7 +29,7 @@ import re
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
 from clusters import versions
 from clusters.subjects.subject import SubjectName
@@ -67,11 +68,19 @@ class DraSpec(Strict):
     feature_gates: dict[str, bool] = Field(default_factory=dict)
 
 
+class OperatorSpec(Strict):
+    """A lab whose GPUs NVIDIA's GPU Operator serves (clusters/labs/gpuoperator.py): its
+    chart's values over the project's (clusters/charts/gpu-operator-values.yaml)."""
+
+    values: dict = Field(default_factory=dict)
+
+
 class LabSpec(Strict):
     name: str
     kubernetes: str | None = None  # None: the run's (clusters.versions.kube_version())
     subject: SubjectName = "gpulab"
     dra: DraSpec | None = None  # set: NVIDIA's DRA driver, no device plugin (`subject`)
+    operator: OperatorSpec | None = None  # set: NVIDIA's GPU Operator deploys the plugin
     node_status_update_frequency: Duration = Field(1.0, gt=0)
     # The NVIDIA Container Toolkit in GPU nodes' containerd (clusters/labs/toolkit.py), the
     # nvidia runtime their default, as on GPU nodes; false: plain runc.
@@ -95,6 +104,12 @@ class LabSpec(Strict):
         if v is not None and not re.fullmatch(r"v1\.(3[3-9])\.\d+", v):
             raise ValueError(f"{v!r}: expected a Kubernetes version v1.33.x or newer")
         return v
+
+    @model_validator(mode="after")
+    def _one_server(self) -> LabSpec:
+        if self.dra and self.operator:
+            raise ValueError("dra and operator: one of them serves a lab's GPUs")
+        return self
 
     @field_validator("nodes")
     @classmethod

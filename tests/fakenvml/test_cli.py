@@ -585,6 +585,46 @@ def test_install_driver_into_an_unwritable_place_is_refused(tmp_path: Path, run:
     assert code == 2 and err.count("\n") == 1 and "cannot install the library" in err
 
 
+def busybox(tmp_path: Path) -> Path:
+    """Debian's static busybox, from the package `make infra` downloaded (the gpulab
+    image's /usr/bin/busybox, which the fake-gpus chart installs as the root's modprobe)."""
+    from clusters import built
+
+    debs = sorted((built.cache_dir() / "images" / "busybox").glob("busybox-static_*.deb"))
+    assert debs, "no busybox-static .deb in the gpulab cache: run `make infra`"
+    subprocess.run(["dpkg-deb", "-x", debs[-1], tmp_path / "deb"], check=True)
+    return tmp_path / "deb" / "bin" / "busybox"
+
+
+def test_install_driver_gives_the_root_a_modprobe_that_finds_the_driver_loaded(
+    tmp_path: Path, node: Path, run: Run
+) -> None:
+    """The GPU Operator's validator runs `chroot <root> /sbin/modprobe nvidia` (and
+    nvidia-uvm, nvidia-modeset): loaded modules answer 0, an unloaded one fails."""
+    root = tmp_path / "driver"
+    code, _, err = run("install-driver", root, "--state-dir", node, "--modprobe",
+                       busybox(tmp_path))  # fmt: skip
+    assert code == 0, err
+    assert os.access(root / "sbin/modprobe", os.X_OK)
+    assert stat.S_ISCHR((root / "dev/nvidia-modeset").stat().st_mode)
+
+    def modprobe(module: str) -> int:
+        return subprocess.run(["chroot", root, "/sbin/modprobe", module],
+                              capture_output=True).returncode  # fmt: skip
+
+    assert [modprobe(m) for m in ("nvidia", "nvidia-uvm", "nvidia-modeset")] == [0, 0, 0]
+    modules = root / "proc/modules"
+    modules.write_text("".join(ln for ln in modules.read_text().splitlines(keepends=True)
+                               if not ln.startswith("nvidia_uvm ")))  # fmt: skip
+    assert modprobe("nvidia-uvm") != 0  # not loaded: busybox tries to insert it, and cannot
+
+
+def test_install_driver_refuses_a_modprobe_that_is_no_program(tmp_path: Path, run: Run) -> None:
+    code, _, err = run("install-driver", tmp_path / "driver", "--modprobe", tmp_path / "none")
+    assert code == 2 and err.count("\n") == 1 and "--modprobe" in err
+    assert not (tmp_path / "driver").exists()
+
+
 def test_faulted_lists_the_gpus_not_recovered_since_their_last_fault(node: Path) -> None:
     d = NodeDir(node)
     assert d.faulted() == set()

@@ -92,7 +92,11 @@ image_gpulab() {
     if [[ -x $GPULAB_CACHE/$bin ]]; then driver_bins+=("$GPULAB_CACHE/$bin")
     else log "images: gpulab: no $GPULAB_CACHE/$bin (ci/nvidia-smi.sh), the image has no ${bin##*/}"; fi
   done
-  tag=gpulab/gpulab:$(inputs_hash "$base" "$key" ${driver_bins[@]+"${driver_bins[@]}"})
+  # Debian's static busybox, the driver root's /sbin/modprobe (fakenvml install-driver
+  # --modprobe): chroot'd into the root, it answers from the root's proc/modules.
+  local busybox
+  busybox=$(busybox_deb)
+  tag=gpulab/gpulab:$(inputs_hash "$base" "$key" "$busybox" ${driver_bins[@]+"${driver_bins[@]}"})
   if ! have "$tag"; then
     local wheels=$WORK/wheels ctx
     rm -rf "$wheels"; mkdir -p "$wheels"
@@ -130,6 +134,7 @@ image_gpulab() {
     cp "$lib" "${lib%/*}/libcuda.so.1" "$ctx/lib/"
     mkdir -p "$ctx/bin"
     [[ ${#driver_bins[@]} == 0 ]] || cp "${driver_bins[@]}" "$ctx/bin/"
+    busybox_to "$busybox" "$ctx/bin/busybox"
     sed "s|@BASE@|$base|" "$here/gpulab.Dockerfile" >"$ctx/Dockerfile"
     log "images: gpulab: docker build $tag"
     # Never tag an image that cannot import its own package (a half-written context).
@@ -278,6 +283,50 @@ image_mig_manager() {
   echo "$tag"
 }
 
+image_gpu_operator() {
+  local base dir kube=${KUBE_VERSIONS%% *} kubectl tag dockerfile ctx
+  base=$(image_base)
+  dir=$("$here/../scripts/gpu-operator.sh") || die "images: building NVIDIA's GPU Operator failed"
+  kubectl=$GPULAB_CACHE/bin/kubernetes-$kube/kubectl
+  [[ -x $kubectl ]] || kubectl=$(command -v kubectl) || die "images: gpu-operator: no kubectl (neither $GPULAB_CACHE/bin/kubernetes-$kube/kubectl nor on PATH)"
+  # As its docker/Dockerfile lays it out: the operator, its operands' manifests and CRDs
+  # under /opt/gpu-operator, kubectl for the chart's CRD-upgrade hook, a user of its own.
+  dockerfile=$(printf '%s\n' "FROM $base" "COPY gpu-operator kubectl /usr/local/bin/" \
+    "COPY assets /opt/gpu-operator/" "RUN useradd gpu-operator" "USER gpu-operator" \
+    'ENTRYPOINT ["/usr/local/bin/gpu-operator"]')
+  tag=gpulab/gpu-operator:$GPU_OPERATOR_VERSION-$(inputs_hash "$dockerfile" "$dir/gpu-operator" "$kubectl" "$dir/assets")
+  if ! have "$tag"; then
+    ctx=$(fresh_tmp "$WORK/gpu-operator.ctx")
+    cp -r "$dir/gpu-operator" "$dir/assets" "$kubectl" "$ctx/"
+    printf '%s\n' "$dockerfile" >"$ctx/Dockerfile"
+    log "images: gpu-operator: docker build $tag"
+    docker_build "$tag" "$ctx" /bin/sh -c 'test -f /opt/gpu-operator/state-device-plugin/0500_daemonset.yaml && kubectl version --client >/dev/null' >/dev/null
+    rm -rf "$ctx"
+  fi
+  echo "gpu-operator=$tag"
+  # The validator (and node-status exporter): its binary and workload manifests where its
+  # Dockerfile puts them, on Debian with the packages it installs (kmod for lsmod and
+  # modprobe, pciutils for the exporter's lspci). Not its vectorAdd: a CUDA sample, built
+  # with CUDA, which no package here serves (docs/operator.md: the CUDA workload is off).
+  local vbase
+  vbase=$(debootstrap_image validator-base "bash ca-certificates kmod pciutils")
+  dockerfile=$(printf '%s\n' "FROM $vbase" "COPY nvidia-validator /usr/bin/" \
+    "COPY plugin-workload-validation.yaml cuda-workload-validation.yaml /var/nvidia/manifests/" \
+    "ENV NVIDIA_DISABLE_REQUIRE=true NVIDIA_VISIBLE_DEVICES=void NVIDIA_DRIVER_CAPABILITIES=utility,compute" \
+    'ENTRYPOINT ["/bin/bash"]')
+  local src=$dir/validator
+  tag=gpulab/gpu-operator-validator:$GPU_OPERATOR_VERSION-$(inputs_hash "$dockerfile" "$dir/nvidia-validator" "$src/plugin-workload-validation.yaml" "$src/cuda-workload-validation.yaml")
+  if ! have "$tag"; then
+    ctx=$(fresh_tmp "$WORK/gpu-operator-validator.ctx")
+    cp "$dir/nvidia-validator" "$src/"*.yaml "$ctx/"
+    printf '%s\n' "$dockerfile" >"$ctx/Dockerfile"
+    log "images: gpu-operator-validator: docker build $tag"
+    docker_build "$tag" "$ctx" /bin/sh -c 'nvidia-validator --version' >/dev/null
+    rm -rf "$ctx"
+  fi
+  echo "gpu-operator-validator=$tag"
+}
+
 image_dra() {
   local base out dir src tag dockerfile
   base=$(image_base)
@@ -346,7 +395,7 @@ image_bats() {
   echo "$tag"
 }
 
-[[ $# -gt 0 ]] || set -- base gpulab workload nvidia nfd dra bats npd mig-manager
+[[ $# -gt 0 ]] || set -- base gpulab workload nvidia nfd dra bats npd mig-manager gpu-operator
 for what in "$@"; do
   case $what in
     base) echo "base=$(image_base)" ;;
@@ -359,6 +408,7 @@ for what in "$@"; do
     bats) echo "bats=$(image_bats)" ;;
     npd) echo "npd=$(image_npd)" ;;
     mig-manager) echo "mig-manager=$(image_mig_manager)" ;;
-    *) die "images: unknown image $what (base, gpulab, workload, nvidia, nfd, dra, bats-base, bats, npd, mig-manager)" ;;
+    gpu-operator) image_gpu_operator ;;
+    *) die "images: unknown image $what (base, gpulab, workload, nvidia, nfd, dra, bats-base, bats, npd, mig-manager, gpu-operator)" ;;
   esac
 done

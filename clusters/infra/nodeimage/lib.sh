@@ -84,6 +84,15 @@ fresh_tmp() {
   echo "$dir.tmp.$$"
 }
 
+# build_tmp DIR: an empty scratch dir inside DIR (made if missing) for a build whose
+# products land in DIR, any left by an interrupted build removed first; the caller traps
+# its removal.
+build_tmp() {
+  mkdir -p "$1"
+  rm -rf "$1"/.build.*
+  mktemp -d "$1/.build.XXXXXX"
+}
+
 # Moves a finished TMP into place as DIR, replacing an older DIR.
 publish_dir() {
   local tmp=$1 dir=$2

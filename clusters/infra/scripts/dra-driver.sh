@@ -36,9 +36,7 @@ built() { local b; for b in "${BINARIES[@]}" "$@"; do [[ -x $dir/$b ]] || return
 if built nvidia-cdi-hook; then
   log "dra-driver $VERSION: cached in $dir"
 else
-  mkdir -p "$dir"
-  rm -rf "$dir"/.build.*
-  tmp=$(mktemp -d "$dir/.build.XXXXXX")
+  tmp=$(build_tmp "$dir")
   trap 'rm -rf "$tmp"' EXIT
   start=$SECONDS
   if ! built; then

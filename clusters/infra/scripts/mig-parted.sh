@@ -32,9 +32,7 @@ if ((done)) && [[ -f $dir/config-default.yaml ]]; then
   echo "$dir"
   exit 0
 fi
-mkdir -p "$dir"
-rm -rf "$dir"/.build.*
-tmp=$(mktemp -d "$dir/.build.XXXXXX")
+tmp=$(build_tmp "$dir")
 trap 'rm -rf "$tmp"' EXIT
 start=$SECONDS
 log "mig-parted $version: downloading $MODULE@$version"
