@@ -4,21 +4,24 @@ image built by `make infra`, its operands deployed by it (clusters/labs/gpuopera
 which run, and why the others cannot: clusters/charts/gpu-operator-values.yaml). Each test
 asserts on what an operand did on the fake GPUs: the ClusterPolicy's state, the validator's
 status files, GFD's labels, the exporter's metrics, the plugin's allocatable and a pod's
-GPU; then Xid 79, the operator's per-node switch and a plugin upgrade through Helm.
+GPU; then Xid 79, the operator's per-node switch, a plugin upgrade through Helm and a MIG
+layout by label through the operator's MIG manager.
 """
 
 from __future__ import annotations
 
 import re
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator
 from typing import TypeVar
 
-from clusters.labs import gpuoperator, spec
+from clusters.labs import gpuoperator, migmanager, spec
 from clusters.labs.lab import Lab
 from e2e.fixtures import NAMESPACE, lab_fixture
 from e2e.pods import DEVICE_ENV, Pods
 from e2e.verdict import Verdict
+from fakenvml import mig
 
 LAB = spec.load("operator")
 NODE = LAB.gpu_nodes[0].name
@@ -226,3 +229,37 @@ def test_a_plugin_upgrade_through_helm_keeps_running_pods(operated: Lab,
         server.install(operated.ctx)  # back to the chart's pin
         operated.kube.wait_daemonset(gpuoperator.PLUGIN, NS)
         server.wait_capacity(operated.ctx)
+
+
+def test_a_mig_layout_by_label_through_the_operators_mig_manager(
+    operated: Lab, verdict: Verdict
+) -> None:
+    """`nvidia.com/mig.config=all-1g.10gb` on the node (a config of the operator's own
+    default ConfigMap): the MIG manager the operator deployed pauses the plugin and GFD,
+    partitions both H100s through NVML, brings them back and says `success`; GFD (the
+    chart's single strategy) counts the 14 slices as GPUs. all-disabled: whole GPUs
+    served again. What the plugin serves in between is reported, not asserted: it needs
+    the driver's /proc/driver/nvidia/capabilities, which its container (the host kernel's
+    procfs) lacks (docs/operator.md)."""
+    want = 7 * GPUS
+    verdict.expect(f"all-1g.10gb success: {want} 1g.10gb in NVML, gpu.count {want}; "
+                   f"all-disabled: {RESOURCE} {GPUS}")  # fmt: skip
+
+    def count() -> str | None:
+        return (operated.core.read_node(NODE).metadata.labels or {}).get("nvidia.com/gpu.count")
+
+    try:
+        t0 = time.monotonic()
+        migmanager.reconfigure(operated.ctx, NODE, "all-1g.10gb")
+        took = time.monotonic() - t0
+        made = mig.instances(operated.fake_gpus(NODE))
+        labelled = wait_for(count, str(want))
+        served = allocatable(operated)
+    finally:
+        migmanager.reconfigure(operated.ctx, NODE, migmanager.DISABLED)
+    back = wait_for(lambda: allocatable(operated), (GPUS, GPUS))
+    verdict.saw(f"success in {took:.1f}s: {sum(sum(c.values()) for _, c in made)} 1g.10gb, "
+                f"gpu.count {labelled} ({RESOURCE} served meanwhile: {served[1]}); "
+                f"all-disabled: {back[1]}")  # fmt: skip
+    assert made == [(True, Counter({"1g.10gb": 7}))] * GPUS
+    assert labelled == str(want) and back == (GPUS, GPUS)

@@ -106,15 +106,39 @@ def policy_state(ctx: Context) -> str:
     return ((p or {}).get("status") or {}).get("state", "") if p else "no ClusterPolicy"
 
 
+def unsettled(ctx: Context) -> str:
+    """What keeps the operator's work from being done, or "": its ClusterPolicy not
+    `ready`, an operand DaemonSet not rolled out, a GPU node GFD has not labelled yet, or a
+    MIG-capable one whose MIG manager has not applied its first config. The ClusterPolicy
+    alone says `ready` too soon: the MIG manager's DaemonSet wants no pod until GFD has
+    labelled the node MIG-capable, and that manager's first pass then restarts the plugin
+    and GFD (a fault injected meanwhile reaches no plugin)."""
+    state = policy_state(ctx)
+    if state != "ready":
+        return f"ClusterPolicy state {state!r}"
+    for ds in ctx.apps.list_namespaced_daemon_set(NAMESPACE).items:
+        st = ds.status
+        want, up = st.desired_number_scheduled, st.number_ready
+        if not want == up == (st.updated_number_scheduled or 0):
+            return f"DaemonSet {ds.metadata.name}: {up} of {want} ready"
+    for n in ctx.lab.gpu_nodes:
+        labels = ctx.core.read_node(n.name).metadata.labels or {}
+        if "nvidia.com/gpu.count" not in labels:
+            return f"{n.name}: no GFD labels yet"
+        mig_state = labels.get("nvidia.com/mig.config.state")
+        if labels.get("nvidia.com/mig.capable") == "true" and mig_state != "success":
+            return f"{n.name}: nvidia.com/mig.config.state={mig_state}"
+    return ""
+
+
 def wait_ready(ctx: Context, deadline_s: float = 300) -> None:
-    """Until the ClusterPolicy's status.state is `ready` (every enabled operand's
-    DaemonSet rolled out on every GPU node, by the operator's own count)."""
+    """Until the operator's work is done (`unsettled` says nothing)."""
 
-    def state() -> tuple[bool, str]:
-        s = policy_state(ctx)
-        return s == "ready", f"ClusterPolicy state {s!r}"
+    def done() -> tuple[bool, str]:
+        why = unsettled(ctx)
+        return not why, why
 
-    steps.poll("the GPU Operator's ClusterPolicy to be ready", state, deadline_s)
+    steps.poll("the GPU Operator's operands to settle", done, deadline_s)
 
 
 class GpuOperator(Serving):
@@ -138,7 +162,7 @@ class GpuOperator(Serving):
             Action("Deploy node-feature-discovery", features.deploy_nfd),
             Action("Wait for NFD's PCI label on every GPU node", features.wait_pci_label),
             Action(f"{self.words} through its Helm chart", self.install),
-            Action("Wait for the ClusterPolicy to be ready", wait_ready),
+            Action("Wait for the ClusterPolicy and every operand to be ready", wait_ready),
             Action("Wait for every GPU node's capacity", self.wait_capacity),
         ]
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from clusters.labs import dra, kindconfig, spec
+from clusters.labs import dra, gpuoperator, kindconfig, spec
 from clusters.labs import lab as labs
 from fakenvml.journal import Kind
 from fakenvml.node import NodeDir
@@ -38,7 +38,9 @@ def test_lab_list_gives_each_shipped_lab_a_line_and_says_which_run() -> None:
     gpus = sum(n.gpu_count for n in SEED.gpu_nodes)
     assert rows["seed"].split() == ["seed", str(len(SEED.nodes)), str(gpus), "subject", "gpulab",
                                     "running"]  # fmt: skip
-    assert rows["dra"].endswith(f"NVIDIA's DRA driver {dra.version()}  -")
+    assert rows["dra"].split()[3:] == [*f"NVIDIA's DRA driver {dra.version()}".split(), "-"]
+    serves = f"NVIDIA's GPU Operator {gpuoperator.version()}"
+    assert rows["operator"].split()[3:] == [*serves.split(), "-"]
     assert lines[-1] == "other kind clusters here: someone-elses"
     unknown = cli.lab_lines(shipped, running=None)
     assert all(line.endswith("  ?") for line in unknown[1:])

@@ -266,18 +266,27 @@ image_mig_manager() {
   local gpulab dir tag dockerfile
   gpulab=$(image_gpulab)
   dir=$("$here/../scripts/mig-parted.sh") || die "images: building NVIDIA's mig-parted failed"
-  # On the gpulab image: its `fakenvml node-view` shows the driver's /proc/modules and PCI
-  # sysfs to the MIG manager and the nvidia-mig-parted it runs (fakenvml/nodeview.py); the
-  # module's default configs are its config file unless a ConfigMap replaces it.
-  dockerfile=$(printf 'FROM %s\nCOPY nvidia-mig-manager nvidia-mig-parted /usr/bin/\nCOPY config-default.yaml /etc/nvidia-mig-manager/config.yaml\n' "$gpulab")
-  tag=gpulab/nvidia-mig-manager:$MIG_PARTED_VERSION-$(inputs_hash "$dockerfile" "$dir/nvidia-mig-manager" "$dir/nvidia-mig-parted" "$dir/config-default.yaml")
+  # On the gpulab image. `nvidia-mig-manager` starts NVIDIA's (/usr/lib/gpulab/) in
+  # `fakenvml node-view` of the driver root, so it and the nvidia-mig-parted it runs read
+  # the driver's /proc/modules and PCI sysfs (fakenvml/nodeview.py): every container gets
+  # the host kernel's /proc, which has no nvidia module (here, no /proc/modules at all).
+  # The one difference from NVIDIA's image; any manifest that runs `nvidia-mig-manager`
+  # (the GPU Operator's entrypoint) runs it unchanged. The module's default configs are
+  # its config file unless a ConfigMap replaces it.
+  local wrapper='#!/bin/sh\nexec python3 -m fakenvml node-view "${DRIVER_ROOT_CTR_PATH:-/driver-root}" -- /usr/lib/gpulab/nvidia-mig-manager "$@"\n'
+  # Its env is NVIDIA's image's (mig-parted's deployments/container/Dockerfile): the
+  # nvidia runtime gives the container every GPU and NVML.
+  local env='NVIDIA_DISABLE_REQUIRE=true NVIDIA_VISIBLE_DEVICES=all NVIDIA_MIG_CONFIG_DEVICES=all NVIDIA_DRIVER_CAPABILITIES=utility'
+  dockerfile=$(printf 'FROM %s\nCOPY nvidia-mig-manager /usr/lib/gpulab/\nCOPY nvidia-mig-parted /usr/bin/\nCOPY wrapper /usr/bin/nvidia-mig-manager\nCOPY config-default.yaml /etc/nvidia-mig-manager/config.yaml\nENV %s\n' "$gpulab" "$env")
+  tag=gpulab/nvidia-mig-manager:$MIG_PARTED_VERSION-$(inputs_hash "$dockerfile" "$wrapper" "$dir/nvidia-mig-manager" "$dir/nvidia-mig-parted" "$dir/config-default.yaml")
   if ! have "$tag"; then
     local ctx
     ctx=$(fresh_tmp "$WORK/mig-manager.ctx")
     cp "$dir/nvidia-mig-manager" "$dir/nvidia-mig-parted" "$dir/config-default.yaml" "$ctx/"
+    printf '%b' "$wrapper" >"$ctx/wrapper" && chmod 0755 "$ctx/wrapper"
     printf '%s\n' "$dockerfile" >"$ctx/Dockerfile"
     log "images: mig-manager: docker build $tag"
-    docker_build "$tag" "$ctx" /bin/sh -c 'nvidia-mig-manager --version && nvidia-mig-parted --version && python3 -c "import fakenvml.nodeview"' >/dev/null
+    docker_build "$tag" "$ctx" /bin/sh -c '/usr/lib/gpulab/nvidia-mig-manager --version && nvidia-mig-parted --version && test -x /usr/bin/nvidia-mig-manager && python3 -c "import fakenvml.nodeview"' >/dev/null
     rm -rf "$ctx"
   fi
   echo "$tag"
