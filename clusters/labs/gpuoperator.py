@@ -25,11 +25,10 @@ from kubernetes.client.exceptions import ApiException
 
 from clusters import built, steps, versions
 from clusters.charts import chart
-from clusters.kube import ready
 from clusters.labs import actions, capacity, features, spec
 from clusters.labs.actions import Action
 from clusters.labs.context import Context
-from clusters.labs.serving import HEAL_WAIT_S, RESOURCE, Serving
+from clusters.labs.serving import HEAL_WAIT_S, RESOURCE, Serving, wait_pod_on
 
 NAMESPACE = "gpu-operator"  # the chart's documented namespace
 RELEASE = "gpu-operator"
@@ -198,15 +197,7 @@ class GpuOperator(Serving):
     def set_on(self, ctx: Context, node: str, on: bool, deadline_s: float = 120) -> None:
         """The operator's own switch: nvidia.com/gpu.deploy.device-plugin on the node."""
         ctx.kube.label_node(node, {f"{DEPLOY}.device-plugin": "true" if on else "false"})
-
-        def there(pods: dict[str, client.V1Pod]) -> tuple[bool, str]:
-            up = ready(list(pods.values()))
-            return (len(up) == 1) if on else not pods, f"{len(pods)} pods, {len(up)} ready"
-
-        ctx.kube.watch_until(
-            f"{PLUGIN} {'on' if on else 'off'} {node}", ctx.core.list_namespaced_pod, there,
-            deadline_s, namespace=NAMESPACE, label_selector=PLUGIN_PODS,
-            field_selector=f"spec.nodeName={node}")  # fmt: skip
+        wait_pod_on(ctx, PLUGIN, NAMESPACE, PLUGIN_PODS, node, on, deadline_s)
 
     def back_on(self, ctx: Context) -> None:
         for n in ctx.lab.gpu_nodes:

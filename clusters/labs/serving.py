@@ -211,6 +211,19 @@ def clear_faults(serving: Serving) -> Action:
     return Action("Clear faults left from an earlier run (and GPUs the spec changed)", clear)
 
 
+def wait_pod_on(ctx: Context, what: str, namespace: str, selector: str, node: str, on: bool,
+                deadline_s: float) -> None:  # fmt: skip
+    """Until `node` has one Ready pod of `selector` (`on`), or none."""
+
+    def there(pods: dict[str, client.V1Pod]) -> tuple[bool, str]:
+        up = ready(list(pods.values()))
+        return (len(up) == 1) if on else not pods, f"{len(pods)} pods, {len(up)} ready"
+
+    ctx.kube.watch_until(f"{what} {'on' if on else 'off'} {node}", ctx.core.list_namespaced_pod,
+                         there, deadline_s, namespace=namespace, label_selector=selector,
+                         field_selector=f"spec.nodeName={node}")  # fmt: skip
+
+
 # -- device plugins
 
 
@@ -300,16 +313,8 @@ class DevicePlugin(Serving):
         """Start or stop the plugin's pod on `node` (its gpulab.dev/plugin label) and wait
         until the pod is there and Ready, or gone."""
         ctx.kube.label_node(node, {f"{kindconfig.LABEL_PREFIX}/plugin": "true" if on else None})
-
-        def there(pods: dict[str, client.V1Pod]) -> tuple[bool, str]:
-            up = ready(list(pods.values()))
-            return (len(up) == 1) if on else not pods, f"{len(pods)} pods, {len(up)} ready"
-
         s = self.subject
-        ctx.kube.watch_until(
-            f"{s.daemonset_name} {'on' if on else 'off'} {node}", ctx.core.list_namespaced_pod,
-            there, deadline_s, namespace=s.namespace, label_selector=s.selector,
-            field_selector=f"spec.nodeName={node}")  # fmt: skip
+        wait_pod_on(ctx, s.daemonset_name, s.namespace, s.selector, node, on, deadline_s)
 
     def forget(self, ctx: Context) -> None:
         delete_subjects(ctx, keep=None)  # the deploy that follows starts fresh pods
