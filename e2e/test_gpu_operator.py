@@ -4,8 +4,10 @@ image built by `make infra`, its operands deployed by it (clusters/labs/gpuopera
 which run, and why the others cannot: clusters/charts/gpu-operator-values.yaml). Each test
 asserts on what an operand did on the fake GPUs: the ClusterPolicy's state, the validator's
 status files, GFD's labels, the exporter's metrics, the plugin's allocatable and a pod's
-GPU; then Xid 79, the operator's per-node switch, a plugin upgrade through Helm and a MIG
-layout by label through the operator's MIG manager.
+GPU; then Xid 79 and a GPU off the bus (what the exporter says), the operator's per-node
+switch, a plugin upgrade through Helm, time-slicing and a MIG layout by label from the
+lab's own ConfigMaps (clusters/labs/operator.yaml) through the operator's config-manager
+and MIG manager.
 """
 
 from __future__ import annotations
@@ -14,11 +16,14 @@ import re
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import TypeVar
+
+import yaml
 
 from clusters.labs import gpuoperator, migmanager, spec
 from clusters.labs.lab import Lab
-from e2e.fixtures import NAMESPACE, lab_fixture
+from e2e.fixtures import NAMESPACE, lab_fixture, lab_job
 from e2e.pods import DEVICE_ENV, Pods
 from e2e.verdict import Verdict
 from fakenvml import mig
@@ -32,6 +37,13 @@ RESOURCE = "nvidia.com/gpu"
 OPERANDS = ("nvidia-operator-validator", gpuoperator.PLUGIN, "gpu-feature-discovery",
             "nvidia-mig-manager", "nvidia-node-status-exporter")  # fmt: skip
 VALIDATIONS = "/run/nvidia/validations"
+GFD_OUTPUT = "/etc/kubernetes/node-feature-discovery/features.d/gfd"
+# The configs the lab gives the operator (clusters/labs/operator.yaml: ConfigMaps the chart
+# creates), read from there: a plugin config and a MIG layout by name.
+VALUES = LAB.spec.operator.values if LAB.spec.operator else {}
+TS = "ts-4"
+TIME_SLICED = yaml.safe_load(VALUES["devicePlugin"]["config"]["data"][TS])
+LAYOUT = "small-and-large"
 T = TypeVar("T")
 
 
@@ -57,6 +69,24 @@ def ready_pods(lab: Lab, app: str, node: str | None = None) -> int:
 
 def allocatable(lab: Lab) -> tuple[int, int]:
     return lab.capacity(NODE, RESOURCE)
+
+
+def mig_layout(name: str) -> list[tuple[bool, Counter[str]]]:
+    """Layout `name` of the lab's MIG ConfigMap, GPU by GPU (as mig.instances has one)."""
+    configs = yaml.safe_load(VALUES["migManager"]["config"]["data"]["config.yaml"])
+    out: list[tuple[bool, Counter[str]]] = [(False, Counter())] * GPUS
+    for entry in configs["mig-configs"][name]:
+        for i in range(GPUS) if entry["devices"] == "all" else entry["devices"]:
+            out[i] = (entry["mig-enabled"], Counter(entry.get("mig-devices") or {}))
+    return out
+
+
+def gfd_output(lab: Lab, keys: dict[str, str]) -> dict[str, str | None]:
+    """`keys` as GFD last wrote them on NODE (None: not written, or no file: its pod is
+    being replaced)."""
+    text = lab.node_exec(NODE, "sh", "-c", f"cat {GFD_OUTPUT} 2>/dev/null || true")
+    found = dict(line.split("=", 1) for line in text.splitlines() if "=" in line)
+    return {k: found.get(k) for k in keys}
 
 
 def metrics(lab: Lab) -> dict[str, float]:
@@ -172,6 +202,69 @@ def test_xid_79_takes_a_gpu_out_until_the_plugin_restarts(operated: Lab,
     assert during == (GPUS, GPUS - 1) and after == (GPUS, GPUS)
 
 
+EXPORTED = ("gpu_operator_node_driver_validation", "gpu_operator_node_device_plugin_devices_total")
+
+
+@dataclass(frozen=True)
+class LostGpu:
+    """What the operator's stack said about the node while its GPU 0 was off the bus, and
+    after a heal: the plugin's allocatable, the node-status exporter's EXPORTED metrics,
+    and how long the exporter took to say each."""
+
+    allocatable: tuple[int, int]
+    during: dict[str, float | None]
+    down_s: float
+    after: dict[str, float | None]
+    up_s: float
+
+
+@lab_job(LAB.name)
+def lost_gpu(lab: Lab) -> LostGpu:
+    """GPU 0 falls off the bus (Xid 79, then every NVML call on it answers GPU_IS_LOST),
+    then a heal. A job beside the other labs' suites: the exporter validates the driver
+    once a minute (validator/metrics.go), so each answer takes up to a minute."""
+
+    def exported() -> dict[str, float | None]:
+        m = metrics(lab)
+        return {k: m.get(k) for k in EXPORTED}
+
+    def validation(want: float) -> tuple[dict[str, float | None], float]:
+        """The metrics once the validation is `want` (two passes of the exporter at most)."""
+        t0 = time.monotonic()
+        wait_for(lambda: exported()[EXPORTED[0]], want, 150)
+        return exported(), time.monotonic() - t0
+
+    lab.fake_gpus(NODE).fall_off_bus(0)
+    try:
+        lab.wait_allocatable(NODE, 0, GPUS, resource=RESOURCE)
+        held = allocatable(lab)
+        during, down_s = validation(0.0)
+    finally:
+        lab.heal()
+    after, up_s = validation(1.0)
+    return LostGpu(held, during, down_s, after, up_s)
+
+
+def test_a_gpu_off_the_bus_fails_the_exporters_driver_validation(
+    lost_gpu: LostGpu, verdict: Verdict
+) -> None:
+    """GPU 0 off the bus: the plugin the operator deployed takes every GPU out (its event
+    wait answers GPU_IS_LOST, after which NVIDIA's plugin marks all devices unhealthy: its
+    internal/rm/health.go), capacity kept; the node-status exporter's driver validation
+    (the real nvidia-smi, which exits 15: "Unable to determine the device handle ... GPU is
+    lost") turns 0 on its next pass, while its device count, which counts the node's capacity,
+    stays at every GPU. After a heal its validation turns 1 again by itself."""
+    verdict.expect(f"allocatable 0 of {GPUS}; exporter driver validation 0, "
+                   f"devices {GPUS}; healed: validation 1")  # fmt: skip
+    r = lost_gpu
+    verdict.saw(f"allocatable {r.allocatable[1]} of {r.allocatable[0]}; exporter {r.during} "
+                f"after {r.down_s:.0f}s; healed: {r.after} after {r.up_s:.0f}s")  # fmt: skip
+    verdict.property("exporter's validation down (s)", round(r.down_s, 1))
+    assert r.allocatable == (GPUS, 0)
+    assert r.during == {EXPORTED[0]: 0.0, EXPORTED[1]: float(GPUS)}
+    assert r.after == {EXPORTED[0]: 1.0, EXPORTED[1]: float(GPUS)}
+
+
 def test_the_device_plugin_off_and_on_by_its_deploy_label(operated: Lab,
                                                           verdict: Verdict) -> None:  # fmt: skip
     """nvidia.com/gpu.deploy.device-plugin=false on the node: the operator takes the plugin's
@@ -206,15 +299,15 @@ def test_a_plugin_upgrade_through_helm_keeps_running_pods(operated: Lab,
     server = operated.serving
     assert isinstance(server, gpuoperator.GpuOperator)
     tag = new_image.rpartition(":")[2]
+
+    def rolled() -> str:
+        d = operated.apps.read_namespaced_daemon_set(gpuoperator.PLUGIN, NS)
+        return d.spec.template.spec.containers[0].image
+
     try:
         pods.create(pods.gpu_pod("op-held", 1, NODE))
         pods.wait_running("op-held")
         server.install(operated.ctx, {"devicePlugin": {"version": tag}})
-
-        def rolled() -> str:
-            d = operated.apps.read_namespaced_daemon_set(gpuoperator.PLUGIN, NS)
-            return d.spec.template.spec.containers[0].image
-
         image = wait_for(rolled, new_image)
         operated.kube.wait_daemonset(gpuoperator.PLUGIN, NS)
         got = wait_for(lambda: allocatable(operated), (GPUS, GPUS))
@@ -227,39 +320,72 @@ def test_a_plugin_upgrade_through_helm_keeps_running_pods(operated: Lab,
     finally:
         pods.delete_all()
         server.install(operated.ctx)  # back to the chart's pin
+        # The operator reconciles after Helm returns: the DaemonSet is the pin's again
+        # before its rollout is waited for, and the operator's work done before the next.
+        wait_for(rolled, old_image)
         operated.kube.wait_daemonset(gpuoperator.PLUGIN, NS)
         server.wait_capacity(operated.ctx)
+        gpuoperator.wait_ready(operated.ctx)
 
 
-def test_a_mig_layout_by_label_through_the_operators_mig_manager(
+def test_time_slicing_by_the_plugin_config_label(operated: Lab, verdict: Verdict) -> None:
+    """`nvidia.com/device-plugin.config=ts-4` on the node (a config of the lab's own
+    ConfigMap, given to the operator as devicePlugin.config): the config-manager sidecars
+    the operator added to the plugin and GFD write it and signal them; the node serves each
+    GPU `replicas` times from the same plugin pod, and GFD's output (the features.d file
+    NFD makes node labels of on its next pass, within its minute) says time-slicing. The
+    label off: the ConfigMap's default, each GPU once."""
+    replicas = TIME_SLICED["sharing"]["timeSlicing"]["resources"][0]["replicas"]
+    want = {"nvidia.com/gpu.replicas": str(replicas),
+            "nvidia.com/gpu.sharing-strategy": "time-slicing"}  # fmt: skip
+    verdict.expect(f"{TS}: {RESOURCE} {GPUS * replicas}, same plugin pod, GFD {want}; "
+                   f"default: {GPUS}, GFD replicas 1")  # fmt: skip
+    (pod,) = operated.kube.pods(NS, f"app={gpuoperator.PLUGIN}", NODE)
+    try:
+        operated.kube.label_node(NODE, {migmanager.CONFIG_LABEL_PLUGIN: TS})
+        sliced = wait_for(lambda: allocatable(operated), (GPUS * replicas,) * 2)
+        gfd = wait_for(lambda: gfd_output(operated, want), want, 30)
+        (after,) = operated.kube.pods(NS, f"app={gpuoperator.PLUGIN}", NODE)
+        restarts = sum(c.restart_count for c in after.status.container_statuses or [])
+    finally:
+        operated.kube.label_node(NODE, {migmanager.CONFIG_LABEL_PLUGIN: None})
+    back = wait_for(lambda: allocatable(operated), (GPUS, GPUS))
+    one = {"nvidia.com/gpu.replicas": "1"}
+    gfd_back = wait_for(lambda: gfd_output(operated, one), one, 30)
+    verdict.saw(f"{TS}: {sliced[1]}, {restarts} restarts, GFD {gfd}; default: {back[1]}, "
+                f"GFD {gfd_back}")  # fmt: skip
+    assert sliced == (GPUS * replicas,) * 2 and gfd == want
+    assert (after.metadata.uid, restarts) == (pod.metadata.uid, 0)
+    assert back == (GPUS, GPUS) and gfd_back == one
+
+
+def test_a_mig_layout_of_the_labs_configmap_through_the_operators_mig_manager(
     operated: Lab, verdict: Verdict
 ) -> None:
-    """`nvidia.com/mig.config=all-1g.10gb` on the node (a config of the operator's own
-    default ConfigMap): the MIG manager the operator deployed pauses the plugin and GFD,
-    partitions both H100s through NVML, brings them back and says `success`; GFD (the
-    chart's single strategy) counts the 14 slices as GPUs. all-disabled: whole GPUs
-    served again. What the plugin serves in between is reported, not asserted: it needs
-    the driver's /proc/driver/nvidia/capabilities, which its container (the host kernel's
-    procfs) lacks (docs/operator.md)."""
-    want = 7 * GPUS
-    verdict.expect(f"all-1g.10gb success: {want} 1g.10gb in NVML, gpu.count {want}; "
+    """`nvidia.com/mig.config=small-and-large` on the node, a layout of the lab's own MIG
+    ConfigMap (given to the operator as migManager.config) that differs by GPU: the MIG
+    manager the operator deployed pauses the plugin and GFD, partitions each H100 through
+    NVML as the ConfigMap says, brings them back and says `success`; GFD (the lab's mixed
+    strategy) counts each profile. all-disabled: whole GPUs served again. What the plugin
+    serves in between is reported, not asserted: it needs the driver's
+    /proc/driver/nvidia/capabilities, which its container (the host kernel's procfs)
+    lacks (docs/operator.md)."""
+    want = mig_layout(LAYOUT)
+    total: Counter[str] = sum((c for _, c in want), Counter())
+    counts = {f"nvidia.com/mig-{p}.count": str(n) for p, n in sorted(total.items())}
+    verdict.expect(f"{LAYOUT} success: {want} in NVML, GFD {counts}; "
                    f"all-disabled: {RESOURCE} {GPUS}")  # fmt: skip
-
-    def count() -> str | None:
-        return (operated.core.read_node(NODE).metadata.labels or {}).get("nvidia.com/gpu.count")
-
     try:
         t0 = time.monotonic()
-        migmanager.reconfigure(operated.ctx, NODE, "all-1g.10gb")
+        migmanager.reconfigure(operated.ctx, NODE, LAYOUT)
         took = time.monotonic() - t0
         made = mig.instances(operated.fake_gpus(NODE))
-        labelled = wait_for(count, str(want))
+        gfd = wait_for(lambda: gfd_output(operated, counts), counts, 60)
         served = allocatable(operated)
     finally:
         migmanager.reconfigure(operated.ctx, NODE, migmanager.DISABLED)
     back = wait_for(lambda: allocatable(operated), (GPUS, GPUS))
-    verdict.saw(f"success in {took:.1f}s: {sum(sum(c.values()) for _, c in made)} 1g.10gb, "
-                f"gpu.count {labelled} ({RESOURCE} served meanwhile: {served[1]}); "
-                f"all-disabled: {back[1]}")  # fmt: skip
-    assert made == [(True, Counter({"1g.10gb": 7}))] * GPUS
-    assert labelled == str(want) and back == (GPUS, GPUS)
+    verdict.saw(f"success in {took:.1f}s: {made}, GFD {gfd} ({RESOURCE} served meanwhile: "
+                f"{served[1]}); all-disabled: {back[1]}")  # fmt: skip
+    assert made == want
+    assert gfd == counts and back == (GPUS, GPUS)

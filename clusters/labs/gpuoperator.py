@@ -214,4 +214,5 @@ class GpuOperator(Serving):
         if disturbed:  # NVIDIA's plugin keeps an Unhealthy GPU until it restarts
             self.restart(ctx, disturbed)
         self.wait_capacity(ctx, deadline_s=HEAL_WAIT_S)
+        wait_ready(ctx)  # the ClusterPolicy ready again after its plugin pods' restart
         return ""
