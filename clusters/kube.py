@@ -188,6 +188,22 @@ class Kube:
                          deadline_s, namespace=namespace,
                          field_selector=f"metadata.name={name}")  # fmt: skip
 
+    def wait_deployment(self, name: str, namespace: str, deadline_s: float = 180) -> None:
+        """Every replica of the Deployment is of its current generation and available."""
+
+        def rolled_out(found: dict[str, client.V1Deployment]) -> tuple[bool, str]:
+            d = found.get(name)
+            if d is None:
+                return False, "no such Deployment"
+            st, want = d.status, d.spec.replicas or 0
+            up, updated = st.available_replicas or 0, st.updated_replicas or 0
+            current = st.observed_generation == d.metadata.generation
+            return current and up == updated == want, f"{up}/{want} available"
+
+        self.watch_until(f"Deployment {name}", self.apps.list_namespaced_deployment,
+                         rolled_out, deadline_s, namespace=namespace,
+                         field_selector=f"metadata.name={name}")  # fmt: skip
+
     def delete_daemonset(self, name: str, namespace: str) -> None:
         """Delete it and wait until its pods are gone."""
         try:
@@ -250,9 +266,10 @@ class Kube:
             if time.monotonic() > end:
                 raise StepError(f"waited {deadline_s:.0f}s for {what}; last saw: {seen}")
 
-    def healthy(self, deadline_s: float) -> tuple[bool, str]:
-        """The API server answers and every node is Ready, within the deadline; a reused
-        cluster may still be starting (403 until RBAC is loaded, 5xx, refused)."""
+    def healthy(self, deadline_s: float, nodes: str = "") -> tuple[bool, str]:
+        """The API server answers and every node (those of label selector `nodes`) is
+        Ready, within the deadline; a reused cluster may still be starting (403 until RBAC
+        is loaded, 5xx, refused)."""
 
         def all_ready(nodes: dict[str, client.V1Node]) -> tuple[bool, str]:
             up = [n for n in nodes.values()
@@ -265,7 +282,7 @@ class Kube:
         probe = client.CoreV1Api(self._client(False))
         try:
             self.watch_until("the API server and Ready nodes", probe.list_node, all_ready,
-                             deadline_s)  # fmt: skip
+                             deadline_s, label_selector=nodes)  # fmt: skip
         except StepError as e:
             return False, str(e)
         return True, ""

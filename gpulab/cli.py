@@ -5,6 +5,7 @@
     gpulab lab up LAB [--subject S]        a lab up (a running cluster is reused)
     gpulab lab down LAB                    its cluster and host state deleted
     gpulab lab list                        the shipped labs, and which of them run
+    gpulab lab fleet LAB NODE COUNT        COUNT KWOK copies of a lab's GPU node (0: none)
     gpulab test [--subject S,...] [--suites subject|all] [PYTEST-ARGS...]   the cluster tier
     gpulab experiment run|validate|report  fault-injection experiments on a lab
     gpulab inject LAB NODE xid 0 79        a fault into a lab node's fake GPUs
@@ -146,6 +147,21 @@ def _lab_down(args: argparse.Namespace) -> int:
     return _with_lab(args, lambda lab: lab.down())
 
 
+def _lab_fleet(args: argparse.Namespace) -> int:
+    from clusters.labs import fleet
+    from clusters.labs.lab import Lab
+
+    if args.count < 0:
+        print(f"gpulab lab fleet: error: COUNT is {args.count}: 0 or more", file=sys.stderr)
+        return 2
+
+    def scale(lab: Lab) -> None:
+        made = fleet.up(lab.ctx, args.node, args.count)
+        print(f"{len(made)} copies of {args.node}" + (f": {made[0]} .. {made[-1]}" if made else ""))
+
+    return _with_lab(args, scale)
+
+
 def _with_lab(args: argparse.Namespace, do: Callable[..., object]) -> int:
     from clusters.labs.lab import Lab
     from clusters.labs.spec import SpecError
@@ -274,6 +290,12 @@ def _parser() -> argparse.ArgumentParser:
     down.set_defaults(run=_lab_down)
     acts.add_parser("list", help="the shipped labs, and which have a cluster running here"
                     ).set_defaults(run=_lab_list)  # fmt: skip
+    fl = acts.add_parser("fleet", help="KWOK copies of a running lab's GPU node: its capacity, "
+                         "labels and DRA slices (clusters/labs/fleet.py)")  # fmt: skip
+    fl.add_argument("lab", help="a lab under clusters/labs/ or a path (up)")
+    fl.add_argument("node", help="one of its GPU nodes, the copies' model")
+    fl.add_argument("count", type=int, help="how many copies (0: none, the others deleted)")
+    fl.set_defaults(run=_lab_fleet)
 
     from e2e.play import OUT
 

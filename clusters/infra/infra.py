@@ -482,6 +482,7 @@ def _lab_images(r: Runner, p: Products) -> None:
         ("nfd", f"node-feature-discovery {versions.get('NFD_VERSION')} image (Go)", None),
         ("dra", f"NVIDIA DRA driver {versions.get('DRA_DRIVER_VERSION')} image (Go)", None),
         ("npd", f"node-problem-detector {versions.get('NPD_VERSION')} image (Go)", None),
+        ("kwok", f"KWOK {versions.get('KWOK_VERSION')} image (Go)", None),
         ("mig-manager", f"NVIDIA MIG manager {versions.get('MIG_PARTED_VERSION')} image", None),
         ("gpu-operator", "NVIDIA GPU Operator and validator images (Go)", None),
     ):

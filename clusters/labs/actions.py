@@ -61,7 +61,9 @@ def reuse_or_recreate(ctx: Context) -> object:
         ctx.console.print(f"[yellow]![/] {ctx.name}: {stale}: recreating it", highlight=False)
         ctx.delete()
         return None
-    ok, why = ctx.kube.healthy(ctx.health_deadline_s)
+    # The lab's own nodes: a fleet's KWOK nodes are Ready only while KWOK runs, and a
+    # suite that stopped half-way may have left some (the next fleet.up replaces them).
+    ok, why = ctx.kube.healthy(ctx.health_deadline_s, f"!{kindconfig.FLEET_LABEL}")
     if not ok:
         ctx.console.print(f"[yellow]![/] {why}", highlight=False)
         ctx.console.print(f"[yellow]![/] {ctx.name} does not recover (left from an earlier "

@@ -57,6 +57,8 @@ DRIVER_ROOT = "/run/fakenvml/driver"  # where fakenvml's DaemonSet installs the 
 OPERATOR_DRIVER_ROOT = "/run/nvidia/driver"
 PCI_DEVICES = "sys/bus/pci/devices"  # in the driver root (fakenvml/driver.py), and on nodes
 LABEL_PREFIX = "gpulab.dev"
+# A fleet node's label (clusters/labs/fleet.py), its model's name: what is not a kind node.
+FLEET_LABEL = f"{LABEL_PREFIX}/fleet"
 TOOLKIT_DIR = "/usr/local/nvidia/toolkit"  # where NVIDIA's GPU Operator installs it on nodes
 # What clusters/labs/toolkit.py writes in a lab's toolkit dir -> where GPU nodes get it.
 TOOLKIT_FILES = {

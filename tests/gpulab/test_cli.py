@@ -65,6 +65,20 @@ def test_lab_up_of_an_unknown_lab_is_one_line(capsys: pytest.CaptureFixture[str]
     assert err.count("\n") == 1
 
 
+@pytest.mark.parametrize(("argv", "rc", "message"), [
+    (["seed", SEED.control_plane.name, "3"], 1,
+     f"gpulab lab: error: lab seed has no GPU node '{SEED.control_plane.name}' to copy (its "
+     "GPU nodes: " + ", ".join(n.name for n in SEED.gpu_nodes) + ")"),
+    (["seed", SEED.gpu_nodes[0].name, "-1"], 2, "gpulab lab fleet: error: COUNT is -1: 0 or more"),
+])  # fmt: skip
+def test_lab_fleet_refuses_a_node_it_cannot_copy_or_a_negative_count_in_one_line(
+    argv: list[str], rc: int, message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Refused before any cluster is asked (none runs here)."""
+    assert cli.main(["lab", "fleet", *argv]) == rc
+    assert capsys.readouterr().err == message + "\n"
+
+
 @pytest.fixture
 def seed_up(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> NodeDir:
     """The seed lab's worker as a lab lays it out on the host (no cluster): its fake GPUs'

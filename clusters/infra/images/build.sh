@@ -12,9 +12,11 @@
 #   bats       the runner of NVIDIA's DRA driver's own bats suite (e2e/dra_suite.py)
 #   npd        node-problem-detector ($NPD_VERSION, built by clusters/infra/nodeimage/build-go.sh)
 #              on the base image
+#   kwok       KWOK's controller ($KWOK_VERSION, built by clusters/infra/nodeimage/build-go.sh)
+#              on the base image
 # Every image is tagged with a hash of its inputs, so a warm run only checks tags. Tags
 # appear only on finished, checked images (temporary tags first; see lib.sh).
-# usage: clusters/infra/images/build.sh [base|gpulab|workload|nvidia|nfd|dra|bats-base|bats|npd]...   (default: all)
+# usage: clusters/infra/images/build.sh [base|gpulab|workload|nvidia|nfd|dra|bats-base|bats|npd|kwok]...   (default: all)
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/../../.." && pwd)  # the checkout, or site-packages for an installed gpulab
@@ -243,23 +245,35 @@ image_nfd() {
   echo "$tag"
 }
 
-image_npd() {
-  local base bin tag dockerfile
+# image_program ROLE FILE PATH VERSION CHECK: the base image with one program that
+# build-go.sh ROLE builds (FILE there) at PATH, its entrypoint, as upstream's image has it
+# (named as upstream names it); CHECK, a shell line, must pass in the image.
+image_program() {
+  local role=$1 file=$2 path=$3 version=$4 check=$5 base bin tag dockerfile name=${3##*/}
   base=$(image_base)
-  bin=$("$here/../nodeimage/build-go.sh" npd) || die "images: building node-problem-detector failed"
-  dockerfile=$(printf 'FROM %s\nCOPY node-problem-detector /usr/bin/\nENTRYPOINT ["/usr/bin/node-problem-detector"]\n' "$base")
-  tag=gpulab/node-problem-detector:$NPD_VERSION-$(inputs_hash "$dockerfile" "$bin/nodeproblemdetector")
+  bin=$("$here/../nodeimage/build-go.sh" "$role") || die "images: building $role failed"
+  dockerfile=$(printf 'FROM %s\nCOPY %s %s/\nENTRYPOINT ["%s"]\n' "$base" "$name" "${path%/*}" "$path")
+  tag=gpulab/$name:$version-$(inputs_hash "$dockerfile" "$bin/$file")
   if ! have "$tag"; then
     local ctx
-    ctx=$(fresh_tmp "$WORK/npd.ctx")
-    # Named as upstream's image names it.
-    cp "$bin/nodeproblemdetector" "$ctx/node-problem-detector"
+    ctx=$(fresh_tmp "$WORK/$role.ctx")
+    cp "$bin/$file" "$ctx/$name"
     printf '%s\n' "$dockerfile" >"$ctx/Dockerfile"
-    log "images: npd: docker build $tag"
-    docker_build "$tag" "$ctx" /bin/sh -c "node-problem-detector --version | grep -qx '$NPD_VERSION'"
+    log "images: $role: docker build $tag"
+    docker_build "$tag" "$ctx" /bin/sh -c "$check"
     rm -rf "$ctx"
   fi
   echo "$tag"
+}
+
+image_npd() {
+  image_program npd nodeproblemdetector /usr/bin/node-problem-detector "$NPD_VERSION" \
+    "node-problem-detector --version | grep -qx '$NPD_VERSION'"
+}
+
+# As upstream's image (images/kwok/Dockerfile): the controller alone.
+image_kwok() {
+  image_program kwok kwok /usr/local/bin/kwok "$KWOK_VERSION" "kwok --version | grep -q '$KWOK_VERSION'"
 }
 
 image_mig_manager() {
@@ -404,7 +418,7 @@ image_bats() {
   echo "$tag"
 }
 
-[[ $# -gt 0 ]] || set -- base gpulab workload nvidia nfd dra bats npd mig-manager gpu-operator
+[[ $# -gt 0 ]] || set -- base gpulab workload nvidia nfd dra bats npd kwok mig-manager gpu-operator
 for what in "$@"; do
   case $what in
     base) echo "base=$(image_base)" ;;
@@ -416,8 +430,9 @@ for what in "$@"; do
     bats-base) echo "bats-base=$(image_bats_base)" ;;
     bats) echo "bats=$(image_bats)" ;;
     npd) echo "npd=$(image_npd)" ;;
+    kwok) echo "kwok=$(image_kwok)" ;;
     mig-manager) echo "mig-manager=$(image_mig_manager)" ;;
     gpu-operator) image_gpu_operator ;;
-    *) die "images: unknown image $what (base, gpulab, workload, nvidia, nfd, dra, bats-base, bats, npd, mig-manager, gpu-operator)" ;;
+    *) die "images: unknown image $what (base, gpulab, workload, nvidia, nfd, dra, bats-base, bats, npd, kwok, mig-manager, gpu-operator)" ;;
   esac
 done

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds the node's Go binaries from upstream modules through the Go module proxy.
-# Usage: build-go.sh kubernetes | kubelet | etcd VERSION | coredns VERSION | crictl | nfd | npd
+# Usage: build-go.sh kubernetes | kubelet | etcd VERSION | coredns VERSION | crictl | nfd | npd | kwok
 # Prints the output directory ($GPULAB_CACHE/bin/<name>-<version>).
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
@@ -166,8 +166,18 @@ npd() {
   finish "npd-$v"
 }
 
+kwok() {
+  local v=$KWOK_VERSION
+  done_or "kwok-$v"
+  log "building KWOK $v (about 1 min cold)"
+  build kwok "$v" "sigs.k8s.io/kwok@$v" "$v" "-X sigs.k8s.io/kwok/pkg/consts.Version=$v" \
+    sigs.k8s.io/kwok/cmd/kwok
+  has_output "$v" "$OUT/kwok" --version || die "built KWOK is not $v"
+  finish "kwok-$v"
+}
+
 case ${1:-} in
-  kubernetes | kubelet | crictl | nfd | npd) "$1" ;;
+  kubernetes | kubelet | crictl | nfd | npd | kwok) "$1" ;;
   etcd | coredns) "$1" "${2:?usage: $0 $1 VERSION}" ;;
-  *) die "usage: $0 kubernetes | kubelet | etcd VERSION | coredns VERSION | crictl | nfd | npd" ;;
+  *) die "usage: $0 kubernetes | kubelet | etcd VERSION | coredns VERSION | crictl | nfd | npd | kwok" ;;
 esac

@@ -1,0 +1,239 @@
+"""A fleet of fake GPU nodes: KWOK nodes (no kubelet, no containers) that are copies of one of
+a lab's real GPU nodes, for the real kube-scheduler to place pods across.
+
+Each fleet node is made from its model, a live lab node whose GPUs the lab's fakenvml, and
+its plugin or DRA driver, serve: the model's capacity and allocatable (`nvidia.com/gpu`
+and every other resource), its labels (GFD's and NFD's among them; its hostname and roles
+are the copy's own) and the ResourceSlices its DRA driver published, each with the copy's
+node and pool name. Nothing about a board is written here: what a fleet node shows is what
+the real plugin or driver showed for that inventory on a real kubelet. `differences`
+compares a copy's slices with its model's field by field.
+
+KWOK (sigs.k8s.io/kwok, built by `make infra`) is installed as its docs say: its CRDs, its
+chart and its stage-fast chart (nodes Ready at once, pods Running as soon as they are
+bound), all read from its module. Fleet nodes carry KWOK's annotation and taint
+(`kwok.x-k8s.io/node=fake:NoSchedule`), so only pods that tolerate it land on them, as
+KWOK's docs do; DaemonSets that tolerate every taint get a pod there that KWOK runs.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import yaml
+from kubernetes import client
+
+from clusters import built, steps, versions
+from clusters.charts import chart
+from clusters.labs import dra, kindconfig
+from clusters.labs.context import Context
+
+MODULE = "sigs.k8s.io/kwok"
+NAMESPACE = "kube-system"  # where KWOK's docs install its controller
+CONTROLLER = "kwok-controller"
+MANAGED = ("kwok.x-k8s.io/node", "fake")  # the annotation its config manages nodes by
+TAINT = {"key": MANAGED[0], "value": MANAGED[1], "effect": "NoSchedule"}
+TOLERATION = {"key": MANAGED[0], "operator": "Equal", "value": MANAGED[1],
+              "effect": "NoSchedule"}  # fmt: skip
+MODEL = f"{kindconfig.LABEL_PREFIX}/fleet-model"  # a fleet node's annotation: its model
+FLEET_LABEL = kindconfig.FLEET_LABEL  # and its label (the model), to select the fleet by
+# The model's labels that are its own, not its inventory's: its name and roles, and the
+# lab's switches (fake GPUs, plugin on), which would put the lab's own DaemonSets there.
+OWN_LABELS = ("kubernetes.io/hostname", "node-role.kubernetes.io/", f"{kindconfig.LABEL_PREFIX}/")
+SLICES = ("resource.k8s.io", "v1", "resourceslices")  # group, version, plural
+# What differs between two nodes' slices of one inventory by construction, not by
+# content: names, ownership, bookkeeping, and the pool's generation (a counter the driver
+# bumps each time it republishes).
+VOLATILE_META = ("name", "generateName", "uid", "resourceVersion", "creationTimestamp",
+                 "managedFields", "ownerReferences", "generation")  # fmt: skip
+
+
+def kwok_dir() -> Any:
+    where = chart.module_dir(f"{MODULE}@{versions.get('KWOK_VERSION')}")
+    if not (where / "charts" / "kwok" / "Chart.yaml").is_file():
+        raise built.InfraMissing(f"KWOK's module is not in {where}; {built.MAKE_INFRA}")
+    return where
+
+
+def kwok_docs(image: str, kube_version: str) -> list[dict]:
+    """KWOK as its docs install it, from its module: its CRDs, the kwok chart (with the
+    local image) and the stage-fast chart."""
+    where = kwok_dir()
+    docs = [yaml.safe_load(p.read_text())
+            for p in sorted((where / "kustomize" / "crd" / "bases").glob("*.yaml"))]  # fmt: skip
+    repo, tag = chart.split_image(image)
+    # The controller on the control plane (its chart tolerates it there), where its image
+    # is loaded: the GPU nodes' pods stay the lab's.
+    kwok = {"image": {"repository": repo, "tag": tag},
+            "nodeSelector": {"node-role.kubernetes.io/control-plane": ""}}  # fmt: skip
+    for name, values in (("kwok", kwok), ("stage-fast", {})):
+        text = chart.template(built.helm(), where / "charts" / name, "kwok", NAMESPACE,
+                              values, kube_version)  # fmt: skip
+        docs += [d for d in yaml.safe_load_all(text) if d]
+    return docs
+
+
+def deploy_kwok(ctx: Context) -> None:
+    """KWOK's controller running on the control plane (its image loaded there)."""
+    image = built.require(["kwok"], ctx.lab.kubernetes).images["kwok"]
+    ctx.host.load([image], [ctx.lab.control_plane.name])
+    docs = kwok_docs(image, ctx.lab.kubernetes)
+    crds = [d for d in docs if d["kind"] == "CustomResourceDefinition"]
+    for doc in crds:
+        ctx.kube.apply(doc)
+    ctx.kube.wait_crds_established([d["metadata"]["name"] for d in crds])
+    for doc in docs:
+        if doc["kind"] != "CustomResourceDefinition":
+            ctx.kube.apply(doc, namespace=NAMESPACE)
+    ctx.kube.wait_deployment(CONTROLLER, NAMESPACE)
+
+
+def names(model: str, count: int) -> list[str]:
+    return [f"{model}-kwok-{i}" for i in range(count)]
+
+
+def node_doc(model: client.V1Node, name: str) -> dict:
+    """A KWOK node that shows what `model` shows."""
+    labels = {k: v for k, v in (model.metadata.labels or {}).items()
+              if not k.startswith(OWN_LABELS)}  # fmt: skip
+    labels |= {"kubernetes.io/hostname": name, FLEET_LABEL: model.metadata.name}
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": name, "labels": labels,
+                     "annotations": {MANAGED[0]: MANAGED[1], MODEL: model.metadata.name}},
+        "spec": {"taints": [TAINT]},
+        "status": {"capacity": dict(model.status.capacity or {}),
+                   "allocatable": dict(model.status.allocatable or {})},
+    }  # fmt: skip
+
+
+def slices(ctx: Context, node: str) -> list[dict]:
+    """The DRA driver's ResourceSlices for `node`, as the API server serves them: raw JSON,
+    not the client library's models, which drop any field their version does not know (a
+    copy would lose it, and a comparison through them would not see it)."""
+    found = client.CustomObjectsApi(ctx.kube.api).list_cluster_custom_object(
+        *SLICES, field_selector=f"spec.driver={dra.DRIVER},spec.nodeName={node}")  # fmt: skip
+    return list(found["items"])
+
+
+def slice_doc(model_slice: dict, node: client.V1Node, index: int) -> dict:
+    """`model_slice` published for `node` instead: its node and pool, owned by the node (so
+    its slices go with it, as a kubelet's do)."""
+    spec = copy.deepcopy(model_slice["spec"])
+    model = spec["nodeName"]
+    if spec["pool"]["name"] != model:
+        raise steps.StepError(f"a ResourceSlice of {model} is in pool {spec['pool']['name']}, "
+                              f"not one named after its node: cannot copy it")  # fmt: skip
+    spec["nodeName"] = spec["pool"]["name"] = node.metadata.name
+    owner = {"apiVersion": "v1", "kind": "Node", "name": node.metadata.name,
+             "uid": node.metadata.uid, "controller": True}  # fmt: skip
+    name = f"{node.metadata.name}-{spec['driver'].replace('.', '-')}-{index}"
+    return {"apiVersion": "/".join(SLICES[:2]), "kind": "ResourceSlice",
+            "metadata": {"name": name, "ownerReferences": [owner]}, "spec": spec}  # fmt: skip
+
+
+def up(ctx: Context, model: str, count: int) -> list[str]:
+    """Exactly `count` KWOK copies of the lab node `model` (made, or the extra ones
+    deleted), Ready, their slices published; their names. KWOK is deployed first."""
+    if model not in {n.name for n in ctx.lab.gpu_nodes}:
+        have = ", ".join(n.name for n in ctx.lab.gpu_nodes) or "none"
+        raise steps.StepError(f"lab {ctx.lab.name} has no GPU node {model!r} to copy "
+                              f"(its GPU nodes: {have})")  # fmt: skip
+    made = names(model, count)
+    delete(ctx, [n for n in members(ctx, model) if n not in made])
+    if not made:
+        return []
+    deploy_kwok(ctx)  # applied again each time: a KWOK of another spec is replaced
+    source = ctx.kube.core.read_node(model)
+    published = sorted(slices(ctx, model), key=lambda s: s["metadata"]["name"])
+    for name in made:
+        ctx.kube.apply(node_doc(source, name))
+        node = ctx.kube.core.read_node(name)
+        for i, s in enumerate(published):
+            ctx.kube.apply(slice_doc(s, node, i))
+    wait_ready(ctx, made)
+    return made
+
+
+def wait_ready(ctx: Context, nodes: list[str], deadline_s: float = 120) -> None:
+    """Until KWOK has made every one of `nodes` Ready."""
+
+    def ready(found: dict[str, client.V1Node]) -> tuple[bool, str]:
+        ok = [n for n in nodes if n in found and any(
+            c.type == "Ready" and c.status == "True"
+            for c in (found[n].status.conditions or []))]  # fmt: skip
+        return len(ok) == len(nodes), f"{len(ok)}/{len(nodes)} Ready"
+
+    ctx.kube.watch_until(f"KWOK nodes {nodes[0]}..{nodes[-1]} Ready",
+                         ctx.kube.core.list_node, ready, deadline_s)  # fmt: skip
+
+
+def members(ctx: Context, model: str | None = None) -> list[str]:
+    """The lab's fleet nodes (copies of `model` only, if given)."""
+    selector = f"{FLEET_LABEL}={model}" if model else FLEET_LABEL
+    return sorted(n.metadata.name for n in ctx.kube.core.list_node(label_selector=selector).items)
+
+
+def down(ctx: Context) -> None:
+    """Every fleet node deleted (KWOK stays)."""
+    delete(ctx, members(ctx))
+
+
+def delete(ctx: Context, nodes: list[str]) -> None:
+    """The fleet nodes deleted, with their slices and the pods bound to them (no kubelet is
+    there to let them go). The slices are deleted outright rather than left to the garbage
+    collector (their owner is the node): the next fleet may reuse the names at once."""
+    for name in nodes:
+        for pod in ctx.kube.core.list_pod_for_all_namespaces(
+                field_selector=f"spec.nodeName={name}").items:  # fmt: skip
+            ctx.kube.core.delete_namespaced_pod(pod.metadata.name, pod.metadata.namespace,
+                                                grace_period_seconds=0)  # fmt: skip
+        ctx.kube.core.delete_node(name)
+        dra.api(ctx).delete_collection_resource_slice(field_selector=f"spec.nodeName={name}")
+
+    def cleared() -> tuple[bool, str]:
+        left = sum(len(slices(ctx, n)) for n in nodes)
+        return left == 0, f"{left} slices of deleted fleet nodes left"
+
+    if nodes:
+        steps.poll("fleet nodes' slices gone", cleared, 60)
+
+
+# -- comparing slices
+
+
+def normal(found: list[dict]) -> list[dict]:
+    """Slices as two nodes of one inventory should publish them alike: node and pool name
+    blanked, bookkeeping dropped, devices in name order, slices in their devices' order."""
+    out = []
+    for s in found:
+        spec = copy.deepcopy(s["spec"])
+        spec["nodeName"] = spec["pool"]["name"] = "<node>"
+        spec["pool"].pop("generation", None)
+        spec["devices"] = sorted(spec.get("devices") or [], key=lambda d: d["name"])
+        meta = {k: v for k, v in s["metadata"].items() if k not in VOLATILE_META}
+        out.append({"metadata": meta, "spec": spec})
+    return sorted(out, key=lambda s: json.dumps(s["spec"]["devices"], sort_keys=True))
+
+
+def differences(want: list[dict], got: list[dict]) -> list[str]:
+    """Where `got`'s slices differ from `want`'s (both as `normal` makes them), one line
+    per differing field: `path: want -> got`."""
+    return list(_diff("slices", normal(want), normal(got)))
+
+
+def _diff(path: str, a: Any, b: Any) -> Iterator[str]:
+    if isinstance(a, dict) and isinstance(b, dict):
+        for k in sorted(set(a) | set(b)):
+            yield from _diff(f"{path}.{k}", a.get(k, "<absent>"), b.get(k, "<absent>"))
+    elif isinstance(a, list) and isinstance(b, list):
+        if len(a) != len(b):
+            yield f"{path}: {len(a)} items -> {len(b)}"
+        for i, (x, y) in enumerate(zip(a, b, strict=False)):
+            yield from _diff(f"{path}[{i}]", x, y)
+    elif a != b:
+        yield f"{path}: {a!r} -> {b!r}"

@@ -1,0 +1,180 @@
+"""A fleet of fake GPU nodes on the `dra` lab (clusters/labs/fleet.py): KWOK copies of each of
+its three real GPU nodes (H100, T4, A100 80 GB: a mixed fleet), none with a kubelet, for the
+real kube-scheduler to place pods on. What a copy publishes is its model's, taken from the
+live node: the ResourceSlices NVIDIA's DRA driver published for the model, compared field by
+field; its capacity and labels. A one-attribute difference is found where it is. Claims that
+select by attribute, and pods asking `nvidia.com/gpu` (the driver's extended resource), land
+on copies of the right model, and KWOK runs them.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable, Iterator
+
+import pytest
+
+from clusters.labs import dra, fleet, spec
+from clusters.labs.lab import Lab
+from e2e.fixtures import NAMESPACE, lab_fixture, namespaced_pods
+from e2e.pods import Pods
+from e2e.verdict import Verdict
+
+DRA = spec.load("dra")
+MODELS = [n.name for n in DRA.gpu_nodes]
+COPIES = 3  # of each model
+START_S = 60  # as e2e/test_dra.py's: a pod with a claim runs in about a second when quiet
+
+
+@lab_fixture(DRA.name, scope="module")
+def fleet_lab(labs: Callable[..., Lab]) -> Iterator[tuple[Lab, dict[str, list[str]]]]:
+    """The dra lab with COPIES fleet nodes of each GPU node (model -> its copies); the
+    fleet deleted afterwards."""
+    lab = labs(DRA.name)
+    made = {m: fleet.up(lab.ctx, m, COPIES) for m in MODELS}
+    yield lab, made
+    fleet.down(lab.ctx)
+
+
+@pytest.fixture
+def fpods(fleet_lab: tuple[Lab, dict[str, list[str]]]) -> Iterator[Pods]:
+    lab, _ = fleet_lab
+    yield from namespaced_pods(lab)
+    dra.delete_claims(lab, NAMESPACE)
+
+
+def product(lab: Lab, node: str) -> str:
+    first = next(iter(dra.devices(lab, node).values()))
+    return str(dra.attribute(first, "productName"))
+
+
+def on_fleet(doc: dict, model: str) -> dict:
+    """A pod spec that tolerates KWOK's taint and asks for a copy of `model`."""
+    doc["spec"]["tolerations"] = [fleet.TOLERATION]
+    doc["spec"]["nodeSelector"] = {fleet.FLEET_LABEL: model}
+    return doc
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_each_copy_publishes_its_models_resource_slices(
+    fleet_lab: tuple[Lab, dict[str, list[str]]], model: str, verdict: Verdict
+) -> None:
+    """Every field of every device the driver published for the model (attributes,
+    capacities, counters, taints), in each copy's slices, under the copy's node and pool."""
+    lab, made = fleet_lab
+    want = fleet.slices(lab.ctx, model)
+    devices = sum(len(s["spec"]["devices"]) for s in want)
+    verdict.expect(f"{COPIES} copies, each {len(want)} slices of {devices} devices, no field "
+                   "different")  # fmt: skip
+    found = {c: fleet.slices(lab.ctx, c) for c in made[model]}
+    diffs = {c: fleet.differences(want, got) for c, got in found.items()}
+    pools = {c: sorted({s["spec"]["pool"]["name"] for s in got}) for c, got in found.items()}
+    verdict.saw(f"{len(found)} copies; differences {sum(map(len, diffs.values()))}; "
+                f"pools {pools}")  # fmt: skip
+    assert devices > 0
+    assert diffs == {c: [] for c in made[model]}
+    assert pools == {c: [c] for c in made[model]}
+
+
+def test_a_one_attribute_difference_is_found_where_it_is(
+    fleet_lab: tuple[Lab, dict[str, list[str]]], verdict: Verdict
+) -> None:
+    """One copy's slice with one device's productName changed: the comparison names that
+    field, with both values, and nothing else; put back, none."""
+    lab, made = fleet_lab
+    model = MODELS[0]
+    copy_node = made[model][0]
+    (first, *_) = sorted(fleet.slices(lab.ctx, copy_node), key=lambda s: s["metadata"]["name"])
+    changed = copy.deepcopy(first)
+    device = changed["spec"]["devices"][0]
+    old = device["attributes"]["productName"]["string"]
+    device["attributes"]["productName"]["string"] = "NVIDIA B200"
+    verdict.expect(f"1 difference: {device['name']} productName {old!r} -> 'NVIDIA B200'")
+    # As fleet.up applied it (an apply that left out its owner would take the owner off).
+    meta = {k: first["metadata"][k] for k in ("name", "ownerReferences")}
+    original = {"apiVersion": "/".join(fleet.SLICES[:2]), "kind": "ResourceSlice",
+                "metadata": meta, "spec": first["spec"]}  # fmt: skip
+    try:
+        lab.kube.apply({**original, "spec": changed["spec"]})
+        diffs = fleet.differences(fleet.slices(lab.ctx, model),
+                                  fleet.slices(lab.ctx, copy_node))  # fmt: skip
+    finally:
+        lab.kube.apply(original)
+    after = fleet.differences(fleet.slices(lab.ctx, model), fleet.slices(lab.ctx, copy_node))
+    verdict.saw(f"{diffs}; put back: {after}")
+    assert len(diffs) == 1
+    assert "attributes.productName.string" in diffs[0]
+    assert diffs[0].endswith(f"{old!r} -> 'NVIDIA B200'")
+    assert after == []
+
+
+def test_copies_show_their_models_capacity_and_gpu_labels(
+    fleet_lab: tuple[Lab, dict[str, list[str]]], verdict: Verdict
+) -> None:
+    """Each copy: Ready (KWOK), its model's capacity and allocatable, and its model's
+    labels of the GPU world (GFD's nvidia.com/, NFD's feature.node.kubernetes.io/)."""
+    lab, made = fleet_lab
+    verdict.expect(f"{len(MODELS) * COPIES} copies Ready with their model's capacity and labels")
+
+    def gpu_labels(labels: dict[str, str]) -> dict[str, str]:
+        return {k: v for k, v in labels.items()
+                if k.startswith(("nvidia.com/", "feature.node.kubernetes.io/"))}  # fmt: skip
+
+    wrong = []
+    for model, copies in made.items():
+        m = lab.core.read_node(model)
+        for c in copies:
+            n = lab.core.read_node(c)
+            ready = any(x.type == "Ready" and x.status == "True" for x in n.status.conditions)
+            same = (n.status.capacity == m.status.capacity
+                    and n.status.allocatable == m.status.allocatable
+                    and gpu_labels(n.metadata.labels) == gpu_labels(m.metadata.labels))  # fmt: skip
+            if not (ready and same):
+                wrong.append(f"{c}: ready {ready}, same {same}")
+    labelled = gpu_labels(lab.core.read_node(MODELS[0]).metadata.labels)
+    verdict.saw(f"{wrong or 'all alike'}; {MODELS[0]}'s GPU labels: {len(labelled)}")
+    assert wrong == []
+    assert labelled  # the lab's NFD labelled the model: something was compared
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_a_claim_by_product_runs_on_a_copy_of_its_model(
+    fleet_lab: tuple[Lab, dict[str, list[str]]], fpods: Pods, model: str, verdict: Verdict
+) -> None:
+    """A claim selecting the model's product, from a pod that tolerates KWOK's taint and
+    asks for a copy of the model: the scheduler allocates it a device of one copy's slice,
+    binds the pod there, and KWOK runs it."""
+    lab, made = fleet_lab
+    name = product(lab, model)
+    case = model.rsplit("-", 1)[-1]
+    dra.create_template(lab, NAMESPACE, f"fleet-{case}",
+                        f"device.attributes['{dra.DRIVER}'].productName == '{name}'")  # fmt: skip
+    verdict.expect(f"Running on a copy of {model}, a device of its pool ({name})")
+    pod = fpods.create(on_fleet(dra.pod(f"fleet-{case}", fpods.image, f"fleet-{case}"), model))
+    running = fpods.wait_running(pod, deadline_s=START_S)
+    got = dra.allocated(lab, NAMESPACE, running)
+    verdict.saw(f"Running on {running.spec.node_name}; {got}")
+    assert running.spec.node_name in made[model]
+    assert [p for p, _ in got] == [running.spec.node_name]
+
+
+def test_pods_asking_nvidia_com_gpu_are_placed_on_the_fleet_by_the_driver_class(
+    fleet_lab: tuple[Lab, dict[str, list[str]]], fpods: Pods, verdict: Verdict
+) -> None:
+    """A pod asking `nvidia.com/gpu: 8` (the driver's DeviceClass names that extended
+    resource) on copies of the A100 node: the scheduler makes its claim from the class and
+    gives it the eight GPUs of one copy."""
+    lab, made = fleet_lab
+    model = next(m for m in MODELS if len(dra.devices(lab, m)) == 8)
+    verdict.expect(f"Running on a copy of {model}; 8 devices of its pool")
+    doc = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "fleet-eight"},
+           "spec": {"restartPolicy": "Never", "containers": [{
+               "name": "main", "image": fpods.image, "imagePullPolicy": "Never",
+               "resources": {"limits": {"nvidia.com/gpu": "8"}}}]}}  # fmt: skip
+    pod = fpods.wait_running(fpods.create(on_fleet(doc, model)), deadline_s=START_S)
+    status = pod.status.extended_resource_claim_status
+    claim = dra.api(lab).read_namespaced_resource_claim(status.resource_claim_name, NAMESPACE)
+    pools = [r.pool for r in claim.status.allocation.devices.results]
+    verdict.saw(f"Running on {pod.spec.node_name}; pools {pools}")
+    assert pod.spec.node_name in made[model]
+    assert pools == [pod.spec.node_name] * 8

@@ -1,0 +1,100 @@
+"""clusters/labs/fleet.py without a cluster: a fleet node and its slices as made from a model,
+and the comparison that must find any field a copy does not share with its model."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+
+import pytest
+from kubernetes import client
+
+from clusters import steps
+from clusters.labs import fleet
+
+MODEL = "dra-worker"
+
+
+def model_node() -> client.V1Node:
+    labels = {"kubernetes.io/hostname": MODEL, "node-role.kubernetes.io/worker": "",
+              "gpulab.dev/plugin": "true",
+              "nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3",
+              "kubernetes.io/arch": "amd64"}  # fmt: skip
+    status = client.V1NodeStatus(capacity={"cpu": "2", "nvidia.com/gpu": "4"},
+                                 allocatable={"cpu": "2", "nvidia.com/gpu": "3"})  # fmt: skip
+    return client.V1Node(metadata=client.V1ObjectMeta(name=MODEL, labels=labels), status=status)
+
+
+def model_slice(node: str = MODEL, product: str = "NVIDIA H100 80GB HBM3") -> dict:
+    device = {"name": "gpu-0", "attributes": {"productName": {"string": product},
+                                              "index": {"int": 0}},
+              "capacity": {"memory": {"value": "80Gi"}}}  # fmt: skip
+    return {
+        "apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice",
+        "metadata": {"name": f"{node}-gpu.nvidia.com-abcde", "uid": "u1",
+                     "resourceVersion": "7", "ownerReferences": [{"kind": "Node", "name": node}]},
+        "spec": {"driver": "gpu.nvidia.com", "nodeName": node,
+                 "pool": {"name": node, "generation": 3, "resourceSliceCount": 1},
+                 "devices": [device, copy.deepcopy(device) | {"name": "gpu-1"}]},
+    }  # fmt: skip
+
+
+def test_a_copy_shows_the_models_capacity_and_labels_under_its_own_name() -> None:
+    doc = fleet.node_doc(model_node(), "dra-worker-kwok-0")
+    labels = doc["metadata"]["labels"]
+    assert labels["kubernetes.io/hostname"] == "dra-worker-kwok-0"
+    assert labels["nvidia.com/gpu.product"] == "NVIDIA-H100-80GB-HBM3"
+    assert labels[fleet.FLEET_LABEL] == MODEL
+    assert not any(k.startswith("node-role.kubernetes.io/") for k in labels)
+    assert "gpulab.dev/plugin" not in labels  # the lab's switch: its DaemonSets stay off
+    assert doc["metadata"]["annotations"][fleet.MANAGED[0]] == fleet.MANAGED[1]
+    assert doc["spec"]["taints"] == [fleet.TAINT]
+    assert doc["status"]["allocatable"] == {"cpu": "2", "nvidia.com/gpu": "3"}
+
+
+def test_a_copied_slice_is_the_copys_pool_owned_by_the_copy() -> None:
+    node = client.V1Node(metadata=client.V1ObjectMeta(name="c-0", uid="n-uid"))
+    doc = fleet.slice_doc(model_slice(), node, 0)
+    assert doc["spec"]["nodeName"] == doc["spec"]["pool"]["name"] == "c-0"
+    assert doc["metadata"]["ownerReferences"] == [{"apiVersion": "v1", "kind": "Node",
+                                                   "name": "c-0", "uid": "n-uid",
+                                                   "controller": True}]  # fmt: skip
+    assert fleet.differences([model_slice()], [model_slice("c-0")]) == []
+
+
+def test_a_pool_not_named_after_its_node_is_refused() -> None:
+    odd = model_slice()
+    odd["spec"]["pool"]["name"] = "shared"
+    with pytest.raises(steps.StepError, match="pool shared"):
+        fleet.slice_doc(odd, client.V1Node(metadata=client.V1ObjectMeta(name="c", uid="u")), 0)
+
+
+def test_bookkeeping_and_device_order_are_no_difference() -> None:
+    other = model_slice("c-0")
+    other["metadata"] |= {"name": "elsewhere", "uid": "u2", "resourceVersion": "99"}
+    other["spec"]["pool"]["generation"] = 1
+    other["spec"]["devices"].reverse()
+    assert fleet.differences([model_slice()], [other]) == []
+
+
+@pytest.mark.parametrize(("change", "where"), [
+    (lambda s: s["spec"]["devices"][1]["attributes"]["productName"].update(string="B200"),
+     "slices[0].spec.devices[1].attributes.productName.string: 'NVIDIA H100 80GB HBM3' -> 'B200'"),
+    (lambda s: s["spec"]["devices"][0]["capacity"]["memory"].update(value="40Gi"),
+     "slices[0].spec.devices[0].capacity.memory.value: '80Gi' -> '40Gi'"),
+    (lambda s: s["spec"]["devices"][0].update(taints=[{"key": "gpu.nvidia.com/xid"}]),
+     "slices[0].spec.devices[0].taints: '<absent>' -> [{'key': 'gpu.nvidia.com/xid'}]"),
+    (lambda s: s["spec"]["pool"].update(resourceSliceCount=2),
+     "slices[0].spec.pool.resourceSliceCount: 1 -> 2"),
+], ids=["attribute", "capacity", "taint", "slice-count"])  # fmt: skip
+def test_any_field_of_the_content_is_a_difference(change: Callable[[dict], object],
+                                                  where: str) -> None:  # fmt: skip
+    other = copy.deepcopy(model_slice("c-0"))
+    change(other)
+    assert fleet.differences([model_slice()], [other]) == [where]
+
+
+def test_a_device_missing_is_a_difference() -> None:
+    other = model_slice("c-0")
+    del other["spec"]["devices"][1]
+    assert fleet.differences([model_slice()], [other])[0] == "slices[0].spec.devices: 2 items -> 1"
