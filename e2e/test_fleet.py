@@ -1,16 +1,19 @@
-"""A fleet of fake GPU nodes on the `dra` lab (clusters/labs/fleet.py): KWOK copies of each of
-its three real GPU nodes (H100, T4, A100 80 GB: a mixed fleet), none with a kubelet, for the
-real kube-scheduler to place pods on. What a copy publishes is its model's, taken from the
-live node: the ResourceSlices NVIDIA's DRA driver published for the model, compared field by
-field; its capacity and labels. A one-attribute difference is found where it is. Claims that
-select by attribute, and pods asking `nvidia.com/gpu` (the driver's extended resource), land
-on copies of the right model, and KWOK runs them.
+"""A fleet of fake GPU nodes (clusters/labs/fleet.py): KWOK copies of a lab's real GPU nodes,
+none with a kubelet, for the real kube-scheduler to place pods on; on the `dra` lab (its
+H100, T4 and A100 80 GB nodes: a mixed fleet) and on the MIG inventories, `dra-mig` (a whole
+GPU beside static MIG devices) and `dra-dynmig` (DynamicMIG: every placement, with counters).
+What a copy publishes is its model's, taken from the live node: the ResourceSlices NVIDIA's
+DRA driver published for the model, compared field by field; its capacity and labels. A
+one-attribute difference is found where it is. Claims that select by attribute or MIG
+profile, and pods asking `nvidia.com/gpu` (the driver's extended resource), land on copies
+of the right model, and KWOK runs them.
 """
 
 from __future__ import annotations
 
 import copy
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 
 import pytest
 
@@ -19,21 +22,40 @@ from clusters.labs.lab import Lab
 from e2e.fixtures import NAMESPACE, lab_fixture, namespaced_pods
 from e2e.pods import Pods
 from e2e.verdict import Verdict
+from fakenvml import mig
 
-DRA = spec.load("dra")
+DRA, DRA_MIG, DYNMIG = (spec.load(n) for n in ("dra", "dra-mig", "dra-dynmig"))
 MODELS = [n.name for n in DRA.gpu_nodes]
 COPIES = 3  # of each model
 START_S = 60  # as e2e/test_dra.py's: a pod with a claim runs in about a second when quiet
 
 
+@dataclass(frozen=True)
+class Fleet:
+    lab: Lab
+    copies: dict[str, list[str]]  # model -> its copies
+
+
+def fleet_of(lab: Lab, copies: int) -> Iterator[Fleet]:
+    """`copies` copies of each GPU node of the lab; the fleet deleted afterwards."""
+    yield Fleet(lab, {n.name: fleet.up(lab.ctx, n.name, copies) for n in lab.ctx.lab.gpu_nodes})
+    fleet.down(lab.ctx)
+
+
 @lab_fixture(DRA.name, scope="module")
 def fleet_lab(labs: Callable[..., Lab]) -> Iterator[tuple[Lab, dict[str, list[str]]]]:
-    """The dra lab with COPIES fleet nodes of each GPU node (model -> its copies); the
-    fleet deleted afterwards."""
-    lab = labs(DRA.name)
-    made = {m: fleet.up(lab.ctx, m, COPIES) for m in MODELS}
-    yield lab, made
-    fleet.down(lab.ctx)
+    for f in fleet_of(labs(DRA.name), COPIES):
+        yield f.lab, f.copies
+
+
+@lab_fixture(DRA_MIG.name, scope="module")
+def mig_fleet(labs: Callable[..., Lab]) -> Iterator[Fleet]:
+    yield from fleet_of(labs(DRA_MIG.name), 2)
+
+
+@lab_fixture(DYNMIG.name, scope="module")
+def dynmig_fleet(labs: Callable[..., Lab]) -> Iterator[Fleet]:
+    yield from fleet_of(labs(DYNMIG.name), 2)
 
 
 @pytest.fixture
@@ -178,3 +200,77 @@ def test_pods_asking_nvidia_com_gpu_are_placed_on_the_fleet_by_the_driver_class(
     verdict.saw(f"Running on {pod.spec.node_name}; pools {pools}")
     assert pod.spec.node_name in made[model]
     assert pools == [pod.spec.node_name] * 8
+
+
+# -- MIG inventories
+
+
+def identical(f: Fleet, verdict: Verdict) -> None:
+    """Each copy's slices are its model's, field by field, counters included."""
+    ((model, copies),) = f.copies.items()
+    want = fleet.slices(f.lab.ctx, model)
+    kinds = sorted(
+        {d["attributes"]["type"]["string"] for s in want for d in s["spec"].get("devices") or []}
+    )  # a counters-only slice has none
+    counters = sum(len(s["spec"].get("sharedCounters") or []) for s in want)
+    verdict.expect(f"{len(copies)} copies of {model}: {kinds}, {counters} counter sets, no "
+                   "field different")  # fmt: skip
+    diffs = {c: fleet.differences(want, fleet.slices(f.lab.ctx, c)) for c in copies}
+    verdict.saw(f"differences {diffs}")
+    assert diffs == {c: [] for c in copies}
+    assert "mig" in kinds  # MIG devices were published, and compared
+
+
+def mig_claim_on_a_copy(f: Fleet, profile: str, verdict: Verdict) -> tuple[str, str]:
+    """A pod with a claim for one MIG device of `profile`, tolerating KWOK's taint and
+    asking for a copy: (its node, the device it was allocated) once KWOK runs it."""
+    ((model, copies),) = f.copies.items()
+    verdict.expect(f"Running on a copy of {model} with a {profile} device of its pool; the "
+                   "model's own GPUs untouched")  # fmt: skip
+    name = "fleet-" + profile.replace(".", "")
+    pods = Pods.of(f.lab, NAMESPACE)
+    f.lab.ensure_namespace(NAMESPACE)
+    dra.create_template(f.lab, NAMESPACE, name, dra.profile_selector(profile),
+                        device_class=dra.MIG_CLASS)  # fmt: skip
+    try:
+        pod = pods.wait_running(pods.create(on_fleet(dra.pod(name, pods.image, name), model)),
+                                deadline_s=START_S)  # fmt: skip
+        ((pool, device),) = dra.allocated(f.lab, NAMESPACE, pod)
+    finally:
+        pods.delete_all()
+        dra.delete_claims(f.lab, NAMESPACE)
+    verdict.saw(f"Running on {pod.spec.node_name}: {pool}/{device}")
+    assert pod.spec.node_name in copies and pool == pod.spec.node_name
+    return pool, device
+
+
+def test_copies_of_a_static_mig_node_publish_its_slices(mig_fleet: Fleet,
+                                                        verdict: Verdict) -> None:  # fmt: skip
+    identical(mig_fleet, verdict)
+
+
+def test_a_mig_claim_runs_on_a_copy_of_a_static_mig_node(mig_fleet: Fleet,
+                                                         verdict: Verdict) -> None:  # fmt: skip
+    _, device = mig_claim_on_a_copy(mig_fleet, "2g.20gb", verdict)
+    assert "-mig-" in device
+
+
+def test_copies_of_a_dynamic_mig_node_publish_its_slices_and_counters(
+    dynmig_fleet: Fleet, verdict: Verdict
+) -> None:
+    identical(dynmig_fleet, verdict)
+    ((model, _),) = dynmig_fleet.copies.items()
+    assert any(s["spec"].get("sharedCounters") for s in fleet.slices(dynmig_fleet.lab.ctx, model))
+
+
+def test_a_dynamic_mig_claim_is_allocated_on_a_copy_and_nothing_is_made(
+    dynmig_fleet: Fleet, verdict: Verdict
+) -> None:
+    """A 3g.40gb claim on a copy of the DynamicMIG node: the scheduler picks a placement of
+    the copy's (its counters), KWOK runs the pod, and no MIG device is made on the model's
+    fake GPUs: only a kubelet plugin makes one, and a copy has none."""
+    ((model, _),) = dynmig_fleet.copies.items()
+    _, device = mig_claim_on_a_copy(dynmig_fleet, "3g.40gb", verdict)
+    layout = mig.layout(dynmig_fleet.lab.fake_gpus(model))
+    assert "-mig-3g40gb-" in device
+    assert [m.gis for m in layout if m.current or m.gis] == []
