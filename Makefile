@@ -11,7 +11,7 @@ FUZZ_SECONDS ?= 60
 # docs/index.md list every other target of this Makefile and ci/cluster.mk
 # (tests/test_docs.py checks both ways).
 INTERNAL_TARGETS := lib lib-asan test-unit test-asan lint-workflows e2e-suites kubelets-ready
-.PHONY: $(INTERNAL_TARGETS) action-check install infra test lint docs bench fuzz e2e cluster \
+.PHONY: $(INTERNAL_TARGETS) action-check install infra test lint docs bench bench-scale fuzz e2e cluster \
 	cluster-down clean dra-conformance
 
 # apt packages, the venv, the fake library, the gRPC code: what every tier needs.
@@ -174,6 +174,12 @@ fuzz: install
 bench: install
 	@$(PY) -m gpulab infra  # the seed lab's restarts need a node image and both plugins
 	@$(PY) -m bench.run --out $(BUILD)/bench.json
+
+# The kube-scheduler on KWOK fleets of the dra lab's 8-GPU node (bench/scale_bench.py):
+# build/bench-scale.{json,png}. BENCH_SCALE_ARGS="--nodes 100,500 --workloads claim".
+bench-scale: install
+	@$(PY) -m gpulab infra
+	@$(PY) -m bench.scale_bench --out $(BUILD)/bench-scale.json $(BENCH_SCALE_ARGS)
 
 LAB ?= seed
 # The plugins under test: shipped subject names (gpulab, nvidia, nvidia-v0.17.4, the

@@ -42,6 +42,18 @@ def device_health(pod: client.V1Pod, resource: str) -> dict[str, str]:
     return out
 
 
+def restarts(pod: client.V1Pod) -> tuple[int, str]:
+    """Its containers' restarts, and in words with how each restarted one last ended (its
+    reason, exit code and message), so that a failed "no restart" says why."""
+    count, why = 0, []
+    for c in pod.status.container_statuses or []:
+        count += c.restart_count
+        if c.restart_count and c.last_state and (t := c.last_state.terminated):
+            said = f": {t.message.strip()[-300:]}" if t.message else ""
+            why.append(f"{c.name} {t.reason} exit {t.exit_code} at {t.finished_at}{said}")
+    return count, f"{count} restarts" + (f" ({'; '.join(why)})" if why else "")
+
+
 class PodWaitError(AssertionError):
     """A pod did not reach the awaited state; the message says what was seen."""
 

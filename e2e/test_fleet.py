@@ -70,13 +70,6 @@ def product(lab: Lab, node: str) -> str:
     return str(dra.attribute(first, "productName"))
 
 
-def on_fleet(doc: dict, model: str) -> dict:
-    """A pod spec that tolerates KWOK's taint and asks for a copy of `model`."""
-    doc["spec"]["tolerations"] = [fleet.TOLERATION]
-    doc["spec"]["nodeSelector"] = {fleet.FLEET_LABEL: model}
-    return doc
-
-
 @pytest.mark.parametrize("model", MODELS)
 def test_each_copy_publishes_its_models_resource_slices(
     fleet_lab: tuple[Lab, dict[str, list[str]]], model: str, verdict: Verdict
@@ -159,6 +152,26 @@ def test_copies_show_their_models_capacity_and_gpu_labels(
     assert labelled  # the lab's NFD labelled the model: something was compared
 
 
+def test_the_labs_control_plane_args_are_its_components_flags(
+    fleet_lab: tuple[Lab, dict[str, list[str]]], verdict: Verdict
+) -> None:
+    """The lab spec's control_plane_args (the scheduler's and controller-manager's API
+    client limits, raised for fleets: `make bench-scale`) on those components' command
+    lines as the kubelet runs them (kubeadm's static pods)."""
+    lab, _ = fleet_lab
+    args = lab.ctx.lab.spec.control_plane_args
+    cp = lab.ctx.lab.control_plane.name
+    want = {"kube-scheduler": args.scheduler, "kube-controller-manager": args.controller_manager}
+    verdict.expect("; ".join(f"{c}: {a}" for c, a in want.items()))
+    got = {}
+    for component, flags in want.items():
+        static = lab.core.read_namespaced_pod(f"{component}-{cp}", "kube-system")
+        command = static.spec.containers[0].command
+        got[component] = {k: v for k, v in flags.items() if f"--{k}={v}" in command}
+    verdict.saw("; ".join(f"{c}: {a}" for c, a in got.items()))
+    assert all(want.values()) and got == want
+
+
 @pytest.mark.parametrize("model", MODELS)
 def test_a_claim_by_product_runs_on_a_copy_of_its_model(
     fleet_lab: tuple[Lab, dict[str, list[str]]], fpods: Pods, model: str, verdict: Verdict
@@ -172,7 +185,8 @@ def test_a_claim_by_product_runs_on_a_copy_of_its_model(
     dra.create_template(lab, NAMESPACE, f"fleet-{case}",
                         f"device.attributes['{dra.DRIVER}'].productName == '{name}'")  # fmt: skip
     verdict.expect(f"Running on a copy of {model}, a device of its pool ({name})")
-    pod = fpods.create(on_fleet(dra.pod(f"fleet-{case}", fpods.image, f"fleet-{case}"), model))
+    doc = dra.pod(f"fleet-{case}", fpods.image, f"fleet-{case}")
+    pod = fpods.create(fleet.on_fleet(doc, model))
     running = fpods.wait_running(pod, deadline_s=START_S)
     got = dra.allocated(lab, NAMESPACE, running)
     verdict.saw(f"Running on {running.spec.node_name}; {got}")
@@ -193,7 +207,7 @@ def test_pods_asking_nvidia_com_gpu_are_placed_on_the_fleet_by_the_driver_class(
            "spec": {"restartPolicy": "Never", "containers": [{
                "name": "main", "image": fpods.image, "imagePullPolicy": "Never",
                "resources": {"limits": {"nvidia.com/gpu": "8"}}}]}}  # fmt: skip
-    pod = fpods.wait_running(fpods.create(on_fleet(doc, model)), deadline_s=START_S)
+    pod = fpods.wait_running(fpods.create(fleet.on_fleet(doc, model)), deadline_s=START_S)
     status = pod.status.extended_resource_claim_status
     claim = dra.api(lab).read_namespaced_resource_claim(status.resource_claim_name, NAMESPACE)
     pools = [r.pool for r in claim.status.allocation.devices.results]
@@ -233,7 +247,7 @@ def mig_claim_on_a_copy(f: Fleet, profile: str, verdict: Verdict) -> tuple[str, 
     dra.create_template(f.lab, NAMESPACE, name, dra.profile_selector(profile),
                         device_class=dra.MIG_CLASS)  # fmt: skip
     try:
-        pod = pods.wait_running(pods.create(on_fleet(dra.pod(name, pods.image, name), model)),
+        pod = pods.wait_running(pods.create(fleet.on_fleet(dra.pod(name, pods.image, name), model)),
                                 deadline_s=START_S)  # fmt: skip
         ((pool, device),) = dra.allocated(f.lab, NAMESPACE, pod)
     finally:

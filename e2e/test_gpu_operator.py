@@ -24,7 +24,7 @@ import yaml
 from clusters.labs import gpuoperator, migmanager, spec
 from clusters.labs.lab import Lab
 from e2e.fixtures import NAMESPACE, lab_fixture, lab_job
-from e2e.pods import DEVICE_ENV, Pods
+from e2e.pods import DEVICE_ENV, Pods, restarts
 from e2e.verdict import Verdict
 from fakenvml import mig
 
@@ -312,11 +312,11 @@ def test_a_plugin_upgrade_through_helm_keeps_running_pods(operated: Lab,
         operated.kube.wait_daemonset(gpuoperator.PLUGIN, NS)
         got = wait_for(lambda: allocatable(operated), (GPUS, GPUS))
         held = pods.get("op-held")
-        restarts = sum(c.restart_count for c in held.status.container_statuses or [])
+        restarted, said = restarts(held)
         verdict.saw(f"{image}; allocatable {got[1]} of {got[0]}; the pod {held.status.phase}, "
-                    f"{restarts} restarts")  # fmt: skip
+                    f"{said}")  # fmt: skip
         assert image == new_image and got == (GPUS, GPUS)
-        assert held.status.phase == "Running" and restarts == 0
+        assert held.status.phase == "Running" and restarted == 0, said
     finally:
         pods.delete_all()
         server.install(operated.ctx)  # back to the chart's pin
@@ -346,16 +346,16 @@ def test_time_slicing_by_the_plugin_config_label(operated: Lab, verdict: Verdict
         sliced = wait_for(lambda: allocatable(operated), (GPUS * replicas,) * 2)
         gfd = wait_for(lambda: gfd_output(operated, want), want, 30)
         (after,) = operated.kube.pods(NS, f"app={gpuoperator.PLUGIN}", NODE)
-        restarts = sum(c.restart_count for c in after.status.container_statuses or [])
+        restarted, said = restarts(after)
     finally:
         operated.kube.label_node(NODE, {migmanager.CONFIG_LABEL_PLUGIN: None})
     back = wait_for(lambda: allocatable(operated), (GPUS, GPUS))
     one = {"nvidia.com/gpu.replicas": "1"}
     gfd_back = wait_for(lambda: gfd_output(operated, one), one, 30)
-    verdict.saw(f"{TS}: {sliced[1]}, {restarts} restarts, GFD {gfd}; default: {back[1]}, "
+    verdict.saw(f"{TS}: {sliced[1]}, {said}, GFD {gfd}; default: {back[1]}, "
                 f"GFD {gfd_back}")  # fmt: skip
     assert sliced == (GPUS * replicas,) * 2 and gfd == want
-    assert (after.metadata.uid, restarts) == (pod.metadata.uid, 0)
+    assert (after.metadata.uid, restarted) == (pod.metadata.uid, 0), said
     assert back == (GPUS, GPUS) and gfd_back == one
 
 

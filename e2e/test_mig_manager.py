@@ -21,7 +21,7 @@ from clusters import built
 from clusters.labs import migmanager, spec, toolkit
 from clusters.labs.lab import Lab
 from e2e.fixtures import NAMESPACE, lab_fixture
-from e2e.pods import DEVICE_ENV, Pods
+from e2e.pods import DEVICE_ENV, Pods, restarts
 from e2e.verdict import Verdict
 from fakenvml import mig
 
@@ -202,13 +202,14 @@ def test_time_slicing_by_the_plugin_config_label(managed: Lab, verdict: Verdict)
         managed.kube.label_node(NODE, {migmanager.CONFIG_LABEL_PLUGIN: "ts-4"})
         sliced = wait_for(lambda: served(managed), {"nvidia.com/gpu": GPUS * replicas})
         (after,) = managed.kube.pods(migmanager.NAMESPACE, f"app={migmanager.PLUGIN}", NODE)
-        restarts = sum(c.restart_count for c in after.status.container_statuses or [])
+        restarted, said = restarts(after)
     finally:
         managed.kube.label_node(NODE, {migmanager.CONFIG_LABEL_PLUGIN: None})
     back = wait_for(lambda: served(managed), {"nvidia.com/gpu": GPUS})
-    verdict.saw(f"ts-4: {words(sliced)}, {restarts} restarts; default: {words(back)}")
+    verdict.saw(f"ts-4: {words(sliced)}, pod {after.metadata.name} (was {pod.metadata.name}), "
+                f"{said}; default: {words(back)}")  # fmt: skip
     assert sliced == {"nvidia.com/gpu": GPUS * replicas}
-    assert (after.metadata.uid, restarts) == (pod.metadata.uid, 0)
+    assert (after.metadata.uid, restarted) == (pod.metadata.uid, 0), said
     assert back == {"nvidia.com/gpu": GPUS}
 
 

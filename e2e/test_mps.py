@@ -20,7 +20,7 @@ from kubernetes import client
 from clusters.labs import spec
 from clusters.labs.lab import Lab
 from clusters.subjects.subject import Mps, Subject
-from e2e.pods import Pods, PodWaitError
+from e2e.pods import Pods, PodWaitError, restarts
 from e2e.verdict import Verdict
 
 SEED = spec.load("seed")  # the --lab default: its first GPU worker
@@ -177,9 +177,9 @@ def test_the_mps_daemon_dying(
     time.sleep(2 * lab.lab.spec.node_status_update_frequency)
     assert lab.capacity(NODE) == (full, full)
     after = daemon_pod(lab, mps)
-    restarts = sum(c.restart_count for c in after.status.container_statuses or [])
-    assert (after.metadata.uid, after.status.phase, restarts) == \
-        (before.metadata.uid, "Running", 0)  # fmt: skip
+    restarted, said = restarts(after)
+    assert (after.metadata.uid, after.status.phase, restarted) == \
+        (before.metadata.uid, "Running", 0), said  # fmt: skip
     pods.create(client_pod(lab, pods, "mps-orphan"))
     pods.wait_running("mps-orphan")
     dead = ask(pods, "mps-orphan", "get_default_active_thread_percentage")

@@ -45,6 +45,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import yaml
+
 from clusters import versions
 from clusters.labs.spec import Lab, Node
 from fakenvml.yamlmodel import duration_text
@@ -70,17 +72,25 @@ TOOLKIT_FILES = {
 
 NODE_STATUS_REPORT = "1m"  # a Node's status when nothing changed (kubelet's default: 5m)
 # kubeadm v1beta4 (kind's for these Kubernetes versions) lists extraArgs; a patch replaces
-# the list, so kind's own controller-manager argument is repeated.
-CONTROL_PLANE = """\
-kind: ClusterConfiguration
-controllerManager:
-  extraArgs:
-  - {name: enable-hostpath-provisioner, value: "true"}
-  - {name: leader-elect, value: "false"}
-scheduler:
-  extraArgs:
-  - {name: leader-elect, value: "false"}
-"""
+# the list, so kind's own controller-manager argument is repeated. A lab's
+# control_plane_args come after, and win over these.
+CONTROL_PLANE_ARGS = {
+    "controllerManager": {"enable-hostpath-provisioner": "true", "leader-elect": "false"},
+    "scheduler": {"leader-elect": "false"},
+    "apiServer": {},
+}
+
+
+def control_plane(lab: Lab) -> str:
+    """kubeadm's ClusterConfiguration patch: each component's extraArgs."""
+    mine = lab.spec.control_plane_args
+    by = {"controllerManager": mine.controller_manager, "scheduler": mine.scheduler,
+          "apiServer": mine.api_server}  # fmt: skip
+    doc: dict = {"kind": "ClusterConfiguration"}
+    for part, args in CONTROL_PLANE_ARGS.items():
+        if merged := {**args, **by[part]}:
+            doc[part] = {"extraArgs": [{"name": k, "value": v} for k, v in merged.items()]}
+    return yaml.safe_dump(doc, sort_keys=False)
 
 
 def state_dir(labs_root: Path, lab: Lab, node: str) -> Path:
@@ -168,7 +178,7 @@ def render(lab: Lab, image: str, labs_root: Path, toolkit: str = "",
         "kind": "Cluster",
         "apiVersion": "kind.x-k8s.io/v1alpha4",
         "name": lab.spec.name,
-        "kubeadmConfigPatches": [kubelet, CONTROL_PLANE],
+        "kubeadmConfigPatches": [kubelet, control_plane(lab)],
         "nodes": nodes,
     }
     if lab.spec.feature_gates:

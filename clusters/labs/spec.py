@@ -7,6 +7,9 @@
     dra: {feature_gates: {...}}     # or NVIDIA's DRA driver instead of a plugin (no subject)
     operator: {values: {...}}       # or NVIDIA's GPU Operator deploys NVIDIA's (no subject)
     feature_gates: {DRAExtendedResource: true}   # Kubernetes' own, on every component
+    control_plane_args:             # flags of the control plane's components (kubeadm's
+      scheduler: {kube-api-qps: "1000"}   # extraArgs): scheduler, controller_manager,
+                                    # api_server
     node_status_update_frequency: 1s
     container_toolkit: true         # NVIDIA Container Toolkit in GPU nodes' containerd
     nodes:
@@ -75,6 +78,25 @@ class OperatorSpec(Strict):
     values: dict = Field(default_factory=dict)
 
 
+_FLAG = re.compile(r"[a-z0-9][a-z0-9-]*")
+
+
+class ControlPlaneArgs(Strict):
+    """Flags of the control plane's components, as kubeadm's extraArgs (name: value, no
+    dashes before the name): over kubeadm's and kind's own."""
+
+    scheduler: dict[str, str] = Field(default_factory=dict)
+    controller_manager: dict[str, str] = Field(default_factory=dict)
+    api_server: dict[str, str] = Field(default_factory=dict)
+
+    @field_validator("scheduler", "controller_manager", "api_server")
+    @classmethod
+    def _flags(cls, v: dict[str, str]) -> dict[str, str]:
+        if bad := [k for k in v if not _FLAG.fullmatch(k)]:
+            raise ValueError(f"{bad[0]!r}: a flag's name, without dashes (kube-api-qps)")
+        return v
+
+
 class LabSpec(Strict):
     name: str
     kubernetes: str | None = None  # None: the run's (clusters.versions.kube_version())
@@ -89,6 +111,7 @@ class LabSpec(Strict):
     # where the version's default agrees, for suites that read them from the API server's
     # command line (the DRA driver's own checks DRAExtendedResource so).
     feature_gates: dict[str, bool] = Field(default_factory=dict)
+    control_plane_args: ControlPlaneArgs = ControlPlaneArgs()
     nodes: list[NodeSpec] = Field(min_length=1)
 
     @field_validator("name")

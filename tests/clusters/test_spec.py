@@ -290,3 +290,29 @@ def test_a_reused_clusters_gpus_follow_a_spec_edited_since(tmp_path: Path) -> No
     assert len(NodeDir(tmp_path / first).node().gpus) == 9
     assert len(NodeDir(tmp_path / second).node().gpus) == 10
     assert respec(ctx) == []  # type: ignore[arg-type]
+
+
+def test_control_plane_args_reach_kubeadm_over_kinds_own() -> None:
+    lab = spec.from_dict({"name": "x", "nodes": [CP], "control_plane_args": {
+        "scheduler": {"kube-api-qps": "1000", "leader-elect": "true"},
+        "api_server": {"max-requests-inflight": "800"}}})  # fmt: skip
+    patch = yaml.safe_load(kindconfig.render(lab, "i", Path("/l"))["kubeadmConfigPatches"][1])
+
+    def args(part: str) -> dict[str, str]:
+        return {a["name"]: a["value"] for a in patch[part]["extraArgs"]}
+
+    assert args("scheduler") == {"leader-elect": "true", "kube-api-qps": "1000"}
+    assert args("controllerManager") == {"enable-hostpath-provisioner": "true",
+                                         "leader-elect": "false"}  # fmt: skip
+    assert args("apiServer") == {"max-requests-inflight": "800"}
+    plain = spec.from_dict({"name": "x", "nodes": [CP]})
+    assert "apiServer" not in yaml.safe_load(
+        kindconfig.render(plain, "i", Path("/l"))["kubeadmConfigPatches"][1])  # fmt: skip
+
+
+@pytest.mark.parametrize("args", [{"scheduler": {"--kube-api-qps": "9"}},
+                                  {"kubelet": {"v": "4"}}])  # fmt: skip
+def test_bad_control_plane_args_are_one_line(args: dict) -> None:
+    with pytest.raises(spec.SpecError) as e:
+        spec.from_dict({"name": "x", "nodes": [CP], "control_plane_args": args})
+    assert "control_plane_args" in str(e.value) and "\n" not in str(e.value)

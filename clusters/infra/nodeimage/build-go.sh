@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Builds the node's Go binaries from upstream modules through the Go module proxy.
-# Usage: build-go.sh kubernetes | kubelet | etcd VERSION | coredns VERSION | crictl | nfd | npd | kwok
+# Usage: build-go.sh kubernetes | kubelet | etcd VERSION | coredns VERSION | crictl | nfd | npd | kwok |
+#        scheduler-perf
 # Prints the output directory ($GPULAB_CACHE/bin/<name>-<version>).
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
@@ -176,8 +177,37 @@ kwok() {
   finish "kwok-$v"
 }
 
+# Kubernetes' own scheduler_perf DRA benchmarks (test/integration/scheduler_perf/dra of
+# k8s.io/kubernetes@$KUBE_VERSION) as a test binary, for `make bench-scale` to run beside
+# gpulab's fleet; not part of `make infra`. It runs from that package's directory in the
+# module cache (its performance-config.yaml and ../templates) with etcd on its PATH.
+scheduler_perf() {
+  local v=$KUBE_VERSION minor patch
+  done_or "scheduler-perf-$v"
+  IFS=. read -r _ minor patch <<<"${v#v}"
+  local src=$GPULAB_CACHE/src/scheduler-perf-$v
+  throwaway_module "k8s.io/kubernetes@$v" "v0.$minor.$patch" "$src"
+  OUT=$(fresh_tmp "$GPULAB_CACHE/bin/scheduler-perf-$v")
+  log "building scheduler_perf's DRA benchmarks of Kubernetes $v (a test binary; cold: minutes)"
+  # No -trimpath: its in-process API server finds its test certificates by the source path
+  # compiled into it ("can't construct an absolute path from k8s.io/kubernetes@...").
+  (cd "$src" && with_ticker "scheduler_perf $v" nice -n 10 go test -c -mod=mod \
+    -o "$OUT/dra.test" k8s.io/kubernetes/test/integration/scheduler_perf/dra) ||
+    die "building scheduler_perf $v failed"
+  ln -s "$(moddir "k8s.io/kubernetes@$v")/test/integration/scheduler_perf/dra" "$OUT/dra"
+  # Its API server's etcd: the one kubeadm $v deploys (the node image's, built the same way).
+  local kube etcd_v
+  kube=$("$0" kubernetes)
+  etcd_v=$("$kube/kubeadm" config images list --kubernetes-version "$v" 2>/dev/null |
+    sed -n 's#.*/etcd:\(.*\)-[0-9]*$#v\1#p')
+  [[ -n $etcd_v ]] || die "kubeadm $v lists no etcd image"
+  ln -s "$("$0" etcd "$etcd_v")/etcd" "$OUT/etcd"
+  finish "scheduler-perf-$v"
+}
+
 case ${1:-} in
   kubernetes | kubelet | crictl | nfd | npd | kwok) "$1" ;;
+  scheduler-perf) scheduler_perf ;;
   etcd | coredns) "$1" "${2:?usage: $0 $1 VERSION}" ;;
-  *) die "usage: $0 kubernetes | kubelet | etcd VERSION | coredns VERSION | crictl | nfd | npd | kwok" ;;
+  *) die "usage: $0 kubernetes | kubelet | etcd VERSION | coredns VERSION | crictl | nfd | npd | kwok | scheduler-perf" ;;
 esac

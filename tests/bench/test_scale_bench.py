@@ -1,0 +1,206 @@
+"""bench/scale_bench.py's parts that need no cluster: /proc reading, the figures from
+timestamps, the claims check, the workloads' pods, the CLI's refusals, the table and plot."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes import client
+from rich.console import Console
+
+from bench import scale_bench as sb
+from bench import scheduler_perf
+from clusters import steps
+from clusters.labs import dra, fleet
+
+STAT = "4242 (kube apiserver) S 1 4242 4242 0 -1 4194560 1 0 0 0 {utime} {stime} 0 0 20 0 9"
+
+
+def test_cpu_ticks_count_fields_after_the_command_name() -> None:
+    # A command name with a space and a parenthesis must not shift the fields.
+    assert sb.cpu_ticks("7 (a) b)) S 1 1 1 0 -1 0 0 0 0 0 30 12 0 0") == 42
+    assert sb.cpu_ticks(STAT.format(utime=100, stime=5)) == 105
+
+
+def test_rss_is_read_from_status_and_absent_is_zero() -> None:
+    assert sb.rss_kib("Name:\tetcd\nVmRSS:\t  123456 kB\nThreads: 9\n") == 123456
+    assert sb.rss_kib("Name:\tkthreadd\n") == 0
+
+
+def fake_proc(root: Path, pid: int, comm: str, cgroup: str, ticks: int = 0,
+              rss_kib: int = 0) -> None:  # fmt: skip
+    d = root / str(pid)
+    d.mkdir(parents=True, exist_ok=True)
+    (d / "comm").write_text(comm + "\n")
+    (d / "cgroup").write_text(f"0::{cgroup}\n")
+    (d / "stat").write_text(STAT.format(utime=ticks, stime=0))
+    (d / "status").write_text(f"Name:\t{comm}\nVmRSS:\t{rss_kib} kB\n")
+
+
+def test_pids_are_the_containers_own(tmp_path: Path) -> None:
+    fake_proc(tmp_path, 10, "kube-apiserver", "/system.slice/docker-other.scope")
+    fake_proc(tmp_path, 11, "kube-apiserver", "/system.slice/docker-abc123.scope/kubelet")
+    fake_proc(tmp_path, 12, "kube-scheduler", "/system.slice/docker-abc123.scope/kubelet")
+    fake_proc(tmp_path, 13, "bash", "/system.slice/docker-abc123.scope")
+    (tmp_path / "self").mkdir()
+    got = sb.container_pids("abc123", sb.PROCESSES, tmp_path)
+    assert got == {"kube-apiserver": 11, "kube-scheduler": 12}
+
+
+def test_the_sampler_takes_cpu_since_its_first_sample_and_the_peak_memory(tmp_path: Path) -> None:
+    fake_proc(tmp_path, 11, "kube-apiserver", "x", ticks=1000, rss_kib=100 * 1024)
+    s = sb.Sampler({"kube-apiserver": 11, "gone": 99}, tmp_path)
+    s.sample()
+    fake_proc(tmp_path, 11, "kube-apiserver", "x", ticks=1000 + 3 * s.hz, rss_kib=300 * 1024)
+    s.sample()
+    fake_proc(tmp_path, 11, "kube-apiserver", "x", ticks=1000 + 5 * s.hz, rss_kib=200 * 1024)
+    s.sample()
+    u = s.usage["kube-apiserver"]
+    assert (u.cpu_s, u.peak_rss_mib) == (5.0, 300.0)
+    assert s.usage["gone"] == sb.Usage()  # a process that went away is not a crash
+
+
+def test_rates_and_percentiles_come_from_send_and_bind_times() -> None:
+    sent = {f"p{i}": 100.0 + i * 0.1 for i in range(10)}  # all sent within 0.9 s
+    bound = {f"p{i}": (101.0 + i, "n1") for i in range(9)}  # one never bound
+    run = sb.summarize(sb.Run("claim", 1, 10), sent, bound, created_by=101.0)
+    assert run.bound == 9
+    assert run.creates_per_s == pytest.approx(10.0)
+    assert run.wall_s == pytest.approx(9.0)  # first send 100.0, last binding 109.0
+    assert run.pods_per_s == pytest.approx(1.0)
+    lat = sorted(bound[n][0] - sent[n] for n in bound)
+    assert (run.p50_s, run.p99_s) == (pytest.approx(lat[4]), pytest.approx(lat[-1]))
+
+
+def claim(pod: str, *results: tuple[str, str]) -> dict:
+    return {"status": {
+        "allocation": {"devices": {"results": [
+            {"request": "gpu", "driver": dra.DRIVER, "pool": p, "device": d} for p, d in results]}},
+        "reservedFor": [{"resource": "pods", "name": pod, "uid": "u"}]}}  # fmt: skip
+
+
+def test_a_device_given_twice_and_one_off_its_pods_node_are_counted() -> None:
+    bound = {"a": (1.0, "n1"), "b": (1.0, "n1"), "c": (1.0, "n2")}
+    fine = [claim("a", ("n1", "gpu-0")), claim("b", ("n1", "gpu-1")), claim("c", ("n2", "gpu-0"))]
+    assert sb.allocations(fine, bound) == (0, 0)
+    twice = [*fine, claim("b", ("n1", "gpu-0"))]
+    assert sb.allocations(twice, bound) == (1, 0)
+    off = [claim("c", ("n1", "gpu-7"))]
+    assert sb.allocations(off, bound) == (0, 1)
+    assert sb.allocations([{"status": {}}, {}], bound) == (0, 0)  # not allocated yet
+
+
+@pytest.mark.parametrize("name", list(sb.WORKLOADS))
+def test_each_workloads_pod_asks_one_gpu_of_a_fleet_copy(name: str) -> None:
+    work = sb.WORKLOADS[name]
+    doc = fleet.on_fleet(work.pod("p-00001", "img"), "model")
+    spec = doc["spec"]
+    assert spec["tolerations"] == [fleet.TOLERATION]
+    assert spec["nodeSelector"] == {fleet.FLEET_LABEL: "model"}
+    (c,) = spec["containers"]
+    if name == "extended":
+        assert "resourceClaims" not in spec
+        assert c["resources"] == {"limits": {"nvidia.com/gpu": "1"}}
+    else:
+        (rc,) = spec["resourceClaims"]
+        assert c["resources"]["claims"] == [{"name": rc["name"]}]
+
+
+def device(name: str, kind: str, profile: str | None = None) -> client.V1Device:
+    attrs = {
+        "type": client.V1DeviceAttribute(string=kind),
+        "productName": client.V1DeviceAttribute(string="NVIDIA H100 80GB HBM3"),
+    }
+    if profile:
+        attrs["profile"] = client.V1DeviceAttribute(string=profile)
+    return client.V1Device(name=name, attributes=attrs,
+                           capacity={"memory": client.V1DeviceCapacity(value="80Gi")})  # fmt: skip
+
+
+@pytest.fixture
+def published(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A model that publishes 2 GPUs, each whole and as 7 1g.10gb and 2 3g.40gb placements
+    (the dra.devices the workloads read, patched)."""
+    found = [device(f"gpu-{g}", "gpu") for g in range(2)]
+    found += [device(f"gpu-{g}-mig-1g-{i}", "mig", "1g.10gb") for g in range(2) for i in range(7)]
+    found += [device(f"gpu-{g}-mig-3g-{i}", "mig", "3g.40gb") for g in range(2) for i in range(2)]
+    monkeypatch.setattr(dra, "devices", lambda lab, node: {d.name: d for d in found})
+
+
+LAB: Any = object()  # the workloads ask dra.devices only (patched)
+
+
+@pytest.mark.usefixtures("published")
+def test_how_many_pods_fill_a_copy_comes_from_what_the_model_publishes() -> None:
+    fill = {name: w.per_node(LAB, "model") for name, w in sb.WORKLOADS.items()}
+    assert fill == {"claim": 2, "extended": 2, "cel": 2, "mig": 14}
+
+
+@pytest.mark.usefixtures("published")
+def test_the_claims_select_the_models_product_and_memory_or_a_mig_profile() -> None:
+    ((selector, device_class),) = sb.WORKLOADS["cel"].templates(LAB, "model").values()
+    assert "productName == 'NVIDIA H100 80GB HBM3'" in selector
+    assert "memory.compareTo(quantity('80Gi')) >= 0" in selector
+    assert device_class == dra.DEVICE_CLASS
+    ((selector, device_class),) = sb.WORKLOADS["mig"].templates(LAB, "model").values()
+    assert (selector, device_class) == (dra.profile_selector("1g.10gb"), dra.MIG_CLASS)
+
+
+@pytest.mark.parametrize("argv, says", [
+    (["--nodes", "100,lots"], "--nodes '100,lots': whole numbers"),
+    (["--nodes", "0"], "--nodes '0': 1 or more"),
+    (["--workloads", "claim,nope"], "no workload nope"),
+    (["--fill", "1.5"], "--fill 1.5: more than 0, at most 1"),
+])  # fmt: skip
+def test_bad_arguments_are_one_line_and_touch_no_lab(
+    argv: list[str], says: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(sb, "Lab", lambda *a, **k: pytest.fail("a lab was touched"))
+    with pytest.raises(SystemExit) as e:
+        sb.main(argv)
+    assert e.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert says in err[-1]
+
+
+def runs() -> list[sb.Run]:
+    out = []
+    for w, rate in (("claim", 40.0), ("cel", 30.0)):
+        for n in (100, 500):
+            r = sb.Run(w, n, n * 8, bound=n * 8, pods_per_s=rate * 100 / n, p99_s=n / 100,
+                       wall_s=10.0)  # fmt: skip
+            r.usage = {"kube-apiserver": sb.Usage(12.0, 900.0)}
+            out.append(r)
+    return out
+
+
+def test_the_table_has_a_row_per_run_and_the_plot_is_written(tmp_path: Path) -> None:
+    console = Console(record=True, width=100)
+    console.print(sb.table(runs()))
+    text = console.export_text()
+    assert text.count("claim") == 2 and text.count("cel") == 2
+    assert "1.20" in text  # the API server's 12 CPU s over a 10 s run
+    sb.plot(runs(), tmp_path / "scale.png")
+    assert (tmp_path / "scale.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    json.dumps([sb.asdict(r) for r in runs()])  # the JSON the bench writes
+
+
+def test_scheduler_perfs_throughput_is_read_from_its_data_items() -> None:
+    name = f"BenchmarkPerfScheduling/{scheduler_perf.WORKLOAD}/test"
+    items = {"version": "v1", "dataItems": [
+        {"data": {"Perc50": 0.01}, "unit": "s",
+         "labels": {"Metric": "scheduler_e2e", "Name": name}},
+        {"data": {"Average": 71.5, "Perc50": 72, "Perc90": 80}, "unit": "pods/s",
+         "labels": {"Metric": "SchedulingThroughput", "Name": name}}]}  # fmt: skip
+    assert scheduler_perf.throughput(items) == {"Average": 71.5, "Perc50": 72.0, "Perc90": 80.0}
+    with pytest.raises(steps.StepError, match="no SchedulingThroughput"):
+        scheduler_perf.throughput({"dataItems": items["dataItems"][:1]})
+
+
+def test_scheduler_perf_is_set_beside_the_claim_run_nearest_its_size() -> None:
+    said = sb.beside(runs(), {"Average": 20.0, "Perc50": 21, "Perc90": 25})
+    assert "20.0 pods/s on average" in said
+    assert "claim workload on 500 KWOK nodes: 8.0 pods/s, 0.40x" in said
