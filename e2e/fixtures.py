@@ -23,6 +23,7 @@ import os
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, NamedTuple, Protocol
 
@@ -362,6 +363,30 @@ class Job(NamedTuple):
 LAB_JOBS: dict[str, tuple[str, Job]] = {}
 
 
+@dataclass(frozen=True)
+class _Raised:
+    """What a lab's job raised, kept for its fixture to raise (jobs_as_one)."""
+
+    error: Exception
+
+
+def jobs_as_one(declared: list[tuple[str, Job]]) -> Job:
+    """A lab's jobs (its experiment, its wide-node scenarios) as the one job the pool
+    runs: each in turn, in the order they were declared, its result or what it raised
+    kept under its fixture's name; one job failing does not stop the next."""
+
+    def run(lab: Lab) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for name, job in declared:
+            try:
+                out[name] = job.run(lab)
+            except Exception as e:
+                out[name] = _Raised(e)
+        return out
+
+    return Job(run, any(job.first_phase for _, job in declared))
+
+
 class Pooled(Protocol):
     """What the pool holds: a Lab, or a cluster a suite makes itself."""
 
@@ -409,7 +434,10 @@ def lab_job(lab: str, *, first_phase: bool = False) -> Callable[[Callable[[Lab],
         LAB_JOBS[job.__name__] = (lab, Job(job, first_phase))
 
         def result(labs: LabPool) -> Any:
-            return labs.job_result(lab)
+            got = labs.job_result(lab)[job.__name__]
+            if isinstance(got, _Raised):
+                raise got.error
+            return got
 
         result.__name__ = job.__name__
         result.__doc__ = job.__doc__
@@ -655,7 +683,11 @@ def labs(request: pytest.FixtureRequest) -> Iterator[LabPool]:
     items = request.session.items
     last = {n: item.nodeid for item in items for n in labs_of(item, request.config)}
     used = {f for item in items for f in getattr(item, "fixturenames", ())}
-    jobs = {lab: job for name, (lab, job) in LAB_JOBS.items() if name in used}
+    by_lab: dict[str, list[tuple[str, Job]]] = {}
+    for name, (lab, job) in LAB_JOBS.items():
+        if name in used:
+            by_lab.setdefault(lab, []).append((name, job))
+    jobs = {lab: jobs_as_one(declared) for lab, declared in by_lab.items()}
     pool = LabPool(labs_wanted(items, request.config), last,
                    keep=request.config.getoption("--keep-lab"), live=LIVE_LABS,
                    jobs=jobs)  # fmt: skip

@@ -86,6 +86,13 @@ class Sample:
     # Experiments that use MIG: node -> the MIG devices in its fake state (the DRA driver's
     # names, clusters.labs.dra.made_mig_devices) -> their GPU's index
     mig: dict[str, dict[str, int]] = field(default_factory=dict)
+    # When the pod list was asked for and when it came (s from the start): the phases held
+    # at some moment between the two, which may be after `t` (CI: a pod deleted at 30 s
+    # already Terminating in a sample stamped 29.95 s, its taints read before the pods).
+    pods_at: list[float] | None = None
+
+    def pods_between(self) -> tuple[float, float]:
+        return (self.pods_at[0], self.pods_at[1]) if self.pods_at else (self.t, self.t)
 
 
 @dataclass
@@ -495,20 +502,23 @@ def _window(rec: Recording, e: ex._Check) -> tuple[float, float]:
     return t(at), t(at)
 
 
-def _values(rec: Recording, e: ex._Check, get) -> list[tuple[float, object]]:  # type: ignore[no-untyped-def]
+def _values(rec: Recording, e: ex._Check, get, pods: bool = False) -> list[tuple[float, object]]:  # type: ignore[no-untyped-def]
     """The values in force over the expectation's window: the one at its start, then
     every sample inside it. A window opened at a pod's creation starts at the first sample
-    taken after it: one from before cannot have seen the pod."""
+    taken after it: one from before cannot have seen the pod. Pod phases (`pods`) count by
+    the time their list was read: one read across an edge of the window is left out, as it
+    may show the state on either side."""
     a, b = _window(rec, e)
     first = None
     inside = []
     at_creation = bool(e.during) and e.during[0] == ex.CREATED  # type: ignore[index]
     for s in rec.samples:
-        if s.t < a and at_creation:
+        sent, came = s.pods_between() if pods else (s.t, s.t)
+        if sent < a and at_creation:
             continue
-        if s.t <= a:
+        if came <= a:
             first = (s.t, get(s))
-        elif s.t <= b:
+        elif sent > a and came <= b:
             inside.append((s.t, get(s)))
     return ([first] if first else []) + inside
 
@@ -539,7 +549,7 @@ def _evaluate(rec: Recording, e: ex.Expectation) -> Outcome:
         )
         return Outcome(e.holds(n), e.describe(), str(n))
     if isinstance(e, ex.PodPhase):
-        vals = _values(rec, e, lambda s: tuple(s.pods.get(e.name, ["Absent", ""])))
+        vals = _values(rec, e, lambda s: tuple(s.pods.get(e.name, ["Absent", ""])), pods=True)
         if not vals:
             return Outcome(False, e.describe(), "no samples in that window")
         bad = [(t, v) for t, v in vals if v[0] != e.phase or (e.node and v[1] != e.node)]

@@ -136,6 +136,7 @@ class Sampler(threading.Thread):
             nodes = self.core.list_node(_request_timeout=5).items
             b = time.time_ns()
             pods = self.core.list_namespaced_pod(self.ns, _request_timeout=5).items
+            c = time.time_ns()
         except Exception:  # an API hiccup is a gap in the samples, not a failed run
             self.errors += 1
             return
@@ -150,8 +151,12 @@ class Sampler(threading.Thread):
             phase = "Terminating" if p.metadata.deletion_timestamp else p.status.phase
             phases[p.metadata.name] = [phase, p.spec.node_name or ""]
         taints = {n: d for n, d in found.items() if n in self.nodes}
-        t = round(((stamp or (a + b) / 2) - self.t0_ns) / 1e9, 4)
-        self.samples.append(Sample(t, seen, phases, taints, made))
+
+        def rel(ns: float) -> float:
+            return round((ns - self.t0_ns) / 1e9, 4)
+
+        self.samples.append(Sample(rel(stamp or (a + b) / 2), seen, phases, taints, made,
+                                   pods_at=[rel(b), rel(c)]))  # fmt: skip
 
 
 class Runner:

@@ -17,6 +17,7 @@ from clusters import built
 from clusters.charts import chart
 from clusters.labs import spec
 from clusters.labs.context import Context
+from fakenvml import inventory
 
 CHART = Path(__file__).resolve().parents[1] / "charts" / "fake-gpus"
 RELEASE = "fake-gpus"
@@ -45,21 +46,33 @@ def uninstall(kubeconfig: Path, release: str, namespace: str) -> str:
     return chart.run(built.helm(), args, kubeconfig)
 
 
-def lab_values(lab: spec.Lab, image: str) -> dict[str, Any]:
-    """A lab's values: one pool per GPU node, named after it, with the node's inventory;
-    `image` is gpulab's."""
+def lab_values(
+    lab: spec.Lab, image: str, inventories: dict[str, dict] | None = None
+) -> dict[str, Any]:
+    """A lab's values: one pool per GPU node, named after it, with the node's inventory
+    (`inventories`' instead where it names the node); `image` is gpulab's."""
     repo, tag = chart.split_image(image)
+    chosen = inventories or {}
     pools = [{"name": n.name, "nodeSelector": {"kubernetes.io/hostname": n.name},
-              "inventory": n.inventory} for n in lab.gpu_nodes]  # fmt: skip
+              "inventory": chosen.get(n.name, n.inventory)} for n in lab.gpu_nodes]  # fmt: skip
     return {"image": {"repository": repo, "tag": tag, "pullPolicy": "IfNotPresent"},
             "pools": pools, "plugin": {"kind": "none"}}  # fmt: skip
 
 
-def deploy(ctx: Context) -> None:
-    """The lab's fake GPUs through the chart (a cluster an older gpulab made carries a
-    plain `fakenvml` DaemonSet instead: deleted first, or each node would run two)."""
+def deploy(ctx: Context, inventories: dict[str, dict] | None = None) -> None:
+    """The lab's fake GPUs through the chart, with `inventories`' instead of the spec's for
+    the nodes it names (a changed inventory rolls that node's pod, which writes the new
+    state: what serves the GPUs sees it when it restarts; deploy(ctx) puts the spec's
+    back). A cluster an older gpulab made carries a plain `fakenvml` DaemonSet instead:
+    deleted first, or each node would run two."""
+    unknown = set(inventories or {}) - {n.name for n in ctx.lab.gpu_nodes}
+    if unknown:
+        raise ValueError(f"lab {ctx.lab.name} has no GPU node {', '.join(sorted(unknown))}")
+    for name, inv in (inventories or {}).items():
+        inventory.from_dict(inv, name)  # FakeNvmlError, one line, before the cluster is touched
     ctx.kube.delete_daemonset(LEGACY, NAMESPACE)  # the chart's are fakenvml-<pool>
-    install(ctx.kubeconfig, RELEASE, NAMESPACE, lab_values(ctx.lab, ctx.images["gpulab"]))
+    install(ctx.kubeconfig, RELEASE, NAMESPACE,
+            lab_values(ctx.lab, ctx.images["gpulab"], inventories))  # fmt: skip
     # helm's --wait lets a DaemonSet of one node count as ready with none ready (its
     # maxUnavailable is 1): wait for every pool's pod ourselves.
     for n in ctx.lab.gpu_nodes:

@@ -4,14 +4,19 @@ refuse with one line."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import yaml
+from rich.console import Console
 
 from clusters import built, versions
 from clusters.charts import chart
 from clusters.labs import fakegpus, spec
+from clusters.labs.context import Context
 from clusters.subjects import subject
 from fakenvml import inventory
+from fakenvml.errors import FakeNvmlError
 
 IMAGE = "gpulab/gpulab:abc123"
 T4 = {"gpus": [{"profile": "T4"}]}
@@ -168,3 +173,31 @@ def test_the_main_subjects_render_their_plugin_from_the_chart(name: str) -> None
     assert env["MIG_STRATEGY" if s.expects.mig != "none" else "FAKENVML_STATE_DIR"] == (
         s.expects.mig if s.expects.mig != "none" else "/var/lib/fakenvml"
     )
+
+
+def test_a_nodes_inventory_can_stand_in_for_its_specs() -> None:
+    """deploy(ctx, {node: inventory}): that node's pool writes the wider inventory, the
+    others keep the spec's (e2e/test_dra_width.py's wide nodes)."""
+    lab = spec.load("hetero")
+    first, *rest = lab.gpu_nodes
+    wide = {"gpus": [{"profile": "H100-SXM5-80GB", "count": 16}]}
+    values = fakegpus.lab_values(lab, IMAGE, {first.name: wide})
+    pools = {p["name"]: p["inventory"] for p in values["pools"]}
+    assert pools == {first.name: wide, **{n.name: n.inventory for n in rest}}
+
+
+@pytest.mark.parametrize(("inventories", "error"), [
+    ({"hetero-worker9": {"gpus": [{"profile": "T4"}]}}, "lab hetero has no GPU node hetero-w"),
+    ({"hetero-worker": {"gpus": [{"profile": "no-such-board"}]}}, "no-such-board"),
+])  # fmt: skip
+def test_a_bad_stand_in_inventory_is_refused_before_the_cluster_is_touched(
+    inventories: dict, error: str
+) -> None:
+    class Untouchable:
+        def __getattr__(self, name: str) -> None:
+            raise AssertionError(f"the cluster was touched: {name}")
+
+    ctx = Context(spec.load("hetero"), Path("/nonexistent"), Console(), Untouchable(),  # type: ignore[arg-type]
+                  Untouchable())  # type: ignore[arg-type]  # fmt: skip
+    with pytest.raises((ValueError, FakeNvmlError), match=error):
+        fakegpus.deploy(ctx, inventories)

@@ -540,6 +540,24 @@ def test_a_window_opened_at_creation_waits_for_the_api_to_make_the_pod() -> None
     ]
 
 
+def test_a_pod_list_read_across_a_windows_end_is_left_out() -> None:
+    """p2 deleted at 5 s: the sample stamped 4.9 s (its taints read first) listed the pods
+    from 4.97 to 5.02 s and saw it Terminating (CI, the dynmig experiment). Read across the
+    window's end it may show either side, so "Running during [.., 5s]" holds; a list read
+    wholly inside the window still fails it."""
+    rec = sample_recording()
+    for s in rec.samples:
+        s.pods_at = [s.t + 0.01, s.t + 0.03]
+        if s.t >= 4.85:
+            s.pods["p2"] = ["Terminating", "lab-a"]
+    (late,) = [s for s in rec.samples if 4.85 <= s.t < 4.95]
+    late.pods_at = [4.97, 5.02]
+    running = ex.PodPhase(check="pod", name="p2", phase="Running", during=("4s", "5s"))
+    assert evaluate(rec, [running])[0].passed
+    late.pods_at = [4.96, 4.99]
+    assert evaluate(rec, [running])[0].observed == "Terminating on lab-a at 4.90s"
+
+
 def test_a_pod_given_a_faulty_gpu_fails_devices_healthy() -> None:
     rec = sample_recording()
     rec.pods[1].devices = ["GPU-a1", "GPU-a2"]  # placed at 3 s, GPU 1 faulty since 2.01 s

@@ -406,6 +406,28 @@ def test_a_labs_job_runs_once_it_is_up_and_its_tests_get_the_lab_after_it(
     assert span["job_s"] >= 0.3
 
 
+def test_a_labs_jobs_run_in_turn_and_one_failing_does_not_stop_the_next() -> None:
+    """The dra-mig lab has its wide-node job and could have an experiment beside it: the
+    pool runs them as one, in the order declared, each result under its own name."""
+    ran: list[str] = []
+
+    def first(lab: object) -> None:
+        ran.append("first")
+        raise RuntimeError("the first failed")
+
+    def second(lab: object) -> int:
+        ran.append("second")
+        return 7
+
+    one = fixtures.jobs_as_one([("first", fixtures.Job(first)),
+                                ("second", fixtures.Job(second, first_phase=True))])  # fmt: skip
+    assert one.first_phase  # the lab comes up early if any of its jobs wants it
+    out = one.run(object())  # type: ignore[arg-type]
+    assert ran == ["first", "second"]
+    assert out["second"] == 7
+    assert isinstance(out["first"].error, RuntimeError)
+
+
 def test_a_jobs_failure_is_its_results(monkeypatch: pytest.MonkeyPatch) -> None:
     rec = Recorder()
     monkeypatch.setattr(fixtures, "Lab", rec.lab)
