@@ -88,13 +88,11 @@ E2E_SKEW_RESTARTS := 1
 E2E_RESTARTS := 3
 CI_SKEW_SUBJECTS := gpulab,nvidia
 
-# The older kubelets' worker images (the skew pass's) and the platform images (KWOK, the
-# MIG manager, the GPU Operator: cluster-tier suites' alone) build at nice 19 beside the
-# unit tier, which leaves the cores half idle while it waits on kind: on a new machine a
-# kubelet from its module (~5 min on 2 cores) in one Go lane, the platform images (~3 min)
-# in the other. The e2e tiers wait for them (kubelets-ready). Warm, both are label checks.
+# The older kubelets' worker images are needed by the skew pass alone: on a new machine
+# they build (a kubelet from its module: ~5 min on 2 cores) at nice 19 beside the tiers
+# before it, which leave the cores idle while they wait on kind; the skew tier waits for
+# them (kubelets-ready). Warm, the build is a label check.
 EARLY_GROUPS := engine kind helm nvidia-plugins node-image lab-images
-BESIDE_UNIT_GROUPS := kubelets platform-images
 KUBELETS_LOG := $(BUILD)/infra-kubelets.log
 # The ASan and fuzz tiers run beside the unit tier, their output kept and printed after it:
 # the unit tier kept the cores half busy (49%: its lab tests wait on kind), and these two
@@ -106,7 +104,7 @@ test:
 	$(TIMED) infra -- $(MAKE) --no-print-directory infra INFRA_GROUPS="$(EARLY_GROUPS)" || status=1; \
 	if (( status == 0 )); then \
 	  rm -f $(KUBELETS_LOG).rc; \
-	  ( nice -n 19 $(PY) -m gpulab infra $(BESIDE_UNIT_GROUPS) >$(KUBELETS_LOG) 2>&1; \
+	  ( nice -n 19 $(PY) -m gpulab infra kubelets >$(KUBELETS_LOG) 2>&1; \
 	    echo $$? >$(KUBELETS_LOG).rc ) & \
 	  $(TIMED) lint -- $(MAKE) --no-print-directory lint || status=1; \
 	  ( s=0; $(TIMED) asan --junit $(JUNIT)/asan.xml -- \
@@ -119,7 +117,7 @@ test:
 	  echo "==> asan and fuzz, run beside the unit tier ($(BESIDE_UNIT_LOG))"; \
 	  cat $(BESIDE_UNIT_LOG); \
 	  GPULAB_RESTARTS=$(E2E_RESTARTS) $(TIMED) e2e --junit $(JUNIT)/e2e.xml -- \
-	    $(MAKE) --no-print-directory kubelets-ready e2e-suites E2E_JUNIT=$(JUNIT)/e2e.xml || status=1; \
+	    $(MAKE) --no-print-directory e2e-suites E2E_JUNIT=$(JUNIT)/e2e.xml || status=1; \
 	  GPULAB_RESTARTS=$(E2E_SKEW_RESTARTS) $(TIMED) e2e-skew --junit $(JUNIT)/e2e-skew.xml -- \
 	    $(MAKE) --no-print-directory kubelets-ready e2e-suites KUBELET=$(CI_KUBELET) SUBJECT=$(CI_SKEW_SUBJECTS) \
 	    E2E_JUNIT=$(JUNIT)/e2e-skew.xml E2E_ARGS="$(E2E_SKEW_ARGS)" KEEP=1 || status=1; \
@@ -129,9 +127,9 @@ test:
 	py=$(PY); [[ -x $$py ]] || py=python3; $$py -m bench.budget report || status=1; \
 	exit $$status
 
-# Waits for `make test`'s background build (BESIDE_UNIT_GROUPS, above); its log on failure.
+# Waits for `make test`'s background build of the worker images (above); its log on failure.
 kubelets-ready:
-	@[[ -s $(KUBELETS_LOG).rc ]] || echo "==> waiting for the images built beside the unit tier ($(KUBELETS_LOG))"
+	@[[ -s $(KUBELETS_LOG).rc ]] || echo "==> waiting for the older kubelets' worker images ($(KUBELETS_LOG))"
 	@until [[ -s $(KUBELETS_LOG).rc ]]; do sleep 2; done
 	@rc=$$(cat $(KUBELETS_LOG).rc); (( rc == 0 )) || { tail -n 20 $(KUBELETS_LOG); exit 1; }
 

@@ -63,9 +63,6 @@ STEPS = {  # group -> the scripts its steps run (`--list`)
     "lab-images": [
         "clusters/infra/images/build.sh",
         "clusters/infra/scripts/dra-driver.sh",
-    ],
-    "platform-images": [
-        "clusters/infra/images/build.sh",
         "clusters/infra/scripts/gpu-operator.sh",
     ],
 }
@@ -215,12 +212,8 @@ def _tail(path: Path, n: int) -> list[str]:
 # -- the steps ---------------------------------------------------------------------------
 
 # kubelets: the workers' images with older kubelets (KUBELET_VERSIONS), which only the
-# skew pass needs; platform-images: the images of the layers above the node that only
-# cluster-tier suites use (KWOK, the MIG manager, the GPU Operator), none preloaded. `make
-# test` builds both at nice 19 beside its unit tier: on a new machine they were the last
-# 3 minutes of the infra tier's second Go lane, which ends after the node image's.
-GROUPS = ("engine", "kind", "helm", "nvidia-plugins", "node-image", "kubelets", "lab-images",
-          "platform-images")  # fmt: skip
+# skew pass needs: `make test` builds them at nice 19 beside its first tiers.
+GROUPS = ("engine", "kind", "helm", "nvidia-plugins", "node-image", "kubelets", "lab-images")
 
 
 def run(groups: Iterable[str] = GROUPS, console: Console | None = None) -> Products:
@@ -232,7 +225,7 @@ def run(groups: Iterable[str] = GROUPS, console: Console | None = None) -> Produ
         raise ValueError(f"unknown group(s) {', '.join(sorted(unknown))} ({', '.join(GROUPS)})")
     r = Runner(console)
     t0 = time.monotonic()
-    if want & {"engine", "node-image", "kubelets", "lab-images", "platform-images"}:
+    if want & {"engine", "node-image", "kubelets", "lab-images"}:
         r.step("Docker engine", lambda: _engine(r))
     # The debootstraps (disk and network bound) run beside the Go builds (CPU bound, at
     # nice 10): on 2 cores they hide behind the first compiles.
@@ -369,8 +362,6 @@ def _programs(r: Runner, want: set[str], lane: Future[dict[str, str]]) -> None:
         r.record(lambda: p.images.update(debootstrapped))
         _lab_images(r, p)
         _subjects(r, p)
-    if "platform-images" in want:
-        _images(r, p, PLATFORM_IMAGES)
 
 
 def _subjects(r: Runner, p: Products) -> None:
@@ -485,31 +476,19 @@ def _lab_images(r: Runner, p: Products) -> None:
 
         r.step("fakenvml library (gcc)", lambda: str(build.build("release", library.build_dir())))
     key = built.tree_key()
-    _images(r, p, [
+    for which, title, env in (
         ("gpulab", "gpulab image (fakenvml + plugin)", image_env(key)),
         ("nvidia", "NVIDIA plugin images", None),
         ("nfd", f"node-feature-discovery {versions.get('NFD_VERSION')} image (Go)", None),
         ("dra", f"NVIDIA DRA driver {versions.get('DRA_DRIVER_VERSION')} image (Go)", None),
-        # The unit tier's container tests run node-problem-detector's.
         ("npd", f"node-problem-detector {versions.get('NPD_VERSION')} image (Go)", None),
-    ])  # fmt: skip
-    r.record(lambda: setattr(p, "tree_key", key))
-
-
-# The platform-images group (GROUPS): built from the gpulab image, which build.sh finds
-# or makes.
-PLATFORM_IMAGES = [
-    ("kwok", f"KWOK {versions.get('KWOK_VERSION')} image (Go)", None),
-    ("mig-manager", f"NVIDIA MIG manager {versions.get('MIG_PARTED_VERSION')} image", None),
-    ("gpu-operator", "NVIDIA GPU Operator and validator images (Go)", None),
-]
-
-
-def _images(r: Runner, p: Products,
-            which: list[tuple[str, str, dict[str, str] | None]]) -> None:  # fmt: skip
-    for name, title, env in which:
-        made = r.step(title, lambda w=name, e=env: _image(r, w, e))
+        ("kwok", f"KWOK {versions.get('KWOK_VERSION')} image (Go)", None),
+        ("mig-manager", f"NVIDIA MIG manager {versions.get('MIG_PARTED_VERSION')} image", None),
+        ("gpu-operator", "NVIDIA GPU Operator and validator images (Go)", None),
+    ):
+        made = r.step(title, lambda w=which, e=env: _image(r, w, e))
         r.record(lambda m=made: p.images.update(m))
+    r.record(lambda: setattr(p, "tree_key", key))
 
 
 def subjects_wanted() -> list[Subject]:
