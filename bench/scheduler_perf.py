@@ -62,9 +62,10 @@ def run(out: Path, workload: str = WORKLOAD, timeout_s: float = 3600) -> dict[st
         done = subprocess.run(cmd, cwd=where / "dra", env=env, stdout=f,
                               stderr=subprocess.STDOUT, check=False,
                               timeout=timeout_s + 60)  # fmt: skip
-    if done.returncode != 0:
-        raise steps.StepError(f"scheduler_perf exited {done.returncode} (its log: {log})")
+    # Below its own CI's threshold (AverageThreshold, for its CI's machines) the benchmark
+    # exits 1 after writing its figures: a figure, not a failure, on a 2-core machine.
     found = sorted(out.glob("BenchmarkPerfScheduling*.json"))
     if not found:
-        raise steps.StepError(f"scheduler_perf {workload} wrote no data items in {out}")
-    return throughput(json.loads(found[-1].read_text()), workload)
+        raise steps.StepError(f"scheduler_perf {workload} exited {done.returncode} and wrote "
+                              f"no data items (its log: {log})")  # fmt: skip
+    return throughput(json.loads(found[0].read_text()), workload)
