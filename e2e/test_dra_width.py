@@ -102,10 +102,9 @@ def published(lab: Lab, node: str) -> tuple[int, int]:
             sum(len(s.spec.shared_counters or []) for s in found))  # fmt: skip
 
 
-def unschedulable(lab: Lab, pods: Pods, name: str, selector: str | None = None,
-                  device_class: str = dra.DEVICE_CLASS) -> str:  # fmt: skip
-    """A pod whose claim asks one device of the class; the scheduler's reason it waits."""
-    dra.create_template(lab, NAMESPACE, name, selector, device_class=device_class)
+def unschedulable(lab: Lab, pods: Pods, name: str) -> str:
+    """A pod whose claim asks one GPU; the scheduler's reason it waits."""
+    dra.create_template(lab, NAMESPACE, name, None)
     claim_pod(pods, name, name)
     return wait_event(pods, name, "FailedScheduling", "")
 
