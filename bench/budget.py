@@ -33,6 +33,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import xml.etree.ElementTree as ET
 from collections.abc import Iterator
@@ -52,6 +53,8 @@ BUDGETS: dict[str, int] = {
     # the cluster tier on the newest Kubernetes: every lab, every subject, and NVIDIA's DRA
     # driver's own suite (about 2 min 10 s; the two tiers below gave their unused minutes)
     "e2e": 1020,
+    # the GPU Operator's and the MIG manager's suites (-m platform), beside the e2e tier
+    "e2e-platform": 480,
     # the skew pass (CI_KUBELET's kubelet on the workers) smoke set: gpulab and nvidia, -m smoke
     "e2e-skew": 210,
     # action.yml run step by step (ci/run-action.py): the tiny plugin's smoke set, on the
@@ -61,8 +64,9 @@ BUDGETS: dict[str, int] = {
 TOTAL_BUDGET = 30 * 60  # the whole warm run: what a reviewer waits for
 COLD_GOAL = 50 * 60  # a new machine, where `make infra` builds the node and lab images first
 SLOWEST = 10
-COLUMNS = ("tier", "time", "tests (pass/fail/skip)", "budget", "within?", "notes")
+COLUMNS = ("tier", "time", "tests (pass/fail/skip)", "budget", "within?", "cpu", "notes")
 NUMERIC = COLUMNS[1:4]
+CPU_SAMPLE_S = 5.0  # the machine's CPU, sampled while a tier runs (its record's "cpu")
 
 
 def budget_dir() -> Path:
@@ -122,10 +126,68 @@ def forwarding_signals(proc: subprocess.Popen[bytes]) -> Iterator[None]:
             signal.signal(signum, handler)
 
 
+# ---------------------------------------------------------------- the machine's CPU
+
+
+def cpu_times(stat: Path = Path("/proc/stat")) -> tuple[float, float, float] | None:
+    """(busy, steal, all) jiffies of every core since boot, from the first line of
+    /proc/stat (user nice system idle iowait irq softirq steal ...); None where unreadable.
+    Busy is what ran (iowait and idle did not; steal is the host's, not ours)."""
+    try:
+        fields = [float(x) for x in stat.read_text().split("\n", 1)[0].split()[1:9]]
+    except (OSError, ValueError):
+        return None
+    if len(fields) < 8:
+        return None
+    user, nice, system, _idle, _iowait, irq, softirq, steal = fields
+    return user + nice + system + irq + softirq, steal, sum(fields)
+
+
+def share(a: tuple[float, float, float] | None,
+          b: tuple[float, float, float] | None) -> tuple[float, float] | None:  # fmt: skip
+    """(busy, steal) as fractions of the machine between two cpu_times readings."""
+    if a is None or b is None or b[2] <= a[2]:
+        return None
+    whole = b[2] - a[2]
+    return round((b[0] - a[0]) / whole, 3), round((b[1] - a[1]) / whole, 3)
+
+
+class CpuSampler:
+    """The machine's busy and steal share every CPU_SAMPLE_S while a tier runs, in a
+    thread: where a tier leaves the cores idle (a wait on a cluster) is where a tier
+    beside it costs nothing, and steal says the host, not the change, was slow."""
+
+    def __init__(self, every: float = CPU_SAMPLE_S) -> None:
+        self.every, self.t0 = every, time.monotonic()
+        self.first = self.last = cpu_times()
+        self.samples: list[tuple[float, float, float]] = []  # (seconds in, busy, steal)
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        while not self.stop.wait(self.every):
+            now = cpu_times()
+            got = share(self.last, now)
+            if got is not None:
+                self.samples.append((round(time.monotonic() - self.t0, 1), *got))
+            self.last = now
+
+    def result(self) -> dict[str, Any] | None:
+        self.stop.set()
+        self.thread.join()
+        whole = share(self.first, cpu_times())
+        if whole is None:
+            return None
+        return {"busy": whole[0], "steal": whole[1], "every_s": self.every,
+                "samples": self.samples}  # fmt: skip
+
+
 def run_timed(tier: str, junit: str | None, command: list[str], directory: Path) -> int:
     started = time.time()
     t0 = time.monotonic()
     signalled = 0
+    cpu = CpuSampler()
     try:
         # close_fds=False: a wrapped `make` keeps its parent's jobserver descriptors.
         proc = subprocess.Popen(command, close_fds=False)
@@ -144,6 +206,7 @@ def run_timed(tier: str, junit: str | None, command: list[str], directory: Path)
         "junit": str(Path(junit).resolve()) if junit else None,
         "command": command,
         "started": started,
+        "cpu": cpu.result(),
     }
     write_atomically(directory / f"{tier}.json", json.dumps(record, indent=2) + "\n")
     if signalled:
@@ -199,6 +262,14 @@ class Row:
     tests: Counts | None = None
     notes: list[str] = field(default_factory=list)
     started: float = 0.0  # the epoch second it began (0: not known)
+    cpu: tuple[float, float] | None = None  # the machine's (busy, steal) while it ran
+
+    @property
+    def cpu_cell(self) -> str:
+        if self.cpu is None:
+            return "—"
+        busy, steal = self.cpu
+        return f"{busy:.0%}" + (f", steal {steal:.0%}" if steal >= 0.005 else "")
 
     @property
     def span(self) -> tuple[float, float] | None:
@@ -342,6 +413,10 @@ def collect(directory: Path) -> Report:
         row.started = float(started) if isinstance(started, (int, float)) else 0.0
         row.exit_code = record["exit_code"]
         row.junit = record["junit"]
+        cpu = record.get("cpu")
+        if isinstance(cpu, dict) and all(isinstance(cpu.get(k), (int, float))
+                                          for k in ("busy", "steal")):  # fmt: skip
+            row.cpu = float(cpu["busy"]), float(cpu["steal"])
         if row.exit_code:
             row.notes.append(f"failed (exit {row.exit_code})")
         if row.junit:
@@ -371,7 +446,9 @@ def footnotes(cpus: int) -> list[str]:
     return [
         f"Budgets are for a warm run (bench/budget.py); the cold goal, a new machine "
         f"building everything first, is {clock(COLD_GOAL)}. Over budget warns, never fails.",
-        f"tests: passed/failed/skipped, from each tier's JUnit XML; nproc {cpus}.",
+        f"tests: passed/failed/skipped, from each tier's JUnit XML; nproc {cpus}. cpu: the "
+        f"machine's cores busy while the tier ran (tiers beside it included), and the "
+        f"host's steal where there was some.",
     ]
 
 
@@ -394,6 +471,7 @@ def to_json(report: Report, cpus: int) -> dict[str, Any]:
                 "exit_code": r.exit_code,
                 "junit": r.junit,
                 "tests": asdict(r.tests) if r.tests else None,
+                "cpu": dict(zip(("busy", "steal"), r.cpu, strict=True)) if r.cpu else None,
                 "notes": r.notes,
             }
         )
@@ -430,7 +508,7 @@ def to_markdown(report: Report, cpus: int) -> str:
     for r in report.rows:
         time_cell = clock(r.seconds) if r.seconds is not None else "—"
         tests = r.tests.cell() if r.tests else "—"
-        cells = [r.tier, time_cell, tests, clock(r.budget), within(r.seconds, r.budget)]
+        cells = [r.tier, time_cell, tests, clock(r.budget), within(r.seconds, r.budget), r.cpu_cell]
         lines.append("| " + " | ".join([*cells, md_cell("; ".join(r.notes))]) + " |")
     total = [
         "**total**",
@@ -438,6 +516,7 @@ def to_markdown(report: Report, cpus: int) -> str:
         report.tests.cell(),
         clock(TOTAL_BUDGET),
         within(report.seconds, TOTAL_BUDGET),
+        "",
         md_cell("; ".join(report.total_notes)),
     ]
     lines += ["| " + " | ".join(total) + " |", ""]
@@ -473,6 +552,7 @@ def print_report(report: Report, cpus: int) -> None:
             r.tests.cell() if r.tests else "—",
             clock(r.budget),
             within_text(r.seconds, r.budget),
+            r.cpu_cell,
             Text("; ".join(r.notes), style="red" if r.exit_code else ""),
         )
     table.add_section()
@@ -482,6 +562,7 @@ def print_report(report: Report, cpus: int) -> None:
         report.tests.cell(),
         clock(TOTAL_BUDGET),
         within_text(report.seconds, TOTAL_BUDGET),
+        "",
         Text("; ".join(report.total_notes)),
     )
     console.print(table)
