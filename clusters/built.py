@@ -97,26 +97,27 @@ class Products:
 PRELOADED = ("gpulab", "workload", "nfd", "dra", "nvidia-*")
 
 
-def tree_key() -> str:
+def tree_key(root: Path = ROOT) -> str:
     """A hash of everything the gpulab image is made of: the node's packages
     (NODE_PACKAGES), the pins (pyproject.toml, or an installed package's METADATA), the
-    built library and how the image is built."""
+    built library and how the image is built. `root`: another tree of the same layout (a
+    test's copy: a probe written into the checkout raced the tests beside it)."""
     h = hashlib.sha256()
-    pins = ROOT / "pyproject.toml" if paths.checkout() else _dist_info() / "METADATA"
+    pins = root / "pyproject.toml" if paths.checkout() else _dist_info() / "METADATA"
     files: list[Path] = [
         pins,
-        ROOT / "clusters/infra/images/gpulab.Dockerfile",
-        ROOT / "clusters/infra/images/build.sh",
+        root / "clusters/infra/images/gpulab.Dockerfile",
+        root / "clusters/infra/images/build.sh",
         library.default_path(),
     ]
     for pkg in NODE_PACKAGES:
         files += sorted(
             p
-            for p in (ROOT / pkg).rglob("*")
+            for p in (root / pkg).rglob("*")
             if p.is_file() and "__pycache__" not in p.parts and p.suffix != ".pyc"
         )
     for p in files:
-        name = p.relative_to(ROOT) if p.is_relative_to(ROOT) else Path("build/release", p.name)
+        name = p.relative_to(root) if p.is_relative_to(root) else Path("build/release", p.name)
         h.update(str(name).encode() + b"\0")
         h.update(p.read_bytes() if p.exists() else b"<missing>")
     return h.hexdigest()[:16]
