@@ -17,7 +17,6 @@ from datetime import UTC, datetime
 from typing import TypeVar
 
 import pytest
-from kubernetes.client import V1Pod
 
 from clusters import built
 from clusters.labs import migmanager, spec, toolkit
@@ -126,19 +125,10 @@ def story(lab: Lab) -> str:
                 states.append(f"{c.name} {now}")
             pods.append(f"{p.metadata.name} {p.status.phase} ({', '.join(states)}; "
                         f"{restarts(p)[1]}); its plugin's last lines: "
-                        + " | ".join(log_tail(lab, p, "nvidia-device-plugin", 12)))  # fmt: skip
+                        + " | ".join(lab.kube.log_tail(p, 12, "nvidia-device-plugin")))  # fmt: skip
         return f"node {beat}; plugin pods: {'; '.join(pods) or 'none'}"
     except Exception as e:
         return f"node and plugin unreadable ({e.__class__.__name__}: {e})"
-
-
-def log_tail(lab: Lab, pod: V1Pod, container: str, lines: int) -> list[str]:
-    try:
-        text = lab.core.read_namespaced_pod_log(pod.metadata.name, pod.metadata.namespace,
-                                                container=container, tail_lines=lines)  # fmt: skip
-    except Exception as e:
-        return [f"unreadable ({e.__class__.__name__})"]
-    return [line.strip() for line in text.strip().splitlines()]
 
 
 def operand_pods(lab: Lab) -> dict[str, str]:
