@@ -53,6 +53,8 @@ BUDGETS: dict[str, int] = {
     # the cluster tier on the newest Kubernetes: every lab, every subject, and NVIDIA's DRA
     # driver's own suite (about 2 min 10 s; the two tiers below gave their unused minutes)
     "e2e": 1020,
+    # the GPU Operator's and the MIG manager's suites (-m platform), beside the e2e tier
+    "e2e-platform": 480,
     # the skew pass (CI_KUBELET's kubelet on the workers) smoke set: gpulab and nvidia, -m smoke
     "e2e-skew": 210,
     # action.yml run step by step (ci/run-action.py): the tiny plugin's smoke set, on the

@@ -67,11 +67,12 @@ def kubelet_versions() -> tuple[str, ...]:
 KUBELET_SKEW = 3
 
 
-def kubelet_version(control_plane: str) -> str:
-    """The kubelet a lab's workers run beside a control plane of `control_plane`:
-    $GPULAB_KUBELET_VERSION (`make e2e KUBELET=...`), else the control plane's own.
-    ValueError for one the skew policy does not allow."""
-    kubelet = os.environ.get("GPULAB_KUBELET_VERSION") or control_plane
+def kubelet_version(control_plane: str, pinned: str | None = None) -> str:
+    """The kubelet a lab's workers and GPU nodes run beside a control plane of
+    `control_plane`: `pinned` (a lab spec's `kubelet`), else $GPULAB_KUBELET_VERSION (`make
+    e2e KUBELET=...`), else the control plane's own. ValueError for one the skew policy does
+    not allow."""
+    kubelet = pinned or os.environ.get("GPULAB_KUBELET_VERSION") or control_plane
     behind = kube_minor(control_plane) - kube_minor(kubelet)
     if not 0 <= behind <= KUBELET_SKEW:
         raise ValueError(
@@ -81,11 +82,11 @@ def kubelet_version(control_plane: str) -> str:
     return kubelet
 
 
-def describe(control_plane: str | None = None) -> str:
+def describe(control_plane: str | None = None, pinned: str | None = None) -> str:
     """v1.37.0, or v1.37.0 (kubelet v1.34.0) where the workers' kubelet is older; the run's
-    versions unless a control plane is named."""
+    versions unless a control plane (and a lab's kubelet) is named."""
     control_plane = control_plane or kube_version()
-    kubelet = kubelet_version(control_plane)
+    kubelet = kubelet_version(control_plane, pinned)
     return control_plane + (f" (kubelet {kubelet})" if kubelet != control_plane else "")
 
 

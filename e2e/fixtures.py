@@ -82,6 +82,12 @@ def pytest_configure(config: pytest.Config) -> None:
     )
     config.addinivalue_line(
         "markers",
+        "platform: a suite of the GPU platform above the node (the GPU Operator, its MIG "
+        "manager): mostly waits on its operators' own loops, so `make test` runs these "
+        "(`-m platform`) in a lane of their own beside the rest (`-m 'not platform'`)",
+    )
+    config.addinivalue_line(
+        "markers",
         "smoke: the older Kubernetes pass's set (`-m smoke`): the seeds' scenario, one fault "
         "and the restarts, once per plugin family",
     )

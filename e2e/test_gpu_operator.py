@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TypeVar
 
+import pytest
 import yaml
 
 from clusters.labs import gpuoperator, migmanager, spec
@@ -27,6 +28,9 @@ from e2e.fixtures import NAMESPACE, lab_fixture, lab_job
 from e2e.pods import DEVICE_ENV, Pods, restarts
 from e2e.verdict import Verdict
 from fakenvml import mig
+
+# The platform above the node: `make test` runs it in a lane of its own, beside the rest.
+pytestmark = pytest.mark.platform
 
 LAB = spec.load("operator")
 NODE = LAB.gpu_nodes[0].name

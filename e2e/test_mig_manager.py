@@ -26,6 +26,9 @@ from e2e.pods import DEVICE_ENV, Pods, restarts
 from e2e.verdict import Verdict
 from fakenvml import mig
 
+# The platform above the node: `make test` runs it in a lane of its own, beside the rest.
+pytestmark = pytest.mark.platform
+
 LAB = spec.load("mig-manager")
 NODE = LAB.gpu_nodes[0].name
 GPUS = LAB.gpu_nodes[0].gpu_count

@@ -124,7 +124,7 @@ def toolkit_configs(ctx: Context) -> object:
         return SKIP
     lab = ctx.lab
     p = built.require((), lab.kubernetes, lab.kubelet)
-    # GPU nodes are workers: their image's containerd is the one configured.
+    # GPU nodes run the workers' image (kindconfig.render): its containerd is the one configured.
     toolkit.prepare(kindconfig.toolkit_dir(ctx.labs_root, lab),
                     p.node_image(lab.kubernetes, lab.kubelet), p.toolkit)  # fmt: skip
     return None

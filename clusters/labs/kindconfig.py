@@ -139,15 +139,17 @@ def node_labels(node: Node) -> dict[str, str]:
 def render(lab: Lab, image: str, labs_root: Path, toolkit: str = "",
            worker_image: str | None = None) -> dict:  # fmt: skip
     """kind's config; `toolkit` is the host dir of the toolkit's binaries (infra's
-    Products.toolkit), needed where the lab spec has container_toolkit. Workers run
-    `worker_image` where given (the same Kubernetes with an older kubelet: kind joins them
-    without kubeadm's preflight checks, so the skew needs nothing else)."""
+    Products.toolkit), needed where the lab spec has container_toolkit. Workers and GPU
+    nodes run `worker_image` where given (the same Kubernetes with an older kubelet: kind
+    joins workers and inits the control plane without kubeadm's preflight checks, so the
+    skew needs nothing else; a lab whose GPUs sit on its control plane runs the older
+    kubelet there, where its device plugins meet it)."""
     if lab.spec.container_toolkit and lab.gpu_nodes and not toolkit:
         raise ValueError(f"lab {lab.spec.name} runs the NVIDIA Container Toolkit: no dir of it")
     nodes = []
     for n in lab.nodes:
-        worker = n.spec.role == "worker" and worker_image
-        entry: dict = {"role": n.spec.role, "image": worker_image if worker else image}
+        older = (n.spec.role == "worker" or n.gpu_node) and worker_image
+        entry: dict = {"role": n.spec.role, "image": worker_image if older else image}
         if labels := node_labels(n):
             entry["labels"] = labels
             host = str(state_dir(labs_root, lab, n.name))

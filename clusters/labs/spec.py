@@ -100,6 +100,10 @@ class ControlPlaneArgs(Strict):
 class LabSpec(Strict):
     name: str
     kubernetes: str | None = None  # None: the run's (clusters.versions.kube_version())
+    # The kubelet of its workers and GPU nodes, older than the control plane's within the
+    # skew policy (one `make infra` builds: KUBELET_VERSIONS); None: the run's
+    # ($GPULAB_KUBELET_VERSION, else the control plane's).
+    kubelet: str | None = None
     subject: SubjectName = "gpulab"
     dra: DraSpec | None = None  # set: NVIDIA's DRA driver, no device plugin (`subject`)
     operator: OperatorSpec | None = None  # set: NVIDIA's GPU Operator deploys the plugin
@@ -121,7 +125,7 @@ class LabSpec(Strict):
             raise ValueError(f"{v!r}: expected 1-32 lower-case letters, digits or '-'")
         return v
 
-    @field_validator("kubernetes")
+    @field_validator("kubernetes", "kubelet")
     @classmethod
     def _version(cls, v: str | None) -> str | None:
         if v is not None and not re.fullmatch(r"v1\.(3[3-9])\.\d+", v):
@@ -199,14 +203,15 @@ class Lab:
 
     @property
     def kubelet(self) -> str:
-        """The kubelet its workers run: the control plane's version, or an older one within
-        the skew policy ($GPULAB_KUBELET_VERSION; ValueError beyond it)."""
-        return versions.kubelet_version(self.kubernetes)
+        """The kubelet its workers and GPU nodes run: the control plane's version, or an
+        older one within the skew policy (its spec's, else $GPULAB_KUBELET_VERSION;
+        ValueError beyond it)."""
+        return versions.kubelet_version(self.kubernetes, self.spec.kubelet)
 
     @property
     def versions_text(self) -> str:
         """v1.37.0, or v1.37.0 (kubelet v1.34.0) where the workers' kubelet is older."""
-        return versions.describe(self.kubernetes)
+        return versions.describe(self.kubernetes, self.spec.kubelet)
 
     @property
     def gpu_nodes(self) -> list[Node]:

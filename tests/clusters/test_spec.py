@@ -134,6 +134,29 @@ def test_workers_run_an_older_kubelet_within_the_skew_policy(
     assert (lab.kubelet, lab.versions_text) == ("v1.37.0", "v1.37.0")
 
 
+def test_a_lab_spec_pins_its_kubelet_over_the_runs_and_on_a_gpu_control_plane(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`kubelet: v1.34.0` in a spec wins over KUBELET=...; a control plane holding the GPUs
+    gets the older kubelet too (its device plugins meet it there), one without stays."""
+    monkeypatch.setenv("GPULAB_KUBELET_VERSION", "v1.35.4")
+    lab = spec.from_dict({"name": "x", "kubernetes": "v1.37.0", "kubelet": "v1.34.0", "nodes": [
+        {**CP, "gpus": [{"profile": "T4", "count": 1}]}]})  # fmt: skip
+    assert (lab.kubelet, lab.versions_text) == ("v1.34.0", "v1.37.0 (kubelet v1.34.0)")
+    cfg = kindconfig.render(lab, "cp:img", Path("/l"), "/tk", worker_image="w:img")
+    assert [n["image"] for n in cfg["nodes"]] == ["w:img"]
+    with pytest.raises(spec.SpecError, match=r"'1.34': expected a Kubernetes version"):
+        spec.from_dict({"name": "x", "kubelet": "1.34", "nodes": [CP]})
+
+
+def test_every_kubelet_a_shipped_lab_pins_is_one_make_infra_builds() -> None:
+    """A lab's `kubelet` names a worker image `make infra` builds (KUBELET_VERSIONS): a
+    pin bumped there without the labs fails here, not at a lab's bring-up."""
+    pinned = {lab.name: lab.spec.kubelet for lab in spec.shipped() if lab.spec.kubelet}
+    assert pinned, "no shipped lab pins its kubelet (the platform labs do: docs/labs.md)"
+    assert set(pinned.values()) <= set(versions.listed("KUBELET_VERSIONS")), pinned
+
+
 @pytest.mark.parametrize("kubelet", ["v1.33.0", "v1.38.0"])
 def test_a_kubelet_the_skew_policy_refuses_is_one_line(
     monkeypatch: pytest.MonkeyPatch, kubelet: str
