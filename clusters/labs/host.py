@@ -35,6 +35,19 @@ _CLAIMS: dict[str, int] = {}
 ClusterState = Literal["up", "none", "orphaned"]
 
 
+def lab_wait_s() -> float:
+    """$GPULAB_LAB_WAIT_S: how long a claim waits for another process's (0: refused at
+    once). StepError, one line, for anything but a number of seconds."""
+    raw = os.environ.get("GPULAB_LAB_WAIT_S", "").strip() or "0"
+    try:
+        wait_s = float(raw)
+    except ValueError:
+        wait_s = -1.0
+    if not 0 <= wait_s < float("inf"):
+        raise steps.StepError(f"GPULAB_LAB_WAIT_S={raw!r}: expected seconds, 0 or more")
+    return wait_s
+
+
 class Host:
     def __init__(self, name: str, workdir: Path) -> None:
         self.name, self.dir = name, workdir
@@ -58,19 +71,32 @@ class Host:
         """This process alone drives the lab, until `release()` or its exit: two processes
         on one machine (two `make e2e`s, a test run beside a lab in use) would switch each
         other's plugins and delete each other's clusters. Refused at once, naming the
-        holder."""
+        holder; with $GPULAB_LAB_WAIT_S, after waiting up to that long for it to let go
+        (`make test`'s skew pass, which follows the platform lane beside the cluster tier,
+        takes the seed lab once that tier has deleted it)."""
         if self.name in _CLAIMS:
             return
+        wait_s = lab_wait_s()
         path = self.dir.parent / f".{self.name}.lock"  # beside the lab dir, which down() removes
         path.parent.mkdir(parents=True, exist_ok=True)
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            holder = os.pread(fd, 200, 0).decode(errors="replace").strip() or "unknown"
-            os.close(fd)
-            raise LabInUse(f"lab {self.name} is in use by another process ({holder}); "
-                           "wait for it, or stop it") from None  # fmt: skip
+        end, said = time.monotonic() + wait_s, False
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                holder = os.pread(fd, 200, 0).decode(errors="replace").strip() or "unknown"
+                if time.monotonic() >= end:
+                    os.close(fd)
+                    waited = f" after {wait_s:.0f}s" if wait_s else ""
+                    raise LabInUse(f"lab {self.name} is in use by another process ({holder})"
+                                   f"{waited}; wait for it, or stop it") from None  # fmt: skip
+                if not said:
+                    print(f"lab {self.name} is in use by another process ({holder}): "
+                          f"waiting up to {wait_s:.0f}s for it", flush=True)  # fmt: skip
+                    said = True
+                time.sleep(1)
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"pid {os.getpid()}: {_cmdline()}".encode(), 0)
         _CLAIMS[self.name] = fd

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -13,14 +14,20 @@ from clusters import steps
 from clusters.labs.host import Host, LabInUse
 
 
-def test_a_lab_another_process_drives_is_refused_at_once_naming_it(tmp_path: Path) -> None:
+def hold(lab_dir: Path, seconds: float) -> subprocess.Popen[str]:
+    """Another process holding the lab of `lab_dir` for `seconds`, once it says so."""
     holder = subprocess.Popen(
         [sys.executable, "-c", "import sys, time; from pathlib import Path; "
          "from clusters.labs.host import Host; Host('seed', Path(sys.argv[1])).claim(); "
-         "print('held', flush=True); time.sleep(60)", str(tmp_path / "seed")],
-        stdout=subprocess.PIPE, text=True)  # fmt: skip
+         "print('held', flush=True); time.sleep(float(sys.argv[2]))", str(lab_dir),
+         str(seconds)], stdout=subprocess.PIPE, text=True)  # fmt: skip
+    assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+    return holder
+
+
+def test_a_lab_another_process_drives_is_refused_at_once_naming_it(tmp_path: Path) -> None:
+    holder = hold(tmp_path / "seed", 60)
     try:
-        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
         mine = Host("seed", tmp_path / "seed")
         with pytest.raises(
             LabInUse, match=rf"lab seed is in use by another process \(pid {holder.pid}: "
@@ -34,6 +41,45 @@ def test_a_lab_another_process_drives_is_refused_at_once_naming_it(tmp_path: Pat
     Host("seed", tmp_path / "seed").claim()  # this process's second object shares the claim
     mine.release()
     Host("other", tmp_path / "other").release()
+
+
+def test_a_claim_with_a_wait_takes_the_lab_once_its_holder_lets_go(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """GPULAB_LAB_WAIT_S=30: the claim says whom it waits for, and takes the lab when the
+    holder exits (2 s here); a wait that runs out is refused, saying how long it waited."""
+    holder = hold(tmp_path / "seed", 2)
+    try:
+        monkeypatch.setenv("GPULAB_LAB_WAIT_S", "30")
+        mine = Host("seed", tmp_path / "seed")
+        t0 = time.monotonic()
+        mine.claim()
+        assert time.monotonic() - t0 > 1, "claimed while the holder still held it"
+        assert (
+            f"lab seed is in use by another process (pid {holder.pid}: " in capsys.readouterr().out
+        )
+        mine.release()
+    finally:
+        holder.kill()
+        holder.wait()
+    holder = hold(tmp_path / "seed", 60)
+    try:
+        monkeypatch.setenv("GPULAB_LAB_WAIT_S", "2")
+        with pytest.raises(LabInUse, match=r"\) after 2s; wait for it, or stop it$"):
+            Host("seed", tmp_path / "seed").claim()
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+@pytest.mark.parametrize("raw", ["soon", "-1", "inf", "nan"])
+def test_a_lab_wait_that_is_not_seconds_is_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, raw: str
+) -> None:
+    monkeypatch.setenv("GPULAB_LAB_WAIT_S", raw)
+    with pytest.raises(steps.StepError, match=rf"^GPULAB_LAB_WAIT_S='{raw}': expected seconds"):
+        Host("seed", tmp_path / "seed").claim()
+    assert not (tmp_path / ".seed.lock").exists()  # changes nothing
 
 
 def test_a_failed_kind_says_why_in_its_error(tmp_path: Path) -> None:
