@@ -56,10 +56,11 @@ BUDGETS: dict[str, int] = {
     # The lane beside the e2e tier, one after another: the GPU Operator's and the MIG
     # manager's suites (-m platform; the operator's first test alone ~250 s, most of it
     # its own reconcile loops), then the skew pass (CI_KUBELET's kubelet on the workers)
-    # smoke set, gpulab and nvidia, -m smoke, then action.yml run step by step
-    # (ci/run-action.py): the tiny plugin's smoke set, on the seed lab the skew pass kept.
+    # smoke set, gpulab and nvidia, -m smoke.
     "e2e-platform": 690,
     "e2e-skew": 210,
+    # after both: action.yml run step by step (ci/run-action.py), the tiny plugin's smoke
+    # set, on the seed lab the skew pass kept
     "action": 180,
 }
 TOTAL_BUDGET = 30 * 60  # the whole warm run: what a reviewer waits for
