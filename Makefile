@@ -107,9 +107,8 @@ BESIDE_UNIT_LOG := $(BUILD)/asan-fuzz.log
 # mig-manager.yaml), so the lane waits for the older kubelets' images (kubelets-ready).
 # The skew pass follows them in the same lane, still beside the cluster tier: it takes the
 # seed lab once that tier has deleted it (it waits up to SEED_WAIT_S for it:
-# GPULAB_LAB_WAIT_S) and keeps it for the action, which runs after both (beside the
-# cluster tier's last phase, the tiny plugin's Allocate was once refused: "no healthy
-# devices", in a warm run of 1f20e08; not explained yet).
+# GPULAB_LAB_WAIT_S) and keeps it for the action, which runs after both (CHANGELOG.md,
+# 2026-12-06: beside the tier's last phase it failed once).
 PLATFORM_LOG := $(BUILD)/e2e-platform.log
 PLATFORM_AFTER_S := 60
 SEED_WAIT_S := 1500
