@@ -82,6 +82,13 @@ def kubelet_version(control_plane: str, pinned: str | None = None) -> str:
     return kubelet
 
 
+def skewed_kubelets(control_plane: str) -> list[str]:
+    """The pinned older kubelets the skew policy allows beside `control_plane`: those
+    `make infra` makes worker images of."""
+    return [k for k in kubelet_versions()
+            if 0 < kube_minor(control_plane) - kube_minor(k) <= KUBELET_SKEW]  # fmt: skip
+
+
 def describe(control_plane: str | None = None, pinned: str | None = None) -> str:
     """v1.37.0, or v1.37.0 (kubelet v1.34.0) where the workers' kubelet is older; the run's
     versions unless a control plane (and a lab's kubelet) is named."""
@@ -103,3 +110,11 @@ def kube_minor(version: str) -> int:
     if not (m := re.fullmatch(r"v1\.(\d+)\.\d+", version)):
         raise ValueError(f"Kubernetes version {version!r} is not v1.MINOR.PATCH")
     return int(m[1])
+
+
+if __name__ == "__main__":  # `python3 -m clusters.versions skewed-kubelets`, for the Makefile
+    import sys
+
+    if sys.argv[1:] != ["skewed-kubelets"]:
+        sys.exit("usage: python3 -m clusters.versions skewed-kubelets")
+    print(*skewed_kubelets(kube_version()))

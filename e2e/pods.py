@@ -18,6 +18,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from kubernetes.stream import stream
 
+from clusters.labs import capacity
 from clusters.subjects.subject import DeviceIds
 from e2e import checkpoint
 from fakenvml import mig
@@ -130,8 +131,16 @@ class Pods:
             return [v for (_, _, resource), v in got.items() if resource == s.resource]
 
         def plugin_log(node: str) -> list[str]:
+            """The plugin pod's restarts and last lines, and the kubelet's device-plugin
+            lines: which side let go of the devices (a pod refused at admission)."""
             found = s.pods(lab.ctx, node)
-            return lab.kube.log_tail(found[0], 8) if found else []
+            out = []
+            if found:
+                statuses = found[0].status.container_statuses or []
+                out.append(f"pod {found[0].metadata.name}, restarts "
+                           f"{sum(c.restart_count for c in statuses)}:")  # fmt: skip
+                out += lab.kube.log_tail(found[0], 8)
+            return out + ["kubelet: " + x for x in capacity.kubelet_plugin_lines(lab.ctx, node, 6)]
 
         return cls(lab.core, namespace, lab.images["workload"], s.resource, s.device_ids,
                    node_gpus, grace_s=lab.serving.grace_s,

@@ -10,6 +10,8 @@ from __future__ import annotations
 import itertools
 import logging
 import os
+import secrets
+import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -35,8 +37,25 @@ _SCRATCH = itertools.count()
 HEALTHY, UNHEALTHY = "Healthy", "Unhealthy"
 
 
-def socket_name(resource: str) -> str:
-    return "gpulab-" + resource.replace("/", "_") + ".sock"
+def socket_name(resource: str, start: str) -> str:
+    """`gpulab-nvidia.com_gpu-<start>.sock`: each start of a resource's server binds a name
+    of its own. Kubernetes 1.37's device manager keeps one endpoint per socket path and
+    refuses a Register on a path whose old stream it has not yet seen end ("device plugin
+    already connected"), then forgets both clients: a restart on the same name (SIGHUP, a
+    new pod beside the old one) could leave the node without the resource until the kubelet
+    restarts (docs/labs.md). Kubernetes 1.38's device manager tells plugins to use another
+    socket for a new registration."""
+    return f"gpulab-{resource.replace('/', '_')}-{start}.sock"
+
+
+def _listening(path: Path) -> bool:
+    """Whether a process still serves on the Unix socket `path` (connect answers)."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+        try:
+            s.connect(str(path))
+        except OSError:  # refused: its server is gone; or the file is gone
+            return False
+    return True
 
 
 def env_name(resource: str) -> str:
@@ -192,19 +211,32 @@ class ResourcePlugin:
         self.service = service
         self.resource = service.state.resource
         self.dir = plugin_dir
-        self.socket = plugin_dir / socket_name(self.resource)
+        self.socket = self._fresh_socket()
         self.server: grpc.Server | None = None
         self.inode = 0  # of the socket this server bound
 
+    def _fresh_socket(self) -> Path:
+        return self.dir / socket_name(self.resource, secrets.token_hex(4))
+
+    def _remove_stale_sockets(self) -> None:
+        """This resource's sockets that no process serves (a start killed before it could
+        remove its own): each start's new name would otherwise leave one behind. A
+        predecessor still serving keeps its own until it stops."""
+        for old in self.dir.glob(socket_name(self.resource, "*")):
+            if old != self.socket and not _listening(old):
+                old.unlink(missing_ok=True)
+
     def serve(self) -> None:
         log.info("Starting GRPC server for '%s'", self.resource)
+        if self.inode:  # served before (a restart, a kubelet that cleared the dir)
+            self.socket = self._fresh_socket()
+        self._remove_stale_sockets()
         self.service.stopping.clear()
         server = grpc.server(futures.ThreadPoolExecutor(max_workers=8))
         rpc.add_DevicePluginServicer_to_server(self.service, server)
-        # gRPC unlinks the path it bound when it shuts down, even if a successor (a new pod
-        # while this one stops) serves there by then. Bind a scratch name and link the
-        # listening socket into place: gRPC's unlink then hits only the scratch name, and
-        # the kubelet never dials a socket that is bound but not yet listening.
+        # Bind a scratch name and link the listening socket into place: the kubelet never
+        # dials a socket that is bound but not yet listening, and gRPC's unlink at shutdown
+        # hits only the scratch name.
         scratch = self.socket.with_name(f".{os.getpid()}-{next(_SCRATCH)}")
         scratch.unlink(missing_ok=True)
         server.add_insecure_port(f"unix://{scratch}")
@@ -258,8 +290,8 @@ class ResourcePlugin:
         return server.stop(grace=0.5) if server is not None else None
 
     def _unlink_own_socket(self) -> None:
-        # Only the socket this server bound: a successor (a new pod while this one still
-        # shuts down) may already serve at the same path.
+        # Only the socket this server bound (a start that found the same name taken,
+        # however unlikely, must not remove its holder's).
         try:
             if self.socket.stat().st_ino == self.inode:
                 self.socket.unlink()

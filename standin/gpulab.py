@@ -10,11 +10,9 @@ from pathlib import Path
 from fakenvml import library
 from fakenvml.node import STATE_DIR_ENV
 from plugin.health import READY_LINE
-from plugin.server import socket_name
 from standin.process import PluginProcess
 
 RESOURCE = "nvidia.com/gpu"
-SOCKET = socket_name(RESOURCE)
 
 
 def command(

@@ -300,7 +300,7 @@ def _run(r: Runner, want: set[str], chosen: dict[str, str],
                 r.record(lambda k=kube, i=image: p.node_images.__setitem__(k, i))
         if "kubelets" in want:
             control = versions.kube_version()
-            for kubelet in _skewed(control):
+            for kubelet in versions.skewed_kubelets(control):
                 image = _worker_image(r, control, kubelet, p.node_images.get(control, ""))
                 key = versions.node_image_key(control, kubelet)
                 r.record(lambda k=key, i=image: p.node_images.__setitem__(k, i))
@@ -442,15 +442,6 @@ def _node_image_of(r: Runner, kube: str, source: str, lane: Future[dict[str, str
         return out.splitlines()[-1]
 
     return r.step(f"Node image {kube}", node)
-
-
-def _skewed(control: str) -> list[str]:
-    """The pinned older kubelets the skew policy allows beside `control` (the run's
-    Kubernetes): those that get a worker image."""
-    behind = (versions.kube_minor(control) - versions.kube_minor(k) for k in
-              versions.kubelet_versions())  # fmt: skip
-    return [k for k, b in zip(versions.kubelet_versions(), behind, strict=True)
-            if 0 < b <= versions.KUBELET_SKEW]  # fmt: skip
 
 
 def _worker_image(r: Runner, control: str, kubelet: str, base: str) -> str:

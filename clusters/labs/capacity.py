@@ -124,6 +124,17 @@ def _registered(ctx: Context, since: registration.Mark, pods: Pods) -> tuple[boo
     return not pending, f"not yet registered on {', '.join(pending)}"
 
 
+def kubelet_plugin_lines(ctx: Context, node: str, lines: int = 8) -> list[str]:
+    """The last `lines` of `node`'s kubelet log about device plugins (registrations, streams
+    that ended), for a diagnosis: never raises."""
+    try:
+        journal = ctx.node_exec(node, "journalctl", "-u", "kubelet", "-n", "3000",
+                                "--no-pager", "-o", "cat").splitlines()  # fmt: skip
+    except Exception as e:  # a diagnosis must not hide the failure it explains
+        return [f"unreadable ({e.__class__.__name__})"]
+    return [x[:300] for x in journal if "device plugin" in x.lower()][-lines:]
+
+
 def _registration_diagnosis(ctx: Context, since: registration.Mark, pods: Pods,
                             lines: int = 8) -> str:  # fmt: skip
     """For a registration wait that timed out: each node's plugin log tail and its
@@ -135,12 +146,7 @@ def _registration_diagnosis(ctx: Context, since: registration.Mark, pods: Pods,
             log = ctx.kube.log_tail(found[0], lines) if found else ["no plugin pod"]
         except Exception as e:
             log = [f"unreadable ({e.__class__.__name__})"]
-        try:
-            journal = ctx.node_exec(node, "journalctl", "-u", "kubelet", "-n", "3000",
-                                    "--no-pager", "-o", "cat").splitlines()  # fmt: skip
-            kubelet = [x[:300] for x in journal if "device plugin" in x.lower()][-lines:]
-        except Exception as e:
-            kubelet = [f"unreadable ({e.__class__.__name__})"]
+        kubelet = kubelet_plugin_lines(ctx, node, lines)
         out.append(f"  {node} plugin: " + "\n    ".join(log)
                    + f"\n  {node} kubelet: " + "\n    ".join(kubelet))  # fmt: skip
     return "\n".join(out)

@@ -4,6 +4,7 @@ and a build killed midway that the next run completes."""
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import shutil
 import signal
@@ -200,6 +201,41 @@ def test_a_kind_build_killed_midway_leaves_no_entry_and_the_next_run_resumes(
     assert built.Products.load().kind == f"{final}/kind"
     log = (cache / "logs" / "kind.log").read_text()
     assert "go: downloading" not in log, "the second run fetched modules again:\n" + log
+
+
+def test_a_second_build_of_a_kubelet_waits_for_the_first_and_takes_its_result(
+    cache: Path,
+) -> None:
+    """`make test` starts the older kubelets' build before `make infra`, and the worker
+    image step asks build-go.sh for the same kubelet: the second waits for the first (its
+    lock, held here) and then prints the first's product instead of building over it
+    (each would remove the other's temporary directory)."""
+    kubelet = versions.kubelet_versions()[0]
+    bins = cache / "bin"
+    bins.mkdir(parents=True)
+    script = REPO / "clusters/infra/nodeimage/build-go.sh"
+    env = {**os.environ, "GPULAB_KUBE_VERSION": kubelet, "PATH": "/usr/bin:/bin"}  # no Go
+    with (bins / f".kubelet-{kubelet}.lock").open("w") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        second = subprocess.Popen([script, "kubelet"], env=env, stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE, text=True)  # fmt: skip
+        _wait_for(second, lambda: (bins / f".kubelet-{kubelet}.lock").exists()
+                  and _waiting(second.pid), "the second build waiting on the lock")  # fmt: skip
+        assert second.poll() is None
+        made = bins / f"kubelet-{kubelet}"
+        made.mkdir()
+        (made / ".done").touch()  # what the first build's finish() leaves
+    out, err = second.communicate(timeout=30)
+    assert second.returncode == 0, err
+    assert out.strip() == str(made)
+    assert f"waiting for another build of kubelet-{kubelet}" in err
+    assert "building the kubelet" not in err
+
+
+def _waiting(pid: int) -> bool:
+    """Whether a child of `pid` is flock(1) blocked on its lock."""
+    children = subprocess.run(["pgrep", "-P", str(pid), "-x", "flock"], capture_output=True)
+    return children.returncode == 0
 
 
 @pytest.mark.timeout(900)

@@ -1,10 +1,12 @@
 """ResourcePlugin's registration and socket lifecycle, in process against the kubelet
 stand-in: the cases a whole plugin process cannot time (a kubelet absent past the warning
-deadline, a successor serving at the same path)."""
+deadline, a successor serving beside its predecessor)."""
 
 from __future__ import annotations
 
 import logging
+import socket
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -13,7 +15,7 @@ import pytest
 
 from plugin.config import Config
 from plugin.metrics import Metrics
-from plugin.server import DevicePluginService, ResourcePlugin
+from plugin.server import DevicePluginService, ResourcePlugin, socket_name
 from plugin.state import Device, ResourceState
 from standin import Kubelet
 
@@ -54,31 +56,68 @@ def test_registration_keeps_trying_past_its_warning_and_serves_again_if_its_sock
     assert "is gone, serving again" in caplog.text
 
 
-def test_stop_leaves_a_successors_socket_at_the_same_path(tmp_path: Path) -> None:
+def test_each_start_serves_a_socket_name_of_its_own_and_a_stop_removes_only_its_own(
+    tmp_path: Path,
+) -> None:
+    """A new pod beside the old one, or a restart: Kubernetes 1.37 refuses a Register on a
+    path whose old stream it has not seen end, so no two starts share a name."""
     old, new = plugin(tmp_path), plugin(tmp_path)
     old.serve()
-    new.serve()  # unlinks the old path and binds its own
+    first = old.socket
+    new.serve()
     try:
+        assert new.socket != old.socket and old.socket.exists() and new.socket.exists()
         old.stop()
+        assert not first.exists()
         assert new.socket.exists() and new.socket.stat().st_ino == new.inode
+        new.stop()
+        new.serve()  # the same server started again (a cleared directory): a new name
+        assert new.socket.exists() and new.socket.name != first.name
     finally:
         new.stop()
-    assert not new.socket.exists()
+    assert not list(tmp_path.glob("*.sock"))
 
 
-def test_a_socket_path_near_the_unix_limit_is_served(tmp_path: Path) -> None:
-    """The scratch name the server binds first is no longer than the socket's own: a path
-    that fits the 107-byte limit serves, however long the directory."""
-    p = plugin(tmp_path)
-    deep = tmp_path / ("d" * (105 - len(str(p.socket))))  # the socket's path: 106 bytes
-    deep.mkdir()
-    p = plugin(deep)
-    assert len(str(p.socket)) == 106
-    p.serve()
+def test_a_start_removes_its_resources_dead_sockets_and_keeps_a_live_predecessors(
+    tmp_path: Path,
+) -> None:
+    """A start killed before it could remove its own socket leaves it behind; the next
+    start removes it (no process answers on it), not a predecessor still serving, nor
+    another resource's or program's socket."""
+    dead = tmp_path / socket_name(R, "0badc0de")
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+        s.bind(str(dead))  # bound, never listening, its process gone: connect is refused
+    others = [tmp_path / socket_name("gpulab.dev/rdma", "0badc0de"), tmp_path / "kubelet.sock"]
+    for o in others:
+        o.touch()
+    live = plugin(tmp_path)
+    live.serve()
+    successor = plugin(tmp_path)
+    successor.serve()
     try:
-        assert p.socket.exists() and p.socket.stat().st_ino == p.inode
+        assert not dead.exists()
+        assert live.socket.exists() and successor.socket.exists()
+        assert all(o.exists() for o in others)
     finally:
-        p.stop()
+        live.stop()
+        successor.stop()
+
+
+def test_a_socket_path_near_the_unix_limit_is_served() -> None:
+    """The scratch name the server binds first is no longer than the socket's own: a path
+    that fits the 107-byte limit serves, however long the directory. (A short base: xdist's
+    tmp paths alone leave no room for the name.)"""
+    with tempfile.TemporaryDirectory(dir="/tmp") as base:
+        p = plugin(Path(base))
+        deep = Path(base) / ("d" * (105 - len(str(p.socket))))  # the socket's path: 106 bytes
+        deep.mkdir()
+        p = plugin(deep)
+        assert len(str(p.socket)) == 106
+        p.serve()
+        try:
+            assert p.socket.exists() and p.socket.stat().st_ino == p.inode
+        finally:
+            p.stop()
 
 
 def test_a_stop_wakes_a_wait_for_a_newer_list_at_once() -> None:

@@ -52,6 +52,17 @@ build() {
 # A product directory counts as built only with its .done (written before the rename, so
 # older caches' half-built directories without one are rebuilt too).
 done_or() { [[ -e $GPULAB_CACHE/bin/$1/.done ]] && { echo "$GPULAB_CACHE/bin/$1"; exit 0; }; return 0; }
+# one_at_a_time NAME: waits while another process builds NAME (make test starts the older
+# kubelets' build before `make infra`, and its worker-image step may ask for it again), then
+# ends this one as done_or does if that build made it. Two builds of one NAME would each
+# remove the other's temporary directory (fresh_tmp).
+one_at_a_time() {
+  local lock
+  mkdir -p "$GPULAB_CACHE/bin"
+  exec {lock}>"$GPULAB_CACHE/bin/.$1.lock"
+  flock -n "$lock" || { log "waiting for another build of $1"; flock "$lock"; }
+  done_or "$1"
+}
 finish() {
   touch "$OUT/.done"
   publish_dir "$OUT" "$GPULAB_CACHE/bin/$1"
@@ -75,6 +86,7 @@ build_kubernetes() {
 kubernetes() {
   local v=$KUBE_VERSION
   done_or "kubernetes-$v"
+  one_at_a_time "kubernetes-$v"
   local cmds=(kubelet kubeadm kubectl kube-apiserver kube-controller-manager kube-scheduler kube-proxy)
   log "building Kubernetes $v (${cmds[*]}); cold: 5-25 min on 2 cores"
   build_kubernetes kubernetes "${cmds[@]}"
@@ -89,6 +101,7 @@ kubelet() {
   local v=$KUBE_VERSION
   done_or "kubernetes-$v"
   done_or "kubelet-$v"
+  one_at_a_time "kubelet-$v"
   log "building the kubelet $v alone"
   build_kubernetes kubelet kubelet
   has_output "Kubernetes $v" "$OUT/kubelet" --version || die "built kubelet is not $v"
