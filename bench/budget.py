@@ -59,8 +59,8 @@ BUDGETS: dict[str, int] = {
     # smoke set, gpulab and nvidia, -m smoke.
     "e2e-platform": 690,
     "e2e-skew": 210,
-    # after both: action.yml run step by step (ci/run-action.py), the tiny plugin's smoke
-    # set, on the seed lab the skew pass kept
+    # then, in that lane: action.yml run step by step (ci/run-action.py), the tiny
+    # plugin's smoke set, on the seed lab the skew pass kept
     "action": 180,
 }
 TOTAL_BUDGET = 30 * 60  # the whole warm run: what a reviewer waits for

@@ -133,12 +133,14 @@ class Kube:
             pod.metadata.name, pod.metadata.namespace, container=pod.spec.containers[0].name,
             timestamps=timestamps)  # fmt: skip
 
-    def log_tail(self, pod: client.V1Pod, lines: int, container: str | None = None) -> list[str]:
-        """The last lines of a pod's `container` (default: its first), for a diagnosis:
-        never raises (a diagnosis must not hide the failure it explains)."""
+    def log_tail(self, pod: client.V1Pod, lines: int, container: str | None = None,
+                 previous: bool = False) -> list[str]:  # fmt: skip
+        """The last lines of a pod's `container` (default: its first; `previous`: its run
+        before the last restart), for a diagnosis: never raises (a diagnosis must not hide
+        the failure it explains)."""
         try:
             text = self.core.read_namespaced_pod_log(
-                pod.metadata.name, pod.metadata.namespace,
+                pod.metadata.name, pod.metadata.namespace, previous=previous,
                 container=container or pod.spec.containers[0].name, tail_lines=lines)  # fmt: skip
         except Exception as e:
             return [f"unreadable ({e.__class__.__name__})"]

@@ -136,9 +136,10 @@ class Pods:
             found = s.pods(lab.ctx, node)
             out = []
             if found:
-                statuses = found[0].status.container_statuses or []
-                out.append(f"pod {found[0].metadata.name}, restarts "
-                           f"{sum(c.restart_count for c in statuses)}:")  # fmt: skip
+                restarts = sum(c.restart_count for c in found[0].status.container_statuses or [])
+                out.append(f"pod {found[0].metadata.name}, restarts {restarts}:")
+                if restarts:  # how its run before ended (a start that died after registering)
+                    out += ["(before)", *lab.kube.log_tail(found[0], 6, previous=True), "(now)"]
                 out += lab.kube.log_tail(found[0], 8)
             return out + ["kubelet: " + x for x in capacity.kubelet_plugin_lines(lab.ctx, node, 6)]
 
