@@ -89,15 +89,14 @@ E2E_RESTARTS := 3
 CI_SKEW_SUBJECTS := gpulab,nvidia
 
 # The older kubelets' worker images are needed by the platform lane and the skew pass
-# alone: on a new machine their kubelets build from their module (~4 min of 2 cores) at
-# nice 19 from the start, in the cores' idle moments during `make infra` (its Go builds
-# wait on the module proxy; 10% of its cores sat idle); their images, which need the node
-# image, after it, beside the tiers before that lane, which waits for them (kubelets-ready).
-# Warm, both are a check. Begun after `make infra` instead, the build cost the unit tier
-# 1:47 (7:17 against 5:30 warm, 2026-12-06).
+# alone: on a new machine they build (a kubelet from its module: ~4 min of 2 cores) beside
+# the tiers before that lane, which waits for them (kubelets-ready). Warm, the build is a
+# label check. (`nice` does not make them wait for idle cores: each infra step is a
+# session of its own, and the kernel's autogroups share the cores between sessions
+# whatever their nice. Begun before `make infra` instead, the build took a third of the
+# cores from it: CHANGELOG.md, 2026-12-06.)
 EARLY_GROUPS := engine kind helm nvidia-plugins node-image lab-images
 KUBELETS_LOG := $(BUILD)/infra-kubelets.log
-KUBELETS_GO_LOG := $(BUILD)/infra-kubelets-go.log
 # The ASan and fuzz tiers run beside the unit tier, their output kept and printed after it:
 # the unit tier kept the cores half busy (49%: its lab tests wait on kind), and these two
 # are a core's work each, one after the other. The budget report counts the clock once.
@@ -118,10 +117,7 @@ PLATFORM_AFTER_S := 60
 SEED_WAIT_S := 1500
 
 test:
-	@status=0; python3 -m bench.budget reset; mkdir -p $(BUILD); \
-	( for v in $$(python3 -m clusters.versions skewed-kubelets); do \
-	    GPULAB_KUBE_VERSION=$$v nice -n 19 clusters/infra/nodeimage/build-go.sh kubelet; \
-	  done ) >$(KUBELETS_GO_LOG) 2>&1 & \
+	@status=0; python3 -m bench.budget reset; \
 	$(TIMED) infra -- $(MAKE) --no-print-directory infra INFRA_GROUPS="$(EARLY_GROUPS)" || status=1; \
 	if (( status == 0 )); then \
 	  rm -f $(KUBELETS_LOG).rc; \

@@ -110,11 +110,3 @@ def kube_minor(version: str) -> int:
     if not (m := re.fullmatch(r"v1\.(\d+)\.\d+", version)):
         raise ValueError(f"Kubernetes version {version!r} is not v1.MINOR.PATCH")
     return int(m[1])
-
-
-if __name__ == "__main__":  # `python3 -m clusters.versions skewed-kubelets`, for the Makefile
-    import sys
-
-    if sys.argv[1:] != ["skewed-kubelets"]:
-        sys.exit("usage: python3 -m clusters.versions skewed-kubelets")
-    print(*skewed_kubelets(kube_version()))

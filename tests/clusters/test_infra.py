@@ -206,10 +206,10 @@ def test_a_kind_build_killed_midway_leaves_no_entry_and_the_next_run_resumes(
 def test_a_second_build_of_a_kubelet_waits_for_the_first_and_takes_its_result(
     cache: Path,
 ) -> None:
-    """`make test` starts the older kubelets' build before `make infra`, and the worker
-    image step asks build-go.sh for the same kubelet: the second waits for the first (its
-    lock, held here) and then prints the first's product instead of building over it
-    (each would remove the other's temporary directory)."""
+    """Two builds of one kubelet (two `make infra`, a worker image beside a whole
+    build): the second waits for the first (its lock, held here) and then prints the
+    first's product instead of building over it (each would remove the other's temporary
+    directory)."""
     kubelet = versions.kubelet_versions()[0]
     bins = cache / "bin"
     bins.mkdir(parents=True)
