@@ -70,9 +70,10 @@ def test_each_start_serves_a_socket_name_of_its_own_and_a_stop_removes_only_its_
         old.stop()
         assert not first.exists()
         assert new.socket.exists() and new.socket.stat().st_ino == new.inode
+        before = new.socket
         new.stop()
         new.serve()  # the same server started again (a cleared directory): a new name
-        assert new.socket.exists() and new.socket.name != first.name
+        assert new.socket.exists() and new.socket != before and not before.exists()
     finally:
         new.stop()
     assert not list(tmp_path.glob("*.sock"))

@@ -52,10 +52,10 @@ build() {
 # A product directory counts as built only with its .done (written before the rename, so
 # older caches' half-built directories without one are rebuilt too).
 done_or() { [[ -e $GPULAB_CACHE/bin/$1/.done ]] && { echo "$GPULAB_CACHE/bin/$1"; exit 0; }; return 0; }
-# one_at_a_time NAME: waits while another process builds NAME (two `make infra`, or a
-# worker-image step beside a whole build), then ends this one as done_or does if that
-# build made it. Two builds of one NAME would each remove the other's temporary directory
-# (fresh_tmp).
+# one_at_a_time NAME: waits while another process builds NAME (two `make infra` at once,
+# or `make test`'s background `gpulab infra kubelets` beside a `make infra`), then ends
+# this one as done_or does if that build made it. Two builds of one NAME would each remove
+# the other's temporary directory (fresh_tmp).
 one_at_a_time() {
   local lock
   mkdir -p "$GPULAB_CACHE/bin"
