@@ -108,6 +108,8 @@ class Runner:
         self.products = Products.load()
         self.running: set[subprocess.Popen[str]] = set()  # steps in flight, in any lane
         self._recording = threading.Lock()
+        # CPU seconds the current step's scripts used, per lane (a lane is a thread).
+        self._cpu = threading.local()
 
     def record(self, change: Callable[[], object]) -> None:
         """Change the products and save them, one lane at a time (the lanes share them)."""
@@ -121,7 +123,11 @@ class Runner:
             _kill_group(proc)
 
     def step(self, title: str, fn: Callable[[], T]) -> T:
+        """Runs `fn`; one status line with its product, its seconds and, where its scripts
+        used a CPU second or more, their CPU seconds: above the seconds where both cores
+        were its (a Go build), below where it waited (the module proxy, another lane)."""
         t0 = time.monotonic()
+        self._cpu.s = 0.0
         try:
             result = fn()
         except InfraError as e:
@@ -135,8 +141,10 @@ class Runner:
             ", ".join(f"{k}={v}" for k, v in result.items()) if isinstance(result, dict) else result
         )
         note = f" [dim]→ {shown}[/]" if shown else ""
+        cpu = f", cpu {self._cpu.s:.0f}s" if self._cpu.s >= 1 else ""
         self.console.print(
-            f"[green]✓[/] {title}{note} [dim]({time.monotonic() - t0:.1f}s)[/]", highlight=False
+            f"[green]✓[/] {title}{note} [dim]({time.monotonic() - t0:.1f}s{cpu})[/]",
+            highlight=False,
         )
         return result
 
@@ -161,7 +169,8 @@ class Runner:
             )
             self.running.add(proc)
             try:
-                self._wait(proc, title, log, t0)
+                cpu = self._wait(proc, title, log, t0)
+                self._cpu.s = getattr(self._cpu, "s", 0.0) + cpu
             except BaseException:
                 _kill_group(proc)
                 raise
@@ -174,17 +183,24 @@ class Runner:
             )
         return out.read_text().strip()
 
-    def _wait(self, proc: subprocess.Popen[str], title: str, log: Path, t0: float) -> None:
+    def _wait(self, proc: subprocess.Popen[str], title: str, log: Path, t0: float) -> float:
+        """Waits for the script, a line a minute; returns the CPU seconds it and every
+        process it waited for used (wait4's rusage: a docker build's work is the engine's,
+        not counted)."""
+        tick = t0 + self.TICK_S
         while True:
-            try:
-                proc.wait(timeout=self.TICK_S)
-                return
-            except subprocess.TimeoutExpired:
+            pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
+            if pid:
+                proc.returncode = os.waitstatus_to_exitcode(status)
+                return usage.ru_utime + usage.ru_stime
+            if time.monotonic() >= tick:
+                tick += self.TICK_S
                 last = (_tail(log, 1) or [""])[0]
                 mins = (time.monotonic() - t0) / 60
                 self.console.print(
                     f"  … {title}: {mins:.0f} min [dim]{last[:100]}[/]", highlight=False
                 )
+            time.sleep(0.05)
 
 
 def _kill_group(proc: subprocess.Popen[str]) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -79,6 +80,21 @@ def test_a_passing_step_prints_a_tick_and_returns_the_scripts_stdout(
     assert r.step("Widget", lambda: r.script("Widget", "widget", script)) == "product-42"
     assert lines[0].startswith("✓ Widget → product-42 (")
     assert (cache / "logs" / "widget.log").read_text() == "progress\n"
+
+
+def test_a_step_line_counts_the_cpu_of_its_scripts_descendants_not_their_waits(
+    cache: Path, tmp_path: Path
+) -> None:
+    """A Go build's compiles are the script's grandchildren: their CPU is the step's."""
+    burn = f"{sys.executable} -c 'import time\nwhile time.process_time() < 1.5: pass'\n"
+    r, lines, script = runner_and_script(tmp_path, burn)
+    r.step("Busy", lambda: r.script("Busy", "busy", script))
+    (tmp_path / "idle").mkdir()
+    _, _, sleeper = runner_and_script(tmp_path / "idle", "sleep 1\n")
+    r.step("Idle", lambda: r.script("Idle", "idle", sleeper))
+    busy = re.fullmatch(r"✓ Busy \(([\d.]+)s, cpu (\d+)s\)", lines[0])
+    assert busy is not None and int(busy[2]) >= 1, lines
+    assert re.fullmatch(r"✓ Idle \([\d.]+s\)", lines[1]), lines  # a second asleep: no cpu
 
 
 def test_a_long_step_says_it_is_alive(
