@@ -67,7 +67,10 @@ debootstrap_image() {
   echo "$tag"
 }
 
-image_base() { debootstrap_image base "python3 ca-certificates"; }
+# kmod and pciutils are the GPU Operator's validator's (lsmod, modprobe; the node-status
+# exporter's lspci), 3 MB: one debootstrap fewer than a base of its own (about 50 CPU-s and
+# 2 min of a cold lane).
+image_base() { debootstrap_image base "python3 ca-certificates kmod pciutils"; }
 
 # What clusters/infra/infra.py passes in (image_env); the defaults are a checkout's `make infra`.
 PY=${GPULAB_PYTHON:-$repo/.venv/bin/python}
@@ -328,11 +331,11 @@ image_gpu_operator() {
   fi
   echo "gpu-operator=$tag"
   # The validator (and node-status exporter): its binary and workload manifests where its
-  # Dockerfile puts them, on Debian with the packages it installs (kmod for lsmod and
-  # modprobe, pciutils for the exporter's lspci). Not its vectorAdd: a CUDA sample, built
-  # with CUDA, which no package here serves (docs/operator.md: the CUDA workload is off).
+  # Dockerfile puts them, on the lab base, which has the packages it installs (kmod,
+  # pciutils). Not its vectorAdd: a CUDA sample, built with CUDA, which no package here
+  # serves (docs/operator.md: the CUDA workload is off).
   local vbase
-  vbase=$(debootstrap_image validator-base "bash ca-certificates kmod pciutils")
+  vbase=$(image_base)
   dockerfile=$(printf '%s\n' "FROM $vbase" "COPY nvidia-validator /usr/bin/" \
     "COPY plugin-workload-validation.yaml cuda-workload-validation.yaml /var/nvidia/manifests/" \
     "ENV NVIDIA_DISABLE_REQUIRE=true NVIDIA_VISIBLE_DEVICES=void NVIDIA_DRIVER_CAPABILITIES=utility,compute" \
