@@ -32,16 +32,15 @@ export GOTOOLCHAIN=local
 # as large as before.
 export GOFLAGS="-buildvcs=false -modcacherw -gcflags=all=-dwarf=false"
 export CGO_ENABLED=0
-# No garbage collection in Go's compiler and linker (Go programs) until a process's heap
-# nears an eighth of the machine's memory (GOGC=off, GOMEMLIMIT): a compile lives seconds
-# and its garbage dies with it. A kubelet v1.34.0 build with an empty GOCACHE took 350
-# CPU-s against 379 s at GOGC=400 (itself a fifth below the default's), its largest
-# process 1.4 GB against 0.6 GB; CoreDNS 206-212 against 217-245 (2 cores, 2026-12-06).
-# Only on a machine of 16 GiB or more: two build lanes run up to six Go processes at once.
-# An explicit $GOGC or $GOMEMLIMIT wins; dockerd, started from docker.sh, runs without them.
-mem_kib=$(awk '/^MemTotal:/ {print $2}' /proc/meminfo)
-if [[ -z ${GOGC:-}${GOMEMLIMIT:-} ]] && ((mem_kib >= 16 * 1024 * 1024)); then
-  export GOGC=off GOMEMLIMIT=$((mem_kib / 8))KiB
+# GOGC=400: Go's compiler and linker (Go programs) collect garbage a quarter as often,
+# their heap growing to 5x what is live instead of 2x. A CoreDNS build with an empty
+# GOCACHE took 97-100 s against 116-119 s (2 cores, 2026-12-06, both orders). Only on a
+# machine of 16 GiB or more: the biggest Kubernetes packages' compiles grow by gigabytes.
+# GOGC=off (GOMEMLIMIT an eighth of memory) was no cheaper in a whole cold `make infra`:
+# its ten Go steps took 2100 CPU-s against 2083 at GOGC=400 (CHANGELOG.md, 2026-12-06).
+# An explicit $GOGC wins; dockerd, started from docker.sh, runs without it.
+if [[ -z ${GOGC:-} ]] && (( $(awk '/^MemTotal:/ {print $2}' /proc/meminfo) >= 16 * 1024 * 1024 )); then
+  export GOGC=400
 fi
 # The Kubernetes version to build or choose: $GPULAB_KUBE_VERSION, else the newest pinned.
 KUBE_VERSION=${GPULAB_KUBE_VERSION:-${KUBE_VERSIONS%% *}}

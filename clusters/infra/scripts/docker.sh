@@ -61,9 +61,8 @@ start_engine() {
   else
     # Never configure "bridge": "none": such a daemon deletes the host's docker0.
     log "starting dockerd (log: $LOG)"
-    # Without lib.sh's GOGC and GOMEMLIMIT: they are for the Go toolchain, not a daemon
-    # that runs for days.
-    nohup env -u GOGC -u GOMEMLIMIT dockerd >>"$LOG" 2>&1 </dev/null &
+    # Without lib.sh's GOGC: that is for the Go toolchain, not a daemon that runs for days.
+    nohup env -u GOGC dockerd >>"$LOG" 2>&1 </dev/null &
   fi
   local i
   for i in $(seq 1 60); do
