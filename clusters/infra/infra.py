@@ -189,7 +189,11 @@ class Runner:
         not counted)."""
         tick = t0 + self.TICK_S
         while True:
-            pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
+            try:
+                pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
+            except ChildProcessError:  # reaped by another lane's stop (_kill_group)
+                proc.wait()
+                return 0.0
             if pid:
                 proc.returncode = os.waitstatus_to_exitcode(status)
                 return usage.ru_utime + usage.ru_stime

@@ -97,6 +97,23 @@ def test_a_step_line_counts_the_cpu_of_its_scripts_descendants_not_their_waits(
     assert re.fullmatch(r"✓ Idle \([\d.]+s\)", lines[1]), lines  # a second asleep: no cpu
 
 
+def test_a_step_reaped_by_another_lanes_stop_keeps_its_exit_code(
+    cache: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A lane that fails kills the other's step and waits for it (_kill_group) while that
+    lane waits too: whichever reaps it, the step fails with the script's own code."""
+    r, _, script = runner_and_script(tmp_path, "exit 3\n")
+
+    def reaped_by_a_stop(pid: int, options: int) -> tuple[int, int, object]:
+        (proc,) = r.running
+        proc.wait()
+        raise ChildProcessError
+
+    monkeypatch.setattr(infra.os, "wait4", reaped_by_a_stop)
+    with pytest.raises(infra.InfraError, match="exited 3"):
+        r.script("Widget", "widget", script)
+
+
 def test_a_long_step_says_it_is_alive(
     cache: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
