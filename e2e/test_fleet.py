@@ -6,7 +6,10 @@ What a copy publishes is its model's, taken from the live node: the ResourceSlic
 DRA driver published for the model, compared field by field; its capacity and labels. A
 one-attribute difference is found where it is. Claims that select by attribute or MIG
 profile, and pods asking `nvidia.com/gpu` (the driver's extended resource), land on copies
-of the right model, and KWOK runs them.
+of the right model, and KWOK runs them. The A100 node's copies are live: each has a driver
+process of its own on fake GPUs of its own, which publishes the model's slices with its own
+GPUs' UUIDs, and faults injected there taint that copy's devices and nothing else, as on a
+real node: new claims go to the healthy copies, running pods and claims stay.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from dataclasses import dataclass
 
 import pytest
 
+from clusters import steps
 from clusters.labs import dra, fleet, spec
 from clusters.labs.lab import Lab
 from e2e.fixtures import NAMESPACE, lab_fixture, namespaced_pods
@@ -27,6 +31,8 @@ from fakenvml import mig
 DRA, DRA_MIG, DYNMIG = (spec.load(n) for n in ("dra", "dra-mig", "dra-dynmig"))
 MODELS = [n.name for n in DRA.gpu_nodes]
 COPIES = 3  # of each model
+# The model whose copies are live (a DRA driver each): the eight-GPU A100 node.
+LIVE = next(n.name for n in DRA.gpu_nodes if n.gpu_count == 8)
 START_S = 60  # as e2e/test_dra.py's: a pod with a claim runs in about a second when quiet
 
 
@@ -36,15 +42,18 @@ class Fleet:
     copies: dict[str, list[str]]  # model -> its copies
 
 
-def fleet_of(lab: Lab, copies: int) -> Iterator[Fleet]:
-    """`copies` copies of each GPU node of the lab; the fleet deleted afterwards."""
-    yield Fleet(lab, {n.name: fleet.up(lab.ctx, n.name, copies) for n in lab.ctx.lab.gpu_nodes})
+def fleet_of(lab: Lab, copies: int, live: str | None = None) -> Iterator[Fleet]:
+    """`copies` copies of each GPU node of the lab, those of `live` live; the fleet deleted
+    afterwards."""
+    made = {n.name: fleet.up(lab.ctx, n.name, copies, live=copies if n.name == live else 0)
+            for n in lab.ctx.lab.gpu_nodes}  # fmt: skip
+    yield Fleet(lab, made)
     fleet.down(lab.ctx)
 
 
 @lab_fixture(DRA.name, scope="module")
 def fleet_lab(labs: Callable[..., Lab]) -> Iterator[tuple[Lab, dict[str, list[str]]]]:
-    for f in fleet_of(labs(DRA.name), COPIES):
+    for f in fleet_of(labs(DRA.name), COPIES, live=LIVE):
         yield f.lab, f.copies
 
 
@@ -75,20 +84,30 @@ def test_each_copy_publishes_its_models_resource_slices(
     fleet_lab: tuple[Lab, dict[str, list[str]]], model: str, verdict: Verdict
 ) -> None:
     """Every field of every device the driver published for the model (attributes,
-    capacities, counters, taints), in each copy's slices, under the copy's node and pool."""
+    capacities, counters, taints), in each copy's slices, under the copy's node and pool.
+    A live copy's own driver publishes them for GPUs of its own: every field the model's
+    but each GPU's UUID, which is its own (none shared with the model or another copy)."""
     lab, made = fleet_lab
+    live = model == LIVE
     want = fleet.slices(lab.ctx, model)
     devices = sum(len(s["spec"]["devices"]) for s in want)
+    own = "; each GPU's UUID its own (live copies)" if live else ""
     verdict.expect(f"{COPIES} copies, each {len(want)} slices of {devices} devices, no field "
-                   "different")  # fmt: skip
+                   f"different{own}")  # fmt: skip
     found = {c: fleet.slices(lab.ctx, c) for c in made[model]}
     diffs = {c: fleet.differences(want, got) for c, got in found.items()}
+    uuids = [str(d["attributes"]["uuid"]["string"]) for got in [want, *found.values()]
+             for s in got for d in s["spec"]["devices"]]  # fmt: skip
+    if live:  # the UUIDs' lines apart: one per device
+        diffs = {c: [d for d in ds if ".attributes.uuid.string: " not in d]
+                 if len(ds) == devices else ds for c, ds in diffs.items()}  # fmt: skip
     pools = {c: sorted({s["spec"]["pool"]["name"] for s in got}) for c, got in found.items()}
     verdict.saw(f"{len(found)} copies; differences {sum(map(len, diffs.values()))}; "
-                f"pools {pools}")  # fmt: skip
+                f"pools {pools}; {len(set(uuids))} distinct UUIDs of {len(uuids)}")  # fmt: skip
     assert devices > 0
     assert diffs == {c: [] for c in made[model]}
     assert pools == {c: [c] for c in made[model]}
+    assert len(set(uuids)) == (len(uuids) if live else devices)
 
 
 def test_a_one_attribute_difference_is_found_where_it_is(
@@ -214,6 +233,55 @@ def test_pods_asking_nvidia_com_gpu_are_placed_on_the_fleet_by_the_driver_class(
     verdict.saw(f"Running on {pod.spec.node_name}; pools {pools}")
     assert pod.spec.node_name in made[model]
     assert pools == [pod.spec.node_name] * 8
+
+
+def test_faults_on_live_copies_taint_only_their_devices_and_new_pods_go_elsewhere(
+    fleet_lab: tuple[Lab, dict[str, list[str]]], fpods: Pods, verdict: Verdict
+) -> None:
+    """With a pod holding all eight GPUs of one live copy: an Xid 79 on each of that copy's
+    GPUs and one GPU of a second copy lost, injected in their own fake GPUs at once. Their
+    drivers taint those copies' devices (NoSchedule: the first's eight with the Xid, the
+    second's eight `gpu-lost`, as the driver does on a node, NVML's event wait naming no
+    GPU), nothing else in the fleet or the lab; the running pod and its claim stay; a new
+    eight-GPU pod goes to the one healthy copy, and another stays Pending, the scheduler
+    unable to allocate its claim."""
+    lab, made = fleet_lab
+    model = LIVE
+    selector = f"device.attributes['{dra.DRIVER}'].productName == '{product(lab, model)}'"
+    dra.create_template(lab, NAMESPACE, "fleet-faults", selector, count=8)
+
+    def eight(name: str) -> str:
+        return fpods.create(fleet.on_fleet(dra.pod(name, fpods.image, "fleet-faults"), model))
+
+    first = fpods.wait_running(eight("fleet-held"), deadline_s=START_S)
+    held = first.spec.node_name
+    lost, spare = (c for c in made[model] if c != held)
+    verdict.expect(f"{held}: 8 devices xid=79:NoSchedule, {lost}: 8 gpu-lost:NoSchedule, "
+                   f"no other taint; fleet-held Running on {held} with its claim; the next "
+                   f"pod on {spare}, the one after Pending")  # fmt: skip
+    for i in range(8):
+        fleet.live_state(lab.ctx, model, held).inject_xid(i, 79)
+    fleet.live_state(lab.ctx, model, lost).lose(0)
+
+    def tainted() -> dict[str, dict[str, list[str]]]:
+        return dra.taints(dra.slices(lab))
+
+    want = {node: {f"gpu-{i}": [f"{dra.DRIVER}/{taint}:NoSchedule"] for i in range(8)}
+            for node, taint in ((held, "xid=79"), (lost, "gpu-lost"))}  # fmt: skip
+    steps.poll("the live copies' drivers tainting their devices",
+               lambda: (tainted() == want, str(tainted())), START_S)  # fmt: skip
+    second = fpods.wait_running(eight("fleet-next"), deadline_s=START_S)
+    third = eight("fleet-pending")
+    reason = fpods.wait_failed_scheduling(third, "cannot allocate all claims")
+    still = fpods.get("fleet-held")
+    verdict.saw(f"taints {tainted()}; fleet-held {still.status.phase} on {still.spec.node_name} "
+                f"with {len(dra.allocated(lab, NAMESPACE, still))} devices; fleet-next on "
+                f"{second.spec.node_name}; fleet-pending: {reason}")  # fmt: skip
+    assert tainted() == want
+    assert still.status.phase == "Running"
+    assert sorted(dra.allocated(lab, NAMESPACE, still)) == [(held, f"gpu-{i}") for i in range(8)]
+    assert second.spec.node_name == spare
+    assert fpods.get(third).spec.node_name is None
 
 
 # -- MIG inventories

@@ -5,7 +5,8 @@
     gpulab lab up LAB [--subject S]        a lab up (a running cluster is reused)
     gpulab lab down LAB                    its cluster and host state deleted
     gpulab lab list                        the shipped labs, and which of them run
-    gpulab lab fleet LAB NODE COUNT        COUNT KWOK copies of a lab's GPU node (0: none)
+    gpulab lab fleet LAB NODE COUNT        COUNT KWOK copies of a lab's GPU node (0: none);
+                                           --live N: N of them with a DRA driver of their own
     gpulab test [--subject S,...] [--suites subject|all] [PYTEST-ARGS...]   the cluster tier
     gpulab experiment run|validate|report  fault-injection experiments on a lab
     gpulab inject LAB NODE xid 0 79        a fault into a lab node's fake GPUs
@@ -154,10 +155,16 @@ def _lab_fleet(args: argparse.Namespace) -> int:
     if args.count < 0:
         print(f"gpulab lab fleet: error: COUNT is {args.count}: 0 or more", file=sys.stderr)
         return 2
+    if not 0 <= args.live <= args.count:
+        print(f"gpulab lab fleet: error: --live {args.live}: 0 to COUNT ({args.count})",
+              file=sys.stderr)  # fmt: skip
+        return 2
 
     def scale(lab: Lab) -> None:
-        made = fleet.up(lab.ctx, args.node, args.count)
+        made = fleet.up(lab.ctx, args.node, args.count, live=args.live)
         print(f"{len(made)} copies of {args.node}" + (f": {made[0]} .. {made[-1]}" if made else ""))
+        for name in made[: args.live]:
+            print(f"  {name}: live, its GPUs in {fleet.live_state(lab.ctx, args.node, name).path}")
 
     return _with_lab(args, scale)
 
@@ -295,6 +302,9 @@ def _parser() -> argparse.ArgumentParser:
     fl.add_argument("lab", help="a lab under clusters/labs/ or a path (up)")
     fl.add_argument("node", help="one of its GPU nodes, the copies' model")
     fl.add_argument("count", type=int, help="how many copies (0: none, the others deleted)")
+    fl.add_argument("--live", type=int, default=0, metavar="N",
+                    help="the first N copies run a DRA driver of their own on fake GPUs "
+                    "of their own (inject with the --state-dir it prints)")  # fmt: skip
     fl.set_defaults(run=_lab_fleet)
 
     from e2e.play import OUT

@@ -21,8 +21,10 @@ from __future__ import annotations
 import copy
 import json
 import time
+from collections import Counter
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any
 
 import yaml
@@ -32,6 +34,8 @@ from clusters import built, steps, versions
 from clusters.charts import chart
 from clusters.labs import dra, kindconfig
 from clusters.labs.context import Context
+from fakenvml import inventory
+from fakenvml.node import NodeDir
 
 MODULE = "sigs.k8s.io/kwok"
 NAMESPACE = "kube-system"  # where KWOK's docs install its controller
@@ -46,6 +50,14 @@ FLEET_LABEL = kindconfig.FLEET_LABEL  # and its label (the model), to select the
 # lab's switches (fake GPUs, plugin on), which would put the lab's own DaemonSets there.
 OWN_LABELS = ("kubernetes.io/hostname", "node-role.kubernetes.io/", f"{kindconfig.LABEL_PREFIX}/")
 SLICES = ("resource.k8s.io", "v1", "resourceslices")  # group, version, plural
+# Live copies: a DRA driver process of their own (`live_pod`), with its own fakenvml state
+# in its model's state dir, and its own kubelet plugin dirs and CDI root on the model's
+# node, where no kubelet looks (the model's kubelet must not register a copy's driver).
+LIVE_STATE = "fleet"  # <model's state dir>/fleet/<copy>
+LIVE_NODE_DIR = "/var/lib/gpulab-fleet"  # <this>/<copy>/{plugins_registry,plugins,cdi}
+# The driver's hostPaths a live copy gets its own of (the chart's defaults).
+KUBELET_DIRS = ("/var/lib/kubelet/plugins_registry", "/var/lib/kubelet/plugins", "/var/run/cdi")
+LIVE_LABEL = f"{kindconfig.LABEL_PREFIX}/fleet-node"  # a live driver pod's: the copy it serves
 WRITERS = 4  # copies made at once
 # What differs between two nodes' slices of one inventory by construction, not by
 # content: names, ownership, bookkeeping, and the pool's generation (a counter the driver
@@ -146,33 +158,107 @@ def slice_doc(model_slice: dict, node: client.V1Node, index: int) -> dict:
             "metadata": {"name": name, "ownerReferences": [owner]}, "spec": spec}  # fmt: skip
 
 
-def up(ctx: Context, model: str, count: int) -> list[str]:
+def live_state(ctx: Context, model: str, name: str) -> NodeDir:
+    """The fake GPUs of the live copy `name` (host side: inject here, its driver sees it)."""
+    return NodeDir(ctx.fake_gpus(model).path / LIVE_STATE / name)
+
+
+def live_pod(template: dict, model: str, name: str) -> dict:
+    """NVIDIA's DRA driver serving the KWOK node `name` from `model`'s node: its
+    DaemonSet's own pod template (`template`, as the API server serves it), bound to the
+    model's node, with NODE_NAME the copy's, the copy's fakenvml state
+    (FAKENVML_STATE_DIR, in the driver root's state mount) and its own kubelet plugin
+    dirs and CDI root. Its labels are not the DaemonSet's, which would adopt the pod and
+    delete it as one too many on that node."""
+    pod = copy.deepcopy(template)
+    state = f"{dra.CONTAINER_DRIVER_ROOT}{kindconfig.NODE_STATE_DIR}/{LIVE_STATE}/{name}"
+    spec = pod["spec"]
+    spec["nodeName"] = model
+    spec.pop("affinity", None)
+    for c in spec.get("initContainers", []) + spec["containers"]:
+        env = [e for e in c.get("env", []) if e["name"] != "NODE_NAME"]
+        c["env"] = [*env, {"name": "NODE_NAME", "value": name},
+                    {"name": "FAKENVML_STATE_DIR", "value": state}]  # fmt: skip
+    for v in spec["volumes"]:
+        path = (v.get("hostPath") or {}).get("path", "")
+        for own in KUBELET_DIRS:
+            if path == own:
+                v["hostPath"] = {"path": f"{LIVE_NODE_DIR}/{name}/{Path(own).name}",
+                                 "type": "DirectoryOrCreate"}  # fmt: skip
+    meta = pod.get("metadata") or {}
+    pod["metadata"] = {"name": f"{name}-driver", "namespace": dra.NAMESPACE,
+                       "labels": {LIVE_LABEL: name, FLEET_LABEL: model},
+                       "annotations": meta.get("annotations") or {}}  # fmt: skip
+    return {"apiVersion": "v1", "kind": "Pod", **pod}
+
+
+def up(ctx: Context, model: str, count: int, live: int = 0) -> list[str]:
     """Exactly `count` KWOK copies of the lab node `model` (made, or the extra ones
-    deleted), Ready, their slices published; their names. KWOK is deployed first."""
+    deleted), Ready, their slices published; their names. KWOK is deployed first. The
+    first `live` copies get a DRA driver process of their own (`live_pod`) that publishes
+    their slices from their own fake GPUs (faults injected there reach them as on a real
+    node); the others get the model's slices copied."""
     if model not in {n.name for n in ctx.lab.gpu_nodes}:
         have = ", ".join(n.name for n in ctx.lab.gpu_nodes) or "none"
         raise steps.StepError(f"lab {ctx.lab.name} has no GPU node {model!r} to copy "
                               f"(its GPU nodes: {have})")  # fmt: skip
+    if not 0 <= live <= count:
+        raise steps.StepError(f"{live} live copies of {count}: 0 to {count}")
     made = names(model, count)
-    delete(ctx, [n for n in members(ctx, model) if n not in made])
+    lives = set(made[:live])
+    # A copy that is to change between live and copied is made again.
+    running = live_copies(ctx)
+    delete(ctx, [n for n in members(ctx, model) if n not in made or (n in lives) != (n in running)])
     if not made:
         return []
     deploy_kwok(ctx)  # applied again each time: a KWOK of another spec is replaced
     source = ctx.kube.core.read_node(model)
     published = sorted(slices(ctx, model), key=lambda s: s["metadata"]["name"])
+    existing = set(members(ctx, model))
+    template: dict = {}
+    if lives:
+        ds = ctx.apps.read_namespaced_daemon_set(dra.DAEMONSET, dra.NAMESPACE)
+        template = ctx.kube.api.sanitize_for_serialization(ds.spec.template)
+        node = next(n for n in ctx.lab.gpu_nodes if n.name == model)
 
     def make(name: str) -> None:
         ctx.kube.apply(node_doc(source, name))
-        node = ctx.kube.core.read_node(name)
+        if name in lives:
+            if name not in existing:  # a running one keeps its GPUs' state and its driver
+                live_state(ctx, model, name).init(inventory.from_dict(node.inventory, name))
+                ctx.kube.apply(live_pod(template, model, name), namespace=dra.NAMESPACE)
+            return
+        node_obj = ctx.kube.core.read_node(name)
         for i, s in enumerate(published):
-            ctx.kube.apply(slice_doc(s, node, i))
+            ctx.kube.apply(slice_doc(s, node_obj, i))
 
     # A few at a time: each is three round trips or more, and the API server has cores
     # to spare for them (one at a time, 500 copies took over 4 minutes on 2 cores).
     with ThreadPoolExecutor(WRITERS) as pool:
         list(pool.map(make, made))
     wait_ready(ctx, made)
+    if lives:
+        wait_live(ctx, sorted(lives), len(published))
     return made
+
+
+def live_copies(ctx: Context) -> set[str]:
+    """The fleet nodes a driver of their own serves (pods of the live copies' label)."""
+    pods = ctx.kube.core.list_namespaced_pod(dra.NAMESPACE, label_selector=LIVE_LABEL).items
+    return {p.metadata.labels[LIVE_LABEL] for p in pods}
+
+
+def wait_live(ctx: Context, nodes: list[str], per_node: int, timeout_s: float = 180) -> None:
+    """Until each live copy's driver has published its `per_node` slices."""
+
+    def published() -> tuple[bool, str]:
+        found = client.CustomObjectsApi(ctx.kube.api).list_cluster_custom_object(
+            *SLICES, field_selector=f"spec.driver={dra.DRIVER}")["items"]  # fmt: skip
+        have = Counter(s["spec"].get("nodeName") for s in found)
+        done = sum(1 for n in nodes if have[n] >= per_node)
+        return done == len(nodes), f"{done}/{len(nodes)} live copies' slices published"
+
+    steps.poll("the live copies' drivers publishing", published, timeout_s, interval_s=1)
 
 
 def is_ready(node: client.V1Node) -> bool:
@@ -218,6 +304,11 @@ def delete(ctx: Context, nodes: list[str]) -> None:
     collector (their owner is the node): the next fleet may reuse the names at once."""
 
     def remove(name: str) -> None:
+        # A live copy's driver first: it would publish its slices again.
+        for pod in ctx.kube.core.list_namespaced_pod(
+                dra.NAMESPACE, label_selector=f"{LIVE_LABEL}={name}").items:  # fmt: skip
+            ctx.kube.core.delete_namespaced_pod(pod.metadata.name, dra.NAMESPACE,
+                                                grace_period_seconds=0)  # fmt: skip
         for pod in ctx.kube.core.list_pod_for_all_namespaces(
                 field_selector=f"spec.nodeName={name}").items:  # fmt: skip
             ctx.kube.core.delete_namespaced_pod(pod.metadata.name, pod.metadata.namespace,

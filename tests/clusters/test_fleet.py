@@ -98,3 +98,45 @@ def test_a_device_missing_is_a_difference() -> None:
     other = model_slice("c-0")
     del other["spec"]["devices"][1]
     assert fleet.differences([model_slice()], [other])[0] == "slices[0].spec.devices: 2 items -> 1"
+
+
+def driver_template() -> dict:
+    """The DRA driver DaemonSet's pod template, as the API server serves it (its parts
+    `live_pod` changes)."""
+    env = [{"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
+           {"name": "CDI_ROOT", "value": "/var/run/cdi"}]  # fmt: skip
+    volumes = [{"name": n, "hostPath": {"path": p}} for n, p in (
+        ("plugins-registry", "/var/lib/kubelet/plugins_registry"),
+        ("plugins", "/var/lib/kubelet/plugins"), ("cdi", "/var/run/cdi"),
+        ("driver-root", "/run/fakenvml/driver"))]  # fmt: skip
+    return {
+        "metadata": {"labels": {"dra-driver-nvidia-gpu-component": "kubelet-plugin"},
+                     "annotations": {"gpulab.dev/fakenvml": "gpulab/gpulab:x"}},
+        "spec": {"affinity": {"nodeAffinity": {}},
+                 "initContainers": [{"name": "init-container", "env": copy.deepcopy(env)}],
+                 "containers": [{"name": "gpus", "env": env}], "volumes": volumes},
+    }  # fmt: skip
+
+
+def test_a_live_copys_driver_is_the_daemonsets_pod_serving_the_copy_from_its_models_node() -> None:
+    """Bound to the model's node; NODE_NAME the copy's in every container; the copy's own
+    fakenvml state and kubelet plugin dirs and CDI root; the driver root shared; labels
+    that the DaemonSet's selector does not match (it would delete the pod)."""
+    template = driver_template()
+    pod = fleet.live_pod(template, MODEL, "dra-worker-kwok-0")
+    spec = pod["spec"]
+    assert pod["kind"] == "Pod" and pod["metadata"]["namespace"] == "nvidia-dra-driver-gpu"
+    assert spec["nodeName"] == MODEL and "affinity" not in spec
+    assert "dra-driver-nvidia-gpu-component" not in pod["metadata"]["labels"]
+    assert pod["metadata"]["labels"][fleet.LIVE_LABEL] == "dra-worker-kwok-0"
+    state = "/driver-root/var/lib/fakenvml/fleet/dra-worker-kwok-0"
+    for c in spec["initContainers"] + spec["containers"]:
+        env = {e["name"]: e.get("value") for e in c["env"]}
+        assert env == {"NODE_NAME": "dra-worker-kwok-0", "CDI_ROOT": "/var/run/cdi",
+                       "FAKENVML_STATE_DIR": state}  # fmt: skip
+    paths = {v["name"]: v["hostPath"]["path"] for v in spec["volumes"]}
+    assert paths == {"plugins-registry": "/var/lib/gpulab-fleet/dra-worker-kwok-0/plugins_registry",
+                     "plugins": "/var/lib/gpulab-fleet/dra-worker-kwok-0/plugins",
+                     "cdi": "/var/lib/gpulab-fleet/dra-worker-kwok-0/cdi",
+                     "driver-root": "/run/fakenvml/driver"}  # fmt: skip
+    assert template == driver_template()  # the template itself is left as it was

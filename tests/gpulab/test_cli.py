@@ -70,8 +70,10 @@ def test_lab_up_of_an_unknown_lab_is_one_line(capsys: pytest.CaptureFixture[str]
      f"gpulab lab: error: lab seed has no GPU node '{SEED.control_plane.name}' to copy (its "
      "GPU nodes: " + ", ".join(n.name for n in SEED.gpu_nodes) + ")"),
     (["seed", SEED.gpu_nodes[0].name, "-1"], 2, "gpulab lab fleet: error: COUNT is -1: 0 or more"),
+    (["seed", SEED.gpu_nodes[0].name, "2", "--live", "3"], 2,
+     "gpulab lab fleet: error: --live 3: 0 to COUNT (2)"),
 ])  # fmt: skip
-def test_lab_fleet_refuses_a_node_it_cannot_copy_or_a_negative_count_in_one_line(
+def test_lab_fleet_refuses_a_node_it_cannot_copy_or_a_count_out_of_range_in_one_line(
     argv: list[str], rc: int, message: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """Refused before any cluster is asked (none runs here)."""
