@@ -11,8 +11,8 @@ FUZZ_SECONDS ?= 60
 # docs/index.md list every other target of this Makefile and ci/cluster.mk
 # (tests/test_docs.py checks both ways).
 INTERNAL_TARGETS := lib lib-asan test-unit test-asan lint-workflows e2e-suites kubelets-ready
-.PHONY: $(INTERNAL_TARGETS) action-check install infra test lint docs bench bench-scale fuzz e2e cluster \
-	cluster-down clean dra-conformance
+.PHONY: $(INTERNAL_TARGETS) action-check install infra test lint docs bench bench-scale bench-faults fuzz e2e \
+	cluster cluster-down clean dra-conformance
 
 # apt packages, the venv, the fake library, the gRPC code: what every tier needs.
 install:
@@ -205,6 +205,12 @@ bench: install
 bench-scale: install
 	@$(PY) -m gpulab infra
 	@$(PY) -m bench.scale_bench --out $(BUILD)/bench-scale.json $(BENCH_SCALE_ARGS)
+
+# GPUs failing on 5% of a fleet's live copies at once (bench/fleet_faults.py):
+# build/bench-faults.{json,png}. BENCH_FAULTS_ARGS="--copies 20 --live 20 --share 0.1".
+bench-faults: install
+	@$(PY) -m gpulab infra
+	@$(PY) -m bench.fleet_faults --out $(BUILD)/bench-faults.json $(BENCH_FAULTS_ARGS)
 
 LAB ?= seed
 # The plugins under test: shipped subject names (gpulab, nvidia, nvidia-v0.17.4, the
