@@ -32,7 +32,7 @@ from plugin.devices import Gpu, Topology, discover
 from plugin.health import HealthMonitor
 from plugin.metrics import Metrics
 from plugin.mig import MigDevice
-from plugin.server import DevicePluginService, ResourcePlugin, stop_all
+from plugin.server import DevicePluginService, ResourcePlugin, SocketPathError, stop_all
 from plugin.state import ANY, Device, ResourceState
 
 log = logging.getLogger("gpulab-plugin")
@@ -277,6 +277,9 @@ def main(argv: list[str] | None = None) -> int:
     except mig.MigConfigError as e:
         log.error("Invalid MIG configuration: %s", e)
         return 1
+    except SocketPathError as e:  # before any socket was made
+        print(f"gpulab-plugin: error: {e}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

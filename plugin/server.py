@@ -21,6 +21,7 @@ from pathlib import Path
 import grpc
 
 from plugin import allocator, mig
+from plugin.api.v1beta1 import MAX_SOCKET_PATH
 from plugin.api.v1beta1 import api_pb2 as pb
 from plugin.api.v1beta1 import api_pb2_grpc as rpc
 from plugin.config import Config
@@ -35,6 +36,11 @@ API_VERSION = "v1beta1"
 # pytest-xdist's long tmp paths caught it).
 _SCRATCH = itertools.count()
 HEALTHY, UNHEALTHY = "Healthy", "Unhealthy"
+
+
+class SocketPathError(ValueError):
+    """The plugin directory is too long for its sockets (MAX_SOCKET_PATH): none could be
+    bound, and a live predecessor's would look dead to `_listening`."""
 
 
 def socket_name(resource: str, start: str) -> str:
@@ -212,6 +218,11 @@ class ResourcePlugin:
         self.resource = service.state.resource
         self.dir = plugin_dir
         self.socket = self._fresh_socket()
+        if (n := len(os.fsencode(self.socket))) > MAX_SOCKET_PATH:
+            raise SocketPathError(
+                f"{self.socket} is {n} bytes; a Unix socket path takes at "
+                f"most {MAX_SOCKET_PATH}: a shorter plugin directory"
+            )
         self.server: grpc.Server | None = None
         self.inode = 0  # of the socket this server bound
 

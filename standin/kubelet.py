@@ -31,13 +31,11 @@ import grpc
 from google.protobuf import text_format
 from google.protobuf.message import Message
 
-from plugin.api.v1beta1 import HEALTHY, KUBELET_SOCKET, VERSION, load
+from plugin.api.v1beta1 import HEALTHY, KUBELET_SOCKET, MAX_SOCKET_PATH, VERSION, load
 
 pb, pb_grpc = load()
 
 T = TypeVar("T")
-# sockaddr_un.sun_path is 108 bytes including the NUL.
-MAX_SOCKET_PATH = 107
 # The checkpoint is the one file the kubelet keeps when it cleans the directory.
 CHECKPOINT = "kubelet_internal_checkpoint"
 DIAL_TIMEOUT_S = 10.0  # the kubelet's dial timeout for a plugin socket

@@ -4,6 +4,7 @@ test_conformance.py)."""
 from __future__ import annotations
 
 import signal
+import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
@@ -115,3 +116,20 @@ def test_without_the_library_it_fails_after_its_wait_and_stops_at_once_within_it
     waiting.wait_log("waiting up to 60s for the driver", timeout=30)
     assert waiting.stop() == 0, waiting.log_tail()
     assert R not in kubelet.resources
+
+
+def test_a_plugin_directory_too_long_for_its_socket_exits_2_in_one_line(
+    fake_node: Callable[..., NodeDir], tmp_path: Path
+) -> None:
+    """The kubelet's directory is short; one past what a Unix socket path takes (107 bytes
+    with the socket's name) is refused before any socket is made."""
+    node = fake_node(H100x8)
+    deep = tmp_path / ("d" * 100)
+    deep.mkdir()
+    argv, env = gpulab.command(deep, node.path, tmp_path)
+    res = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=60)
+    lines = res.stderr.strip().splitlines()
+    assert res.returncode == 2, res.stderr
+    assert lines[-1].startswith("gpulab-plugin: error: ") and "at most 107" in lines[-1]
+    assert [ln for ln in lines if "error" in ln.lower()] == [lines[-1]]
+    assert list(deep.iterdir()) == []

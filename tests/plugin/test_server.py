@@ -9,13 +9,14 @@ import socket
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from plugin.config import Config
 from plugin.metrics import Metrics
-from plugin.server import DevicePluginService, ResourcePlugin, socket_name
+from plugin.server import DevicePluginService, ResourcePlugin, SocketPathError, socket_name
 from plugin.state import Device, ResourceState
 from standin import Kubelet
 
@@ -56,12 +57,21 @@ def test_registration_keeps_trying_past_its_warning_and_serves_again_if_its_sock
     assert "is gone, serving again" in caplog.text
 
 
+@pytest.fixture
+def short_dir() -> Iterator[Path]:
+    """A plugin directory as short as a kubelet's: pytest's tmp paths under xdist leave the
+    socket names little room, and none once its run counter reached 100 (pytest-102: these
+    tests failed with "AF_UNIX path too long")."""
+    with tempfile.TemporaryDirectory(dir="/tmp", prefix="gp-") as d:
+        yield Path(d)
+
+
 def test_each_start_serves_a_socket_name_of_its_own_and_a_stop_removes_only_its_own(
-    tmp_path: Path,
+    short_dir: Path,
 ) -> None:
     """A new pod beside the old one, or a restart: Kubernetes 1.37 refuses a Register on a
     path whose old stream it has not seen end, so no two starts share a name."""
-    old, new = plugin(tmp_path), plugin(tmp_path)
+    old, new = plugin(short_dir), plugin(short_dir)
     old.serve()
     first = old.socket
     new.serve()
@@ -76,24 +86,24 @@ def test_each_start_serves_a_socket_name_of_its_own_and_a_stop_removes_only_its_
         assert new.socket.exists() and new.socket != before and not before.exists()
     finally:
         new.stop()
-    assert not list(tmp_path.glob("*.sock"))
+    assert not list(short_dir.glob("*.sock"))
 
 
 def test_a_start_removes_its_resources_dead_sockets_and_keeps_a_live_predecessors(
-    tmp_path: Path,
+    short_dir: Path,
 ) -> None:
     """A start killed before it could remove its own socket leaves it behind; the next
     start removes it (no process answers on it), not a predecessor still serving, nor
     another resource's or program's socket."""
-    dead = tmp_path / socket_name(R, "0badc0de")
+    dead = short_dir / socket_name(R, "0badc0de")
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
         s.bind(str(dead))  # bound, never listening, its process gone: connect is refused
-    others = [tmp_path / socket_name("gpulab.dev/rdma", "0badc0de"), tmp_path / "kubelet.sock"]
+    others = [short_dir / socket_name("gpulab.dev/rdma", "0badc0de"), short_dir / "kubelet.sock"]
     for o in others:
         o.touch()
-    live = plugin(tmp_path)
+    live = plugin(short_dir)
     live.serve()
-    successor = plugin(tmp_path)
+    successor = plugin(short_dir)
     successor.serve()
     try:
         assert not dead.exists()
@@ -119,6 +129,21 @@ def test_a_socket_path_near_the_unix_limit_is_served() -> None:
             assert p.socket.exists() and p.socket.stat().st_ino == p.inode
         finally:
             p.stop()
+
+
+def test_a_directory_too_long_for_its_sockets_is_refused_before_any_is_made(
+    short_dir: Path,
+) -> None:
+    """A socket path past the 107 bytes cannot be bound, and a connect to one fails as a
+    refusal would, so a live predecessor's socket would look dead and be removed: refused
+    when the server is made, with the path's length, nothing made."""
+    deep = short_dir / ("d" * 100)
+    deep.mkdir()
+    with pytest.raises(
+        SocketPathError, match=r"is 1\d\d bytes; a Unix socket path takes at most 107"
+    ):
+        plugin(deep)
+    assert list(deep.iterdir()) == []
 
 
 def test_a_stop_wakes_a_wait_for_a_newer_list_at_once() -> None:

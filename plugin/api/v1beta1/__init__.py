@@ -15,6 +15,9 @@ HEALTHY = "Healthy"
 UNHEALTHY = "Unhealthy"
 KUBELET_SOCKET = "kubelet.sock"
 DEVICE_PLUGIN_PATH = "/var/lib/kubelet/device-plugins/"
+# The API's sockets are Unix sockets: sockaddr_un.sun_path is 108 bytes with its NUL, so a
+# longer path cannot be bound, and a connect to one fails as a refusal would.
+MAX_SOCKET_PATH = 107
 
 
 def load() -> tuple[ModuleType, ModuleType]:
