@@ -32,12 +32,18 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from kubernetes import client
 from rich.console import Console
 from rich.table import Table
 
 from bench.rows import pct
-from bench.scale_bench import NAMESPACE, THREADS, Bindings, allocations, delete_namespace
+from bench.scale_bench import (
+    NAMESPACE,
+    THREADS,
+    Bindings,
+    allocations,
+    claims,
+    delete_namespace,
+)
 from clusters import steps
 from clusters.labs import dra, fleet
 from clusters.labs.lab import Lab
@@ -110,16 +116,6 @@ def checks(r: Result) -> list[str]:
     return bad
 
 
-def _claims(lab: Lab) -> list[dict]:
-    return client.CustomObjectsApi(lab.kube.api).list_namespaced_custom_object(
-        "resource.k8s.io", "v1", NAMESPACE, "resourceclaims")["items"]  # fmt: skip
-
-
-def _slices(lab: Lab) -> list[dict]:
-    return client.CustomObjectsApi(lab.kube.api).list_cluster_custom_object(
-        *fleet.SLICES, field_selector=f"spec.driver={dra.DRIVER}")["items"]  # fmt: skip
-
-
 def _wave(lab: Lab, model: str, names: Sequence[str], watch: Bindings, want: int,
           console: Console, what: str) -> float:  # fmt: skip
     """Creates the pods; seconds until `want` of them are bound (or BIND_S)."""
@@ -158,7 +154,7 @@ def run(lab: Lab, copies: int, live: int, share: float, console: Console) -> Res
         took = _wave(lab, model, first, watch, len(first), console, "first wave")
         r.first_bound_s = round(took, 2)
         where = {n: watch.bound[n][1] for n in first}
-        before = {c["metadata"]["name"]: c["status"]["allocation"] for c in _claims(lab)}
+        before = {c["metadata"]["name"]: c["status"]["allocation"] for c in claims(lab)}
         # The fault, on every chosen copy at once (one journal append each).
         t0 = time.monotonic()
         for node in r.xid_nodes:
@@ -170,7 +166,7 @@ def run(lab: Lab, copies: int, live: int, share: float, console: Console) -> Res
         seen: dict[str, set[str]] = {}
         with console.status("the drivers tainting their devices"):
             while time.monotonic() - t0 < TAINT_S:
-                seen = tainted(_slices(lab))
+                seen = tainted(fleet.slices(lab.ctx))
                 for node in want & set(seen):
                     if len(seen[node]) == per and node not in r.taint_s:
                         r.taint_s[node] = round(time.monotonic() - t0, 2)
@@ -194,9 +190,9 @@ def run(lab: Lab, copies: int, live: int, share: float, console: Console) -> Res
         pods = {p.metadata.name: p.spec.node_name for p in listed}
         r.first_moved_or_lost = sum(1 for n in first if pods.get(n) != where[n])
         after = {c["metadata"]["name"]: (c.get("status") or {}).get("allocation")
-                 for c in _claims(lab)}  # fmt: skip
+                 for c in claims(lab)}  # fmt: skip
         r.claims_lost = sum(1 for name, a in before.items() if after.get(name) != a)
-        r.given_twice, _ = allocations(_claims(lab), dict(watch.bound))
+        r.given_twice, _ = allocations(claims(lab), dict(watch.bound))
         r.timeline = {
             "taints": sorted(r.taint_s.values()),
             "second wave bound": sorted(round(t - t0, 2) for t, _ in bound.values()),

@@ -304,6 +304,12 @@ def allocations(claims: Iterable[dict], bound: dict[str, tuple[float, str]]) -> 
     return sum(1 for n in seen.values() if n > 1), off
 
 
+def claims(lab: Lab) -> list[dict]:
+    """The bench namespace's ResourceClaims, raw JSON."""
+    return client.CustomObjectsApi(lab.kube.api).list_namespaced_custom_object(
+        "resource.k8s.io", "v1", NAMESPACE, "resourceclaims")["items"]  # fmt: skip
+
+
 def delete_namespace(core: client.CoreV1Api, name: str, deadline_s: float = 600) -> None:
     """`name` deleted with everything in it (pods force-deleted: no kubelet on a KWOK node
     lets them go)."""
@@ -376,9 +382,7 @@ def measure(lab: Lab, model: str, nodes: int, work: Workload, pods: int, console
     if watch.error:
         console.print(f"[yellow]the watch broke once and went on: {watch.error}")
     summarize(run, sent, dict(watch.bound), created_by)
-    claims = client.CustomObjectsApi(lab.kube.api).list_namespaced_custom_object(
-        "resource.k8s.io", "v1", NAMESPACE, "resourceclaims")["items"]  # fmt: skip
-    run.given_twice, run.off_node = allocations(claims, watch.bound)
+    run.given_twice, run.off_node = allocations(claims(lab), watch.bound)
     run.usage = sampler.usage
     run.idle_cores = {k: round(u.cpu_s / IDLE_S, 3) for k, u in idle.usage.items()}
     return run

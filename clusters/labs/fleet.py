@@ -133,12 +133,13 @@ def node_doc(model: client.V1Node, name: str) -> dict:
     }  # fmt: skip
 
 
-def slices(ctx: Context, node: str) -> list[dict]:
-    """The DRA driver's ResourceSlices for `node`, as the API server serves them: raw JSON,
-    not the client library's models, which drop any field their version does not know (a
-    copy would lose it, and a comparison through them would not see it)."""
+def slices(ctx: Context, node: str | None = None) -> list[dict]:
+    """The DRA driver's ResourceSlices (for `node` only, if given), as the API server serves
+    them: raw JSON, not the client library's models, which drop any field their version
+    does not know (a copy would lose it, and a comparison through them would not see it)."""
+    fields = f"spec.driver={dra.DRIVER}" + (f",spec.nodeName={node}" if node else "")
     found = client.CustomObjectsApi(ctx.kube.api).list_cluster_custom_object(
-        *SLICES, field_selector=f"spec.driver={dra.DRIVER},spec.nodeName={node}")  # fmt: skip
+        *SLICES, field_selector=fields)  # fmt: skip
     return list(found["items"])
 
 
@@ -252,9 +253,7 @@ def wait_live(ctx: Context, nodes: list[str], per_node: int, timeout_s: float = 
     """Until each live copy's driver has published its `per_node` slices."""
 
     def published() -> tuple[bool, str]:
-        found = client.CustomObjectsApi(ctx.kube.api).list_cluster_custom_object(
-            *SLICES, field_selector=f"spec.driver={dra.DRIVER}")["items"]  # fmt: skip
-        have = Counter(s["spec"].get("nodeName") for s in found)
+        have = Counter(s["spec"].get("nodeName") for s in slices(ctx))
         done = sum(1 for n in nodes if have[n] >= per_node)
         return done == len(nodes), f"{done}/{len(nodes)} live copies' slices published"
 
@@ -321,9 +320,7 @@ def delete(ctx: Context, nodes: list[str]) -> None:
     gone = set(nodes)
 
     def cleared() -> tuple[bool, str]:
-        found = client.CustomObjectsApi(ctx.kube.api).list_cluster_custom_object(
-            *SLICES, field_selector=f"spec.driver={dra.DRIVER}")["items"]  # fmt: skip
-        left = sum(1 for s in found if s["spec"].get("nodeName") in gone)
+        left = sum(1 for s in slices(ctx) if s["spec"].get("nodeName") in gone)
         return left == 0, f"{left} slices of deleted fleet nodes left"
 
     if nodes:
