@@ -218,6 +218,18 @@ class Kube:
             return
         self.wait_pods_gone(namespace, labels, name)
 
+    def delete_deployment(self, name: str, namespace: str) -> None:
+        """Delete it and wait until its pods are gone."""
+        try:
+            d = self.apps.read_namespaced_deployment(name, namespace)
+            labels = selector(d.spec.selector.match_labels or {})
+            self.apps.delete_namespaced_deployment(name, namespace)
+        except ApiException as e:
+            if e.status != 404:
+                raise
+            return
+        self.wait_pods_gone(namespace, labels, name)
+
     def wait_pods_gone(self, namespace: str, labels: str, what: str,
                        deadline_s: float = 120) -> None:  # fmt: skip
         """Until no pod matches: a deleted controller's pods stop within their grace period."""

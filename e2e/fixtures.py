@@ -123,7 +123,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     """Tests marked needs(...) are not generated for subjects that lack it (deselected,
     never skipped: a scenario that a plugin cannot have is not a scenario for it). A
     subject configured for MIG (expects.mig single/mixed) runs only the MIG scenarios,
-    which need `mig=...`: the whole-GPU suites are the same plugin's without MIG."""
+    which need `mig=...`: the whole-GPU suites are the same plugin's without MIG. A
+    sharing subject (expects.memory_unit_mib) runs only those that need `shares_memory`."""
     keep, drop = [], []
     only_subjects = config.getoption("gpulab_suites") == "subject"
     # A need the subject does not state keeps the scenario: it fails at setup (below).
@@ -134,7 +135,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         # (A test may parametrize `subject` itself, with names: no expectations to read.)
         if isinstance(s, Subject):
             mig_only = s.expects.mig != "none" and not any(n.startswith("mig") for n in needs)
-            (drop if mig_only or not s.needs_met(needs) else keep).append(item)
+            # A sharing subject's devices are units of memory: the suites that count GPUs
+            # are not its scenarios (e2e/test_share.py is).
+            share_only = s.expects.shares_memory and "shares_memory" not in needs
+            (drop if mig_only or share_only or not s.needs_met(needs) else keep).append(item)
         else:
             # gpulab's own suites (the shipped e2e package's tests with no subject).
             own = getattr(getattr(item, "module", None), "__name__", "").startswith("e2e.")

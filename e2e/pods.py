@@ -95,8 +95,10 @@ class Pods:
                  resource: str = GPU, ids: DeviceIds | None = None,
                  node_gpus: NodeGpus | None = None, grace_s: int = 0,
                  answers: Answers | None = None,
-                 plugin_log: Callable[[str], list[str]] | None = None) -> None:  # fmt: skip
+                 plugin_log: Callable[[str], list[str]] | None = None,
+                 scheduler_name: str | None = None) -> None:  # fmt: skip
         self.core, self.ns, self.image, self.grace_s = core, namespace, image, grace_s
+        self.scheduler_name = scheduler_name  # what `create` names, unless the spec does
         self.plugin_log = plugin_log  # a node -> the last lines of what serves its GPUs
         self.resource = resource
         self.ids = ids or DeviceIds(env=DEVICE_ENV)
@@ -146,7 +148,7 @@ class Pods:
         return cls(lab.core, namespace, lab.images["workload"], s.resource, s.device_ids,
                    node_gpus, grace_s=lab.serving.grace_s,
                    answers=answers if s.device_ids.opaque else None,
-                   plugin_log=plugin_log)  # fmt: skip
+                   plugin_log=plugin_log, scheduler_name=s.scheduler_name)  # fmt: skip
 
     # -- lifecycle
 
@@ -157,6 +159,8 @@ class Pods:
             for amounts in (c.get("resources") or {}).values():
                 if GPU in amounts and self.resource != GPU:
                     amounts[self.resource] = amounts.pop(GPU)
+        if self.scheduler_name:  # a plugin that needs its scheduler (a subject's `scheduler`)
+            pod.setdefault("schedulerName", self.scheduler_name)
         self.core.create_namespaced_pod(self.ns, doc)
         return doc["metadata"]["name"]
 
@@ -264,12 +268,18 @@ class Pods:
 
     def devices(self, name: str, container: str | None = None) -> list[str]:
         """The UUIDs of the GPUs the plugin gave the container, in the order it shows
-        them: the device ids in its device-id env var (KeyError if unset), or the GPUs
-        whose device nodes it has (CDI, device specs). One that names no GPU of the pod's
-        node stays in the list as `<what> (names no GPU of <node>)`."""
+        them: the device ids in its device-id env var (KeyError if unset; read as
+        `env_id` says where the env names GPUs its own way), or the GPUs whose device
+        nodes it has (CDI, device specs). One that names no GPU of the pod's node stays in
+        the list as `<what> (names no GPU of <node>)`."""
         node = self.get(name).spec.node_name
         if self.ids.env is not None:
-            return self.gpus_of(node, self.env(name, container)[self.ids.env].split(","))
+            entries = self.env(name, container)[self.ids.env].split(",")
+            if self.ids.env_id is None:
+                return self.gpus_of(node, entries)
+            gpus, slices = self._gpus(node)  # the env names GPUs its own way (env_id)
+            named = ((e, self.ids.env_form.gpu_of(e, gpus, slices)) for e in entries)
+            return [gpu or f"{e} (names no GPU of {node})" for e, gpu in named]
         return self.gpus_of_nodes(node, self.device_nodes(name, container))
 
     def _gpus(self, node: str) -> tuple[Sequence[Gpu], Sequence[MigDevice]]:

@@ -38,7 +38,7 @@ from rich.console import Console
 
 from clusters import built, versions
 from clusters.built import ROOT, Products
-from clusters.subjects.subject import SUBJECTS_DIR, Subject, SubjectError
+from clusters.subjects.subject import SUBJECTS_DIR, Subject, SubjectError, build_args
 from clusters.subjects.subject import examples as subject_examples
 from clusters.subjects.subject import load as load_subject
 from clusters.subjects.subject import names as subject_names
@@ -537,11 +537,12 @@ def _build_subject(r: Runner, s: Subject, p: Products) -> str:
                "GOFLAGS": "-buildvcs=false -modcacherw"}  # fmt: skip
         r.script(f"{s.name}: {img.prepare}", f"subject-{s.name}-prepare",
                  str(s.path(img.prepare)), env=env)  # fmt: skip
-    tag = s.build_tag
+    args = build_args(p.images)
+    tag = s.build_tag(args)
     if not built.image_present(tag):
+        flags = [x for k, v in args.items() for x in ("--build-arg", f"{k}={v}")]
         r.script(f"{s.name} image", f"subject-{s.name}", "/usr/bin/env", "docker", "build",
-                 "-q", "-t", tag, "--build-arg", f"GPULAB_BASE_IMAGE={p.images['base']}",
-                 str(s.path(img.build or ".")))  # fmt: skip
+                 "-q", "-t", tag, *flags, str(s.path(img.build or ".")))  # fmt: skip
     return tag
 
 

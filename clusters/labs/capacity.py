@@ -18,6 +18,7 @@ from clusters.labs.context import Context
 from clusters.steps import StepError, poll
 from clusters.subjects.subject import Subject
 from fakenvml import mig
+from fakenvml.model import Gpu
 
 Pods = Callable[[str | None], list[client.V1Pod]]  # node (None: all) -> the plugin's pods
 
@@ -74,12 +75,20 @@ def mig_resources(ctx: Context, subject: Subject, node: str) -> dict[str, list[m
     return out
 
 
+def memory_units(gpu: Gpu, unit_mib: int) -> int:
+    """A GPU's memory in a sharing plugin's units (whole units: NVML's total in MiB)."""
+    return gpu.memory_total // (1 << 20) // unit_mib
+
+
 def expected_devices(ctx: Context, subject: Subject, node: str) -> int:
     """How many devices of its resource the subject should advertise on `node`: the
-    inventory's GPUs (times time-slicing replicas), or for a MIG subject the node's MIG
-    devices its strategy names so, from the node's fake state."""
+    inventory's GPUs (times time-slicing replicas), for a MIG subject the node's MIG
+    devices its strategy names so, for a sharing one the GPUs' memory in its units, from
+    the node's fake state."""
     if subject.expects.mig != "none":
         return len(mig_resources(ctx, subject, node).get(subject.spec.resource, []))
+    if (unit := subject.spec.expects.memory_unit_mib) is not None:
+        return sum(memory_units(g, unit) for g in ctx.fake_gpus(node).node().gpus)
     spec = next(n for n in ctx.lab.gpu_nodes if n.name == node)
     return spec.gpu_count * subject.expects.replicas
 

@@ -50,6 +50,8 @@ class Serving(ABC):
     # How a container learns which GPUs it got: what NVIDIA's runtime and every NVIDIA
     # image go by (a subject states its own).
     device_ids: DeviceIds = DeviceIds(env="NVIDIA_VISIBLE_DEVICES")
+    # The scheduler workload pods name (a subject's own: its `scheduler`), or the default.
+    scheduler_name: str | None = None
     switches = True  # another subject (or none) may take its place on the running lab
     # What its pods log when they act, which the experiments read (a subject's `logs:`):
     # none stated unless it says.
@@ -234,6 +236,20 @@ def delete_subjects(ctx: Context, keep: str | None) -> None:
     for ds in found:
         if ds.metadata.labels.get(SUBJECT_LABEL) != keep:
             ctx.kube.delete_daemonset(ds.metadata.name, ds.metadata.namespace)
+    # Companions' Deployments (a subject's scheduler): another subject's would schedule
+    # nothing and still watch the whole cluster.
+    for d in ctx.apps.list_deployment_for_all_namespaces(label_selector=SUBJECT_LABEL).items:
+        if d.metadata.labels.get(SUBJECT_LABEL) != keep:
+            ctx.kube.delete_deployment(d.metadata.name, d.metadata.namespace)
+
+
+def kube_scheduler_image(ctx: Context) -> str:
+    """The cluster's own kube-scheduler image (its static pod's): every kind node has it,
+    so a subject's companion can run a second scheduler without a registry."""
+    pods = ctx.core.list_namespaced_pod("kube-system", label_selector="component=kube-scheduler")
+    if not pods.items:
+        raise StepError("no kube-scheduler pod in kube-system (component=kube-scheduler)")
+    return pods.items[0].spec.containers[0].image
 
 
 def plugin_config(ctx: Context) -> dict:
@@ -256,6 +272,7 @@ class DevicePlugin(Serving):
         self.resource = subject.spec.resource
         self.mig_strategy = subject.expects.mig
         self.device_ids = subject.spec.device_ids
+        self.scheduler_name = subject.spec.scheduler.name if subject.spec.scheduler else None
         self.logs = subject.logs
         self.mark: registration.Mark | None = None  # taken by deploy, used by its wait
 
@@ -277,10 +294,13 @@ class DevicePlugin(Serving):
         s = self.subject
         self.mark = self.mark_plugin(ctx)
         delete_subjects(ctx, keep=s.name)
-        docs = s.render({"GPULAB_IMAGE": ctx.images["gpulab"],
-                         "SUBJECT_IMAGE": ctx.images["subject"]})  # fmt: skip
+        images = {"GPULAB_IMAGE": ctx.images["gpulab"], "SUBJECT_IMAGE": ctx.images["subject"]}
+        if s.spec.companions:
+            images["KUBE_SCHEDULER_IMAGE"] = kube_scheduler_image(ctx)
+        # The companions first: a plugin that asks its scheduler's objects at start finds them.
+        docs = s.companion_docs(images) + s.render(images)
         for doc in docs:
-            if doc["kind"] == "DaemonSet":
+            if doc["kind"] in ("DaemonSet", "Deployment"):
                 doc["metadata"].setdefault("labels", {})[SUBJECT_LABEL] = s.name
         ctx.kube.apply(plugin_config(ctx))
         if s.spec.chart is not None:
@@ -289,7 +309,14 @@ class DevicePlugin(Serving):
             ctx.kube.apply(doc, namespace=s.default_namespace)
 
     def wait_pods(self, ctx: Context) -> None:
-        ctx.kube.wait_daemonset(self.subject.daemonset_name, self.subject.namespace)
+        s = self.subject
+        for doc in s.companion_docs({}):
+            ns = doc["metadata"].get("namespace", s.default_namespace)
+            if doc["kind"] == "Deployment":
+                ctx.kube.wait_deployment(doc["metadata"]["name"], ns)
+            elif doc["kind"] == "DaemonSet":
+                ctx.kube.wait_daemonset(doc["metadata"]["name"], ns)
+        ctx.kube.wait_daemonset(s.daemonset_name, s.namespace)
 
     def pods(self, ctx: Context, node: str | None = None) -> list[client.V1Pod]:
         return ctx.kube.pods(self.subject.namespace, self.subject.selector, node)

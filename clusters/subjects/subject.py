@@ -217,16 +217,27 @@ class DeviceIds(Strict):
     cdi: str | None = None  # e.g. k8s.device-plugin.nvidia.com/gpu
     device_specs: str | None = None  # e.g. /dev/nvidia{minor}
     id: str = "{uuid}"  # e.g. nvidia{minor}, {uuid}, gpu{index}::{replica}, opaque
+    # How the env var's entries name GPUs where that differs from the ids (with env only):
+    # a sharing plugin's kubelet ids are units of memory, its env the GPU's index.
+    env_id: str | None = None
 
     @model_validator(mode="after")
     def _one(self) -> DeviceIds:
         if sum(v is not None for v in (self.env, self.cdi, self.device_specs)) != 1:
             raise ValueError("give exactly one of env, cdi, device_specs")
+        if self.env_id is not None:
+            if self.env is None:
+                raise ValueError("env_id: only with env")
+            try:
+                id_form(self.env_id, replica=False)
+            except ValueError as e:
+                raise ValueError(f"env_id: {e}") from None
         if self.opaque:
-            if self.device_specs is None:
-                raise ValueError(f"id: {OPAQUE} needs device_specs: the device nodes Allocate "
-                                 "hands say which GPU an opaque id is (an env var or a CDI "
-                                 "name shows only the id again)")  # fmt: skip
+            if self.device_specs is None and self.env_id is None:
+                raise ValueError(f"id: {OPAQUE} needs device_specs, or env with env_id: the "
+                                 "device nodes Allocate hands, or the env's own form, say "
+                                 "which GPU a container got (an env var or a CDI name that "
+                                 "shows only the id again cannot)")  # fmt: skip
         else:
             try:
                 id_form(self.id)
@@ -256,6 +267,11 @@ class DeviceIds(Strict):
         return id_form(self.id)
 
     @property
+    def env_form(self) -> IdForm:
+        """How the env var's entries name their GPUs: `env_id`, else the ids' own form."""
+        return id_form(self.env_id, replica=False) if self.env_id else self.form
+
+    @property
     def nodes(self) -> IdForm | None:
         """How a container's device node names its GPU (CDI, device specs), or None (env)."""
         if self.env is not None:
@@ -279,7 +295,7 @@ class DeviceIds(Strict):
         """One line: how the ids reach the container and how they name GPUs."""
         how = (f"env {self.env}" if self.env else f"cdi {self.cdi}" if self.cdi
                else f"device_specs {self.device_specs}")  # fmt: skip
-        return f"{how}, id {self.id}"
+        return f"{how}, id {self.id}" + (f", env {self.env_id}" if self.env_id else "")
 
 
 LostGpu = Literal["that-device", "every-device", "ignored"]
@@ -349,6 +365,35 @@ class Mps(Strict):
     daemon_death: MpsDaemonDeath
 
 
+class NodeHealth(Strict):
+    """Where a plugin reports its GPUs' health on its Node, outside the device-plugin API
+    (HAMi and gpushare-style plugins write it for their schedulers): an annotation, and a
+    regex its value matches for an Unhealthy GPU, that GPU named by one of {index},
+    {uuid}, {minor} (filled in, escaped, before matching)."""
+
+    annotation: str = Field(min_length=1)
+    unhealthy: str
+
+    @field_validator("unhealthy")
+    @classmethod
+    def _pattern(cls, v: str) -> str:
+        found = _PLACEHOLDER.findall(v)
+        if len([k for k in found if k in GPU_KEYS]) != 1:
+            raise ValueError(f"{v!r}: name the GPU with exactly one of {{index}}, {{uuid}}, "
+                             "{minor}")  # fmt: skip
+        try:
+            re.compile(_PLACEHOLDER.sub("0", v))
+        except re.error as e:
+            raise ValueError(f"{v!r} is no regex: {e}") from None
+        return v
+
+    def unhealthy_of(self, gpu: Gpu) -> re.Pattern[str]:
+        """The pattern with `gpu` filled in."""
+        minor = gpu.minor if gpu.minor >= 0 else gpu.index
+        values = {"index": gpu.index, "uuid": gpu.uuid, "minor": minor}
+        return re.compile(_PLACEHOLDER.sub(lambda m: re.escape(str(values[m[1]])), self.unhealthy))
+
+
 class Expects(Strict):
     """The subject's documented behaviour, which the suites assert. A behaviour left out
     (None) is not stated: the scenarios that read it fail at once saying so (Unstated);
@@ -380,6 +425,13 @@ class Expects(Strict):
     extra_resources: bool = False  # serves the lab spec's extra_resources too
     replicas: int = Field(1, ge=1, le=64)  # time-slicing: each GPU advertised N times
     mps: Mps | Literal[False] = False  # the replicas are MPS clients (and how it behaves)
+    # Each device is this many MiB of one GPU's memory (a sharing plugin's units; which GPU
+    # is its scheduler's choice): such a subject runs the sharing suite only
+    # (e2e/test_share.py), whose scenarios count memory, not GPUs.
+    memory_unit_mib: int | None = Field(None, ge=1)
+    # Its GPUs' health as it writes it on its Node (NodeHealth), read after an Xid; or
+    # false: it writes none there.
+    node_health: NodeHealth | Literal[False] | None = None
     # With replicas > 1, what a fault on a GPU takes out: all its replicas (health is per
     # GPU) or only one (NVIDIA's: it matches the event's UUID to one replica id).
     xid_marks: XidMarks | None = None
@@ -463,6 +515,8 @@ class Expectations:
         xid_marks: XidMarks
         mig: MigStrategy
         mig_slice_xid: MigSliceXid
+        memory_unit_mib: int
+        node_health: NodeHealth | Literal[False]
 
     def __init__(self, spec: Expects, source: Path) -> None:
         self._spec, self._source = spec, source
@@ -487,6 +541,11 @@ class Expectations:
 
     def stated(self, key: str) -> bool:
         return getattr(self._spec, key) is not None
+
+    @property
+    def shares_memory(self) -> bool:
+        """Its devices are units of GPU memory (`memory_unit_mib`): the sharing suite's."""
+        return self._spec.memory_unit_mib is not None
 
     @property
     def time_sliced(self) -> bool:
@@ -594,6 +653,32 @@ class Chart(Strict):
         return self
 
 
+class Choice(Strict):
+    """Where a plugin's scheduler writes the GPU it chose on a pod: an annotation, and how
+    its value names the GPU ({index}, {uuid} or {minor} in text)."""
+
+    annotation: str = Field(min_length=1)
+    id: str = "{uuid}"
+
+    @field_validator("id")
+    @classmethod
+    def _form(cls, v: str) -> str:
+        id_form(v, replica=False)
+        return v
+
+    @property
+    def form(self) -> IdForm:
+        return id_form(self.id, replica=False)
+
+
+class Scheduler(Strict):
+    """A scheduler the plugin needs (its own, or the cluster's with its extender, run by
+    the subject's companions): the suites' pods name it in schedulerName."""
+
+    name: str = Field(min_length=1)
+    choice: Choice | None = None  # where it writes the GPU it chose, if it does
+
+
 class SubjectSpec(Strict):
     name: str
     description: str = ""
@@ -613,6 +698,11 @@ class SubjectSpec(Strict):
     # and container tiers leave it out and say so in one line, instead of failing each test.
     cluster_only: str | None = Field(None, min_length=1)
     expects: Expects = Field(default_factory=Expects)
+    # Manifests applied with the plugin, before it (relative to the file; placeholders as
+    # in its own, and ${KUBE_SCHEDULER_IMAGE}: the cluster's kube-scheduler): a scheduler or
+    # extender, a webhook, CRDs, RBAC. Their Deployments and DaemonSets are waited for.
+    companions: list[str] = Field(default_factory=list)
+    scheduler: Scheduler | None = None  # the scheduler the suites' pods name
     # Set in (or replacing the value of) every container of the subject's DaemonSet:
     # one manifest serves several configurations (MIG_STRATEGY: single | mixed).
     env: dict[str, str] = Field(default_factory=dict)
@@ -708,13 +798,13 @@ class Subject:
         img = self.spec.image
         return img.infra or img.ref or str(self.path(img.build or "."))
 
-    @property
-    def build_tag(self) -> str:
-        """The tag `make infra` builds its image under (`image: {build: DIR}`): named for
-        the build context and changing with any file of it, so the subjects that build one
-        directory share one image."""
+    def build_tag(self, args: dict[str, str]) -> str:
+        """The tag `make infra` builds its image under (`image: {build: DIR}`) with these
+        build args (build_args): named for the build context and changing with any file of
+        it or image it may start FROM, so the subjects that build one directory share one
+        image."""
         context = self.path(self.spec.image.build or ".")
-        h = hashlib.sha256()
+        h = hashlib.sha256(repr(sorted(args.items())).encode())
         for f in sorted(p for p in context.rglob("*") if p.is_file() and ".git" not in p.parts):
             h.update(str(f.relative_to(context)).encode() + b"\0" + f.read_bytes())
         name = re.sub(r"[^a-z0-9._-]+", "-", context.name.lower()).strip("-._") or "subject"
@@ -735,7 +825,7 @@ class Subject:
                                          "Docker engine (no registry here: build or load it "
                                          "first)")  # fmt: skip
             return img.ref
-        tag = self.build_tag
+        tag = self.build_tag(build_args(products.images))
         if not built.image_present(tag):
             raise built.InfraMissing(f"subject {self.name}: its image is not built; run "
                                      f"`make infra SUBJECT={self.source}`")  # fmt: skip
@@ -822,18 +912,34 @@ class Subject:
     def render(self, images: dict[str, str]) -> list[dict]:
         """The manifest with ${SUBJECT_IMAGE} and ${GPULAB_IMAGE} replaced, and their
         halves ${..._REPOSITORY} and ${..._TAG} (charts take an image in two values)."""
-        text = self.manifest_text
-        for key, image in images.items():
-            repo, tag = chart.split_image(image)
-            for k, v in ((f"{key}_REPOSITORY", repo), (f"{key}_TAG", tag), (key, image)):
-                text = text.replace("${" + k + "}", v)
-        docs = [d for d in yaml.safe_load_all(text) if d]
+        docs = [d for d in yaml.safe_load_all(_fill(self.manifest_text, images)) if d]
         for d in docs:
             if d.get("kind") == "DaemonSet" and self.spec.env:
                 for c in d["spec"]["template"]["spec"]["containers"]:
                     env = [e for e in c.get("env", []) if e["name"] not in self.spec.env]
                     c["env"] = env + [{"name": k, "value": v} for k, v in self.spec.env.items()]
         return docs
+
+    def companion_docs(self, images: dict[str, str]) -> list[dict]:
+        """The companions' manifests' documents, placeholders filled as in `render`."""
+        texts = [_fill(self.path(f).read_text(), images) for f in self.spec.companions]
+        return [d for text in texts for d in yaml.safe_load_all(text) if d]
+
+
+def build_args(images: dict[str, str]) -> dict[str, str]:
+    """What a subject's Dockerfile may start FROM (`make infra`'s images): gpulab's base
+    (Debian, glibc, python3) and gpulab's own image (its Python package: grpc, nvidia-ml-py,
+    the device-plugin API; fakenvml)."""
+    return {"GPULAB_BASE_IMAGE": images["base"], "GPULAB_IMAGE": images["gpulab"]}
+
+
+def _fill(text: str, images: dict[str, str]) -> str:
+    """${KEY} replaced by each image, ${KEY_REPOSITORY} and ${KEY_TAG} by its halves."""
+    for key, image in images.items():
+        repo, tag = chart.split_image(image)
+        for k, v in ((f"{key}_REPOSITORY", repo), (f"{key}_TAG", tag), (key, image)):
+            text = text.replace("${" + k + "}", v)
+    return text
 
 
 def _expand(data: dict, version: str) -> dict:
@@ -900,6 +1006,13 @@ def from_file(path: Path) -> list[Subject]:
                 subject.daemonset  # noqa: B018 - validates the manifest has one
             except yaml.YAMLError:
                 raise SubjectError(f"{path}: daemonset: {s.daemonset} is not valid YAML") from None
+        for f in s.companions:
+            if not subject.path(f).is_file():
+                raise SubjectError(f"{path}: companions: no file {subject.path(f)}")
+            try:
+                list(yaml.safe_load_all(subject.path(f).read_text()))
+            except yaml.YAMLError:
+                raise SubjectError(f"{path}: companions: {f} is not valid YAML") from None
         out.append(subject)
     return out
 

@@ -330,9 +330,32 @@ def test_socket_is_a_name_or_a_glob(tmp_path: Path, socket: str, endpoint: str,
         ),
         (
             {"device_ids": {"env": "X", "id": "opaque"}},
-            "device_ids: id: opaque needs device_specs: the device nodes Allocate hands say "
-            "which GPU an opaque id is",
+            "device_ids: id: opaque needs device_specs, or env with env_id: the device nodes "
+            "Allocate hands, or the env's own form, say which GPU a container got",
         ),
+        (
+            {"device_ids": {"cdi": "a/gpu", "env_id": "{index}"}},
+            "device_ids: env_id: only with env",
+        ),
+        (
+            {"device_ids": {"env": "X", "id": "opaque", "env_id": "gpu"}},
+            "device_ids: env_id: 'gpu' names no GPU",
+        ),
+        ({"companions": ["absent.yaml"]}, "companions: no file"),
+        (
+            {"scheduler": {"name": "s", "choice": {"annotation": "a", "id": "{gpu}"}}},
+            "scheduler.choice.id: '{gpu}': unknown placeholder {gpu}",
+        ),
+        ({"scheduler": {"choice": {"annotation": "a"}}}, "scheduler.name: required key missing"),
+        (
+            {"expects": {"node_health": {"annotation": "a", "unhealthy": "bad"}}},
+            "expects.node_health.unhealthy: 'bad': name the GPU with exactly one of {index}",
+        ),
+        (
+            {"expects": {"node_health": {"annotation": "a", "unhealthy": "({index}"}}},
+            "expects.node_health.unhealthy: '({index}' is no regex",
+        ),
+        ({"expects": {"memory_unit_mib": 0}}, "expects.memory_unit_mib:"),
         (
             {"device_ids": {"cdi": "a/gpu", "id": "opaque"}},
             "device_ids: id: opaque needs device_specs",
@@ -431,11 +454,11 @@ def test_the_subjects_of_one_plugin_name_one_logs_file() -> None:
 
 
 def test_examples_state_their_plugins_log_lines_in_one_file_and_no_process() -> None:
-    """Every example runs tiny-gpu-plugin and names its one logs file (the container tier
-    checks its lines against the plugin's log); no process: the node tier runs only the
-    processes it knows."""
+    """Every tiny-gpu-plugin example names its one logs file (the container tier checks
+    its lines against the plugin's log); no process: the node tier runs only the processes
+    it knows."""
     one = (subject.EXAMPLES_DIR / "tiny-gpu-plugin" / "logs.yaml").resolve()
-    for s in subject.examples():
+    for s in [s for s in subject.examples() if s.name.startswith("tiny-gpu-plugin")]:
         named = yaml.safe_load(s.source.read_text())["logs"]
         assert (s.source.parent / named).resolve() == one, s.name
         assert s.logs.unstated == ["unhealthy", "healthy", "restart"]
@@ -490,7 +513,7 @@ def test_prepare_goes_with_build_only(tmp_path: Path) -> None:
 
 
 def test_the_example_plugin_is_a_subject_of_its_own() -> None:
-    tiny, devices, opaque = subject.examples()
+    _share, tiny, devices, opaque = subject.examples()
     assert tiny.name == "tiny-gpu-plugin"
     assert tiny.spec.resource == "example.com/gpu"
     assert tiny.spec.device_ids.env == "TINY_GPU_UUIDS"
@@ -502,6 +525,32 @@ def test_the_example_plugin_is_a_subject_of_its_own() -> None:
     # Its opaque mode: the devices mode's DaemonSet with its mode changed, ids naming no GPU.
     assert opaque.plugin == tiny.plugin and opaque.spec.env == {"TINY_GPU_MODE": "opaque"}
     assert opaque.spec.device_ids.opaque and opaque.gpu_of("gpu-7f3a19c2", []) is None
+
+
+def test_the_sharing_example_names_its_scheduler_and_reads_the_env_its_own_way() -> None:
+    """gpu-mem-share: units of memory by ids that name no GPU, the GPU's index in the env,
+    its scheduler and extender as companions; the broken variant is the same image."""
+    share = subject.examples()[0]
+    assert share.name == "gpu-mem-share" and share.expects.shares_memory
+    assert share.spec.companions == ["scheduler.yaml"]
+    assert share.spec.scheduler is not None and share.spec.scheduler.choice is not None
+    ids = share.spec.device_ids
+    assert ids.opaque and ids.env == "NVIDIA_VISIBLE_DEVICES"
+    three = gpus(3)
+    gpu = three[2]
+    assert ids.env_form.gpu_of("2", three) == gpu.uuid
+    assert share.spec.scheduler.choice.form.gpu_of("2", three) == gpu.uuid
+    health = share.expects.node_health
+    assert health.unhealthy_of(gpu).search("0:79:Healthy,2:79:Unhealthy")
+    assert not health.unhealthy_of(gpu).search("2:79:Healthy,12:79:Unhealthy")
+    docs = share.companion_docs({"KUBE_SCHEDULER_IMAGE": "k/s:1", "SUBJECT_IMAGE": "me:1"})
+    images = [c["image"] for d in docs if d["kind"] == "Deployment"
+              for c in d["spec"]["template"]["spec"]["containers"]]  # fmt: skip
+    assert images == ["k/s:1", "me:1"]
+    broken = subject.load(subject.EXAMPLES_DIR / "gpu-mem-share" / "broken.yaml")
+    assert broken.plugin == share.plugin and broken.spec.env == {"GPU_SHARE_IGNORE_SCHEDULER": "1"}
+    assert subject.cluster_only([share]) == [f"gpu-mem-share: cluster tier only: "
+                                             f"{share.spec.cluster_only}"]  # fmt: skip
 
 
 THIRD_PARTY = Path(__file__).resolve().parents[2] / "docs/third-party"
@@ -673,8 +722,13 @@ def test_the_guides_examples_are_valid_subjects(tmp_path: Path) -> None:
 
 
 def test_subjects_that_build_one_directory_share_one_image_tag() -> None:
-    tiny, devices, opaque = subject.examples()
+    by_name = {s.name: s for s in subject.examples()}
+    tiny, devices = by_name["tiny-gpu-plugin"], by_name["tiny-gpu-plugin-devices"]
+    opaque = by_name["tiny-gpu-plugin-opaque"]
     assert devices.path(devices.spec.image.build or "") == tiny.path(".")
-    tag = tiny.build_tag
+    args = {"GPULAB_BASE_IMAGE": "gpulab/base:1", "GPULAB_IMAGE": "gpulab/gpulab:1"}
+    tag = tiny.build_tag(args)
     assert tag.startswith("gpulab-subject/tiny-gpu-plugin:")
-    assert devices.build_tag == opaque.build_tag == tag
+    assert devices.build_tag(args) == opaque.build_tag(args) == tag
+    # An image it may start FROM changed: built again.
+    assert tiny.build_tag({**args, "GPULAB_IMAGE": "gpulab/gpulab:2"}) != tag

@@ -521,3 +521,27 @@ def test_only_a_first_phase_jobs_lab_has_its_tests_moved_up(
     pytester.makepyfile(test_jobs=ORDER_SUITE.format(first_phase=first_phase))
     result = pytester.runpytest("--collect-only", "-q", "-p", "no:cacheprovider")
     assert [line.split("::")[1] for line in result.outlines if "::" in line] == order
+
+
+SHARE_SUITE = """
+import pytest
+
+def test_counts_gpus(subject): pass
+
+@pytest.mark.needs("shares_memory")
+def test_counts_memory(subject): pass
+"""
+
+
+def test_a_sharing_subject_runs_the_sharing_scenarios_and_no_other(
+    pytester: pytest.Pytester,
+) -> None:
+    """Its devices are units of memory: the scenarios that count GPUs are not its own, and
+    those that need `shares_memory` are no one else's (deselected, never skipped)."""
+    pytester.makepyfile(test_suite=SHARE_SUITE)
+    share = Path(__file__).resolve().parents[2] / "examples/gpu-mem-share/subject.yaml"
+    result = pytester.runpytest("--collect-only", "-q", "-p", "no:cacheprovider",
+                                "--subjects", f"gpulab,{share}")  # fmt: skip
+    ids = [line for line in result.outlines if "::" in line]
+    assert ids == ["test_suite.py::test_counts_gpus[gpulab]",
+                   "test_suite.py::test_counts_memory[gpu-mem-share]"]  # fmt: skip
