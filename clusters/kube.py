@@ -208,22 +208,19 @@ class Kube:
 
     def delete_daemonset(self, name: str, namespace: str) -> None:
         """Delete it and wait until its pods are gone."""
-        try:
-            ds = self.apps.read_namespaced_daemon_set(name, namespace)
-            labels = selector(ds.spec.selector.match_labels or {})
-            self.apps.delete_namespaced_daemon_set(name, namespace)
-        except ApiException as e:
-            if e.status != 404:
-                raise
-            return
-        self.wait_pods_gone(namespace, labels, name)
+        self._delete_controller("daemon_set", name, namespace)
 
     def delete_deployment(self, name: str, namespace: str) -> None:
         """Delete it and wait until its pods are gone."""
+        self._delete_controller("deployment", name, namespace)
+
+    def _delete_controller(self, kind: str, name: str, namespace: str) -> None:
+        """A DaemonSet or Deployment (`kind` as the apps API spells it) deleted, and its
+        pods waited out; nothing where it is not there."""
         try:
-            d = self.apps.read_namespaced_deployment(name, namespace)
-            labels = selector(d.spec.selector.match_labels or {})
-            self.apps.delete_namespaced_deployment(name, namespace)
+            found = getattr(self.apps, f"read_namespaced_{kind}")(name, namespace)
+            labels = selector(found.spec.selector.match_labels or {})
+            getattr(self.apps, f"delete_namespaced_{kind}")(name, namespace)
         except ApiException as e:
             if e.status != 404:
                 raise
