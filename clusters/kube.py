@@ -22,6 +22,9 @@ from clusters.steps import StepError
 FIELD_MANAGER = "gpulab"
 # (done, what was seen) from the objects a watch currently knows, by name.
 Check = Callable[[dict[str, Any]], tuple[bool, str]]
+# () -> why the awaited state can no longer come, or None: asked between watches.
+GiveUp = Callable[[], str | None]
+GIVE_UP_EVERY_S = 10
 
 
 def selector(labels: dict[str, str]) -> str:
@@ -237,14 +240,23 @@ class Kube:
     # -- the one wait
 
     def watch_until(self, what: str, list_fn: Callable[..., Any], check: Check,
-                    deadline_s: float, **query: Any) -> int:  # fmt: skip
+                    deadline_s: float, give_up: GiveUp | None = None,
+                    **query: Any) -> int:  # fmt: skip
         """List with `query`, then watch, until check({name: object}) says done; returns
         time.time_ns() of the event that satisfied it. A watch the server ends (its
         timeout, 410 Gone) or a dropped connection lists again; at the deadline, StepError
-        with what was seen last."""
-        end = time.monotonic() + deadline_s
+        with what was seen last. `give_up()`, asked every GIVE_UP_EVERY_S, names why what
+        is awaited can no longer happen (a plugin that crash-loops): StepError at once."""
+        start = time.monotonic()
+        end = start + deadline_s
         seen = "nothing yet"
+        ask_at = start + GIVE_UP_EVERY_S
         while True:
+            if give_up is not None and time.monotonic() >= ask_at:
+                ask_at = time.monotonic() + GIVE_UP_EVERY_S
+                if why := give_up():
+                    raise StepError(f"gave up after {time.monotonic() - start:.0f}s on "
+                                    f"{what}: {why}; last saw: {seen}")  # fmt: skip
             try:
                 # Never past the deadline by more than a second (a paused API server
                 # accepts connections and never answers).
@@ -256,6 +268,8 @@ class Kube:
                 if done:
                     return time.time_ns()
                 left = max(1, int(end - time.monotonic()))
+                if give_up is not None:  # back to the top (and give_up) that often
+                    left = min(left, GIVE_UP_EVERY_S)
                 # Server-side timeout ends a quiet watch; the client one, a dead connection.
                 for event in watch.Watch().stream(
                     list_fn, resource_version=listed.metadata.resource_version,

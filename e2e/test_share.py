@@ -8,6 +8,7 @@ worker. The whole-GPU suites count GPUs and are not these subjects' scenarios.
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -17,10 +18,11 @@ import pytest
 from clusters.labs import spec
 from clusters.labs.capacity import memory_units
 from clusters.labs.lab import Lab
+from clusters.steps import StepError
 from clusters.subjects.subject import Subject, unstated
 from clusters.subjects.subject import load as load_subject
 from e2e.fixtures import lab_fixture, namespaced_pods
-from e2e.pods import Pods
+from e2e.pods import Pods, PodWaitError
 from e2e.timing import fault_seen
 from e2e.verdict import Verdict
 from fakenvml.model import Gpu
@@ -115,6 +117,26 @@ def test_a_pod_no_gpu_can_hold_stays_pending_for_its_schedulers_reason(
     assert pods.get("too-big").spec.node_name is None
 
 
+def test_a_pod_that_bypasses_its_scheduler_is_refused_at_admission_at_once(
+    subject: Subject, pods: Pods, verdict: Verdict
+) -> None:
+    """A pod the default scheduler binds (the node's allocatable holds it) carries no
+    choice: the plugin's Allocate fails, the kubelet rejects the pod at admission, and the
+    wait for it to run ends within seconds, naming the rejection and the plugin's last
+    lines (a failing plugin's run is as fast as a passing one's)."""
+    verdict.expect("UnexpectedAdmissionError, the wait over in seconds")
+    pod = pods.gpu_pod("bypass", 1, NODE)
+    pod["spec"]["schedulerName"] = "default-scheduler"
+    pods.create(pod)
+    t0 = time.monotonic()
+    with pytest.raises(PodWaitError) as e:
+        pods.wait_running("bypass", deadline_s=90)
+    took = time.monotonic() - t0
+    verdict.saw(f"{took:.1f}s: {str(e.value).splitlines()[0][:200]}")
+    assert "will never be Running" in str(e.value) and "UnexpectedAdmissionError" in str(e.value)
+    assert took < 30, f"{took:.0f}s"
+
+
 @pytest.mark.needs("node_health")
 def test_an_xid_shows_on_the_node_and_takes_out_that_gpus_memory(
     subject: Subject, lab: Lab, fake_gpus: Callable[[str], NodeDir], verdict: Verdict
@@ -138,15 +160,55 @@ def test_an_xid_shows_on_the_node_and_takes_out_that_gpus_memory(
     assert marked == [3], f"{health.annotation}={value!r}"
 
 
-@lab_fixture(SEED.name)
-def broken_share(labs: Callable[..., Lab]) -> Lab:
+def for_a_while(lab: Lab, subject: Subject | None = None) -> Iterator[Lab]:
+    """`lab` running `subject` (or what the test deploys) for one test, then the subject
+    it ran before: the suites' `lab` fixture keeps one Lab for every test of its subject,
+    so a test that switches must switch back."""
+    before = lab.subject
+    try:
+        if subject is not None:
+            lab.use_subject(subject)
+        yield lab
+    finally:
+        lab.use_subject(before)
+
+
+@lab_fixture(SEED.name, scope="function")
+def broken_share(labs: Callable[..., Lab]) -> Iterator[Lab]:
     """The seed lab running gpu-mem-share broken on purpose (examples/gpu-mem-share/broken.yaml)."""
-    return labs(SEED.name, load_subject(EXAMPLE / "broken.yaml"))
+    yield from for_a_while(labs(SEED.name), load_subject(EXAMPLE / "broken.yaml"))
+
+
+@lab_fixture(SEED.name, scope="function")
+def seed_lab(labs: Callable[..., Lab]) -> Iterator[Lab]:
+    """The seed lab, back on its subject afterwards."""
+    yield from for_a_while(labs(SEED.name))
 
 
 @pytest.fixture
 def broken_pods(broken_share: Lab) -> Iterator[Pods]:
     yield from namespaced_pods(broken_share)
+
+
+def test_a_device_list_past_the_kubelets_grpc_limit_is_reported_with_its_size(
+    seed_lab: Lab, verdict: Verdict
+) -> None:
+    """gpu-mem-share with a device per MiB: some 815,000 ids, a ListAndWatch answer the
+    kubelet refuses (its gRPC receive limit, 4 MiB). The lab's capacity wait ends as soon as
+    the kubelet says so, naming the answer's size and the limit, not at its deadline."""
+    verdict.expect("refused at once: the size and the kubelet's limit named")
+    t0 = time.monotonic()
+    with pytest.raises(StepError) as e:
+        seed_lab.use_subject(load_subject(EXAMPLE / "per-mib.yaml"))
+    took = time.monotonic() - t0
+    said = str(e.value)
+    verdict.saw(f"{took:.0f}s: {said[:300]}")
+    assert re.search(
+        r"kubelet refused the plugin's ListAndWatch answer: [\d,]+ bytes "
+        r"\(8[\d,]+ devices\), past its gRPC limit of 4,194,304 bytes",
+        said,
+    ), said
+    assert took < 120, f"{took:.0f}s: the wait ran toward its deadline"
 
 
 def test_the_scheduler_choice_scenario_fails_a_plugin_that_ignores_the_choice(

@@ -9,10 +9,13 @@ to a poll period. `wait_capacity` first waits for every plugin pod started since
 
 from __future__ import annotations
 
+import re
+import time
 from collections.abc import Callable
 
 from kubernetes import client
 
+from clusters.kube import GiveUp
 from clusters.labs import registration
 from clusters.labs.context import Context
 from clusters.steps import StepError, poll
@@ -32,16 +35,58 @@ def node_gpus(node: client.V1Node, resource: str) -> tuple[int, int]:
 
 def wait_nodes(ctx: Context, what: str, names: set[str],
                check: Callable[[dict[str, tuple[int, int]]], bool],
-               deadline_s: float, resource: str) -> int:  # fmt: skip
+               deadline_s: float, resource: str,
+               give_up: GiveUp | None = None) -> int:  # fmt: skip
     """Watch Node objects until check({name: (capacity, allocatable)}) of `resource` holds
-    for `names`; returns time.time_ns() of the update that satisfied it."""
+    for `names`; returns time.time_ns() of the update that satisfied it. `give_up`: as
+    Kube.watch_until's."""
 
     def gpus(nodes: dict[str, client.V1Node]) -> tuple[bool, str]:
         seen = {n: node_gpus(nodes[n], resource) for n in names if n in nodes}
         shown = ", ".join(f"{n} {c}/{a}" for n, (c, a) in sorted(seen.items()))
         return check(seen), f"(capacity/allocatable) {shown or 'nothing'}"
 
-    return ctx.kube.watch_until(what, ctx.core.list_node, gpus, deadline_s)
+    return ctx.kube.watch_until(what, ctx.core.list_node, gpus, deadline_s, give_up)
+
+
+# The kubelet's words when a ListAndWatch answer is past its gRPC receive limit (grpc-go's
+# "received message larger than max (<size> vs. <limit>)", in its "ListAndWatch ended
+# unexpectedly" line): the plugin's devices never reach the node, however long one waits.
+TOO_LARGE = re.compile(r"received message larger than max \((\d+) vs\. (\d+)\)")
+# A plugin container in CrashLoopBackOff after this many restarts (three runs ended in a
+# row, some 15 s after it started) is not coming up by waiting.
+CRASH_LOOP_RESTARTS = 2
+
+
+def hopeless(ctx: Context, subject: Subject, pods: Pods, nodes: list[str],
+             since: float) -> GiveUp:  # fmt: skip
+    """Why a capacity wait cannot end well any more, asked between watches: a plugin pod
+    that crash-loops (with its last run's log), or a kubelet that refused the plugin's
+    device list as larger than its gRPC limit since `since` (with the size and the limit)."""
+
+    def why() -> str | None:
+        for node in nodes:
+            for pod in pods(node):
+                if pod.metadata.deletion_timestamp:  # on its way out (a restart's old pod)
+                    continue
+                for c in pod.status.container_statuses or []:
+                    waiting = c.state.waiting if c.state else None
+                    if (waiting and waiting.reason == "CrashLoopBackOff"
+                            and c.restart_count >= CRASH_LOOP_RESTARTS):  # fmt: skip
+                        said = " | ".join(ctx.kube.log_tail(pod, 4, c.name, previous=True))
+                        return (f"plugin pod {pod.metadata.name} on {node} crash-loops "
+                                f"({c.restart_count} restarts); its last run said: "
+                                f"{said}")  # fmt: skip
+            for line in kubelet_plugin_lines(ctx, node, 20, since=since):
+                if subject.spec.resource in line and (m := TOO_LARGE.search(line)):
+                    size, limit = int(m[1]), int(m[2])
+                    return (f"{node}'s kubelet refused the plugin's ListAndWatch answer: "
+                            f"{size:,} bytes ({expected_devices(ctx, subject, node):,} "
+                            f"devices), past its gRPC limit of {limit:,} bytes ({limit >> 20} "
+                            "MiB): advertise fewer devices")  # fmt: skip
+        return None
+
+    return why
 
 
 def wait_allocatable(ctx: Context, node: str, allocatable: int, capacity: int | None,
@@ -125,7 +170,9 @@ def wait_capacity(ctx: Context, subject: Subject, pods: Pods, deadline_s: float 
         return all(seen.get(n) == (c, c) for n, c in want.items())
 
     what = f"{subject.spec.resource} capacity = allocatable = inventory on {sorted(want)}"
-    wait_nodes(ctx, what, set(want), check, deadline_s, subject.spec.resource)
+    started = since.at if since is not None else time.time()
+    give_up = hopeless(ctx, subject, pods, sorted(want), started)
+    wait_nodes(ctx, what, set(want), check, deadline_s, subject.spec.resource, give_up)
 
 
 def _registered(ctx: Context, since: registration.Mark, pods: Pods) -> tuple[bool, str]:
@@ -133,11 +180,13 @@ def _registered(ctx: Context, since: registration.Mark, pods: Pods) -> tuple[boo
     return not pending, f"not yet registered on {', '.join(pending)}"
 
 
-def kubelet_plugin_lines(ctx: Context, node: str, lines: int = 8) -> list[str]:
+def kubelet_plugin_lines(ctx: Context, node: str, lines: int = 8,
+                         since: float | None = None) -> list[str]:  # fmt: skip
     """The last `lines` of `node`'s kubelet log about device plugins (registrations, streams
-    that ended), for a diagnosis: never raises."""
+    that ended; since the epoch time `since` where given), for a diagnosis: never raises."""
+    window = ["--since", f"@{int(since)}"] if since is not None else []
     try:
-        journal = ctx.node_exec(node, "journalctl", "-u", "kubelet", "-n", "3000",
+        journal = ctx.node_exec(node, "journalctl", "-u", "kubelet", "-n", "3000", *window,
                                 "--no-pager", "-o", "cat").splitlines()  # fmt: skip
     except Exception as e:  # a diagnosis must not hide the failure it explains
         return [f"unreadable ({e.__class__.__name__})"]

@@ -10,7 +10,8 @@ resource, is the plugin-agnostic proof that the new plugin got through Register.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, field
 
 import urllib3
 from kubernetes import client
@@ -40,6 +41,7 @@ class Mark:
     resource: str
     pods: frozenset[str]  # uids
     seen: dict[str, DeviceMetrics | None]  # node -> its kubelet's then (None: no answer)
+    at: float = field(default_factory=time.time)  # when (the nodes' clock is this host's)
 
     @property
     def counts(self) -> dict[str, int]:

@@ -88,3 +88,37 @@ def test_a_health_check_keeps_its_deadline_against_a_server_that_never_answers(
     assert "ReadTimeoutError" in why and "MaxRetryError" not in why
     timeouts = [float(t) for t in re.findall(r"read timeout=([\d.]+)", why)]
     assert timeouts and max(timeouts) <= 2
+
+
+def test_a_wait_gives_up_as_soon_as_what_it_awaits_can_no_longer_come(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """give_up is asked between watches, not before GIVE_UP_EVERY_S: the wait ends in one
+    line naming why (a plugin that crash-loops), long before its deadline."""
+    from kubernetes.client.exceptions import ApiException
+
+    from clusters import kube as kube_module
+    from clusters.steps import StepError
+
+    monkeypatch.setattr(kube_module, "GIVE_UP_EVERY_S", 0.3)
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config", "current-context": "c",
+        "clusters": [{"name": "c", "cluster": {"server": "https://127.0.0.1:1"}}],
+        "users": [{"name": "u", "user": {"token": "t"}}],
+        "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}],
+    }))  # fmt: skip
+    asked: list[float] = []
+
+    def listing(**_: object) -> None:
+        raise ApiException(status=503, reason="starting")
+
+    def give_up() -> str | None:
+        asked.append(1)
+        return "plugin pod p crash-loops" if len(asked) == 2 else None
+
+    with pytest.raises(StepError) as e:
+        Kube(kubeconfig).watch_until("capacity", listing, lambda _: (False, ""), 60, give_up)
+    assert re.match(r"gave up after \d+s on capacity: plugin pod p crash-loops; last saw: "
+                    r"ApiException", str(e.value))  # fmt: skip
+    assert len(asked) == 2
