@@ -221,7 +221,7 @@ LAB ?= seed
 # the Go modules their charts come from; `make cluster` deploys the first. nvidia-helm is
 # not in the default list until its one unexplained cluster-tier failure is
 # (docs/not-done-yet.md).
-SUBJECT ?= gpulab,nvidia,gpulab-timeslicing,nvidia-timeslicing,nvidia-cdi,nvidia-mps,examples/gpu-mem-share/subject.yaml,gpulab-mig,nvidia-mig,gpulab-mig-single,nvidia-mig-single
+SUBJECT ?= gpulab,nvidia,gpulab-timeslicing,nvidia-timeslicing,nvidia-cdi,nvidia-mps,$(CURDIR)/examples/gpu-mem-share/subject.yaml,gpulab-mig,nvidia-mig,gpulab-mig-single,nvidia-mig-single
 export GPULAB_SUBJECTS := $(SUBJECT)
 # `make e2e SUBJECT=mine` runs the suites that test the subjects (SUITES=subject); with
 # the default SUBJECT, or SUITES=all, gpulab's own run too (DRA, the chart on a plain
