@@ -117,16 +117,35 @@ def test_a_pod_no_gpu_can_hold_stays_pending_for_its_schedulers_reason(
     assert pods.get("too-big").spec.node_name is None
 
 
+@pytest.mark.needs("scheduler_webhook")
+def test_its_webhook_sends_pods_that_ask_for_it_to_its_scheduler(
+    subject: Subject, pods: Pods, verdict: Verdict
+) -> None:
+    """A pod that asks for the resource and names no scheduler gets the subject's in its
+    schedulerName (the scenarios' pods all go this way, as users' do); a pod that does not
+    ask keeps the default scheduler."""
+    sched = subject.spec.scheduler
+    assert sched is not None
+    verdict.expect(f"asking: {sched.name}; not asking: default-scheduler")
+    plain = pods.gpu_pod("no-gpu", 0, NODE)
+    plain["spec"]["containers"][0]["resources"] = {}
+    pods.create(plain)
+    pods.create(pods.gpu_pod("asks", 1, NODE))
+    got = {n: pods.get(n).spec.scheduler_name for n in ("asks", "no-gpu")}
+    verdict.saw(f"asking: {got['asks']}; not asking: {got['no-gpu']}")
+    assert got == {"asks": sched.name, "no-gpu": "default-scheduler"}, got
+
+
 def test_a_pod_that_bypasses_its_scheduler_is_refused_at_admission_at_once(
     subject: Subject, pods: Pods, verdict: Verdict
 ) -> None:
-    """A pod the default scheduler binds (the node's allocatable holds it) carries no
-    choice: the plugin's Allocate fails, the kubelet rejects the pod at admission, and the
-    wait for it to run ends within seconds, naming the rejection and the plugin's last
-    lines (a failing plugin's run is as fast as a passing one's)."""
+    """A pod bound to its node by nodeName (no scheduler sees it; the node's allocatable
+    holds it) carries no choice: the plugin's Allocate fails, the kubelet rejects the pod at
+    admission, and the wait for it to run ends within seconds, naming the rejection and the
+    plugin's last lines (a failing plugin's run is as fast as a passing one's)."""
     verdict.expect("UnexpectedAdmissionError, the wait over in seconds")
-    pod = pods.gpu_pod("bypass", 1, NODE)
-    pod["spec"]["schedulerName"] = "default-scheduler"
+    pod = pods.gpu_pod("bypass", 1)
+    pod["spec"]["nodeName"] = NODE
     pods.create(pod)
     t0 = time.monotonic()
     with pytest.raises(PodWaitError) as e:

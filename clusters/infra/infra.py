@@ -520,11 +520,10 @@ def subjects_tested() -> list[Subject]:
 
 
 def chart_modules() -> list[str]:
-    """The Go modules (module@version) whose charts the shipped and wanted subjects use."""
+    """The Go modules (module@version) whose charts the shipped and wanted subjects use
+    (their own or their companions')."""
     found = subject_shipped() + subjects_wanted()
-    return sorted(
-        {s.spec.chart.go_module for s in found if s.spec.chart and s.spec.chart.go_module}
-    )
+    return sorted({c.go_module for s in found for c in s.charts if c.go_module})
 
 
 def _build_subject(r: Runner, s: Subject, p: Products) -> str:

@@ -32,6 +32,11 @@ from clusters.subjects.subject import load as load_subject
 
 RESOURCE = "nvidia.com/gpu"
 SUBJECT_LABEL = f"{kindconfig.LABEL_PREFIX}/subject"  # on every DaemonSet a lab deploys
+# What a subject deploys that acts on the cluster by itself (its plugin, its companions'
+# schedulers and webhooks): labelled with its name, deleted when another takes its place.
+OWNED_KINDS = ("DaemonSet", "Deployment", "MutatingWebhookConfiguration",
+               "ValidatingWebhookConfiguration")  # fmt: skip
+WORKLOADS = ("DaemonSet", "Deployment")  # what a deploy waits for
 # Heals wait this long for the health signal before they restart the server once more.
 HEAL_WAIT_S = 60.0
 
@@ -230,17 +235,29 @@ def wait_pod_on(ctx: Context, what: str, namespace: str, selector: str, node: st
 
 
 def delete_subjects(ctx: Context, keep: str | None) -> None:
-    """Delete the DaemonSets of subjects other than `keep` (None: all of them) and wait for
-    their pods to go: one plugin under test at a time."""
-    found = ctx.apps.list_daemon_set_for_all_namespaces(label_selector=SUBJECT_LABEL).items
-    for ds in found:
-        if ds.metadata.labels.get(SUBJECT_LABEL) != keep:
-            ctx.kube.delete_daemonset(ds.metadata.name, ds.metadata.namespace)
+    """Delete what subjects other than `keep` (None: all of them) deployed (OWNED_KINDS)
+    and wait for their pods to go: one plugin under test at a time."""
+
+    def others(items: list) -> list:
+        return [o for o in items if o.metadata.labels.get(SUBJECT_LABEL) != keep]
+
+    # Webhooks first: a webhook whose server is gone would refuse (failurePolicy: Fail)
+    # every pod it matches.
+    admission = client.AdmissionregistrationV1Api(ctx.kube.api)
+    for w in others(admission.list_mutating_webhook_configuration(
+            label_selector=SUBJECT_LABEL).items):  # fmt: skip
+        admission.delete_mutating_webhook_configuration(w.metadata.name)
+    for w in others(admission.list_validating_webhook_configuration(
+            label_selector=SUBJECT_LABEL).items):  # fmt: skip
+        admission.delete_validating_webhook_configuration(w.metadata.name)
+    for ds in others(ctx.apps.list_daemon_set_for_all_namespaces(
+            label_selector=SUBJECT_LABEL).items):  # fmt: skip
+        ctx.kube.delete_daemonset(ds.metadata.name, ds.metadata.namespace)
     # Companions' Deployments (a subject's scheduler): another subject's would schedule
     # nothing and still watch the whole cluster.
-    for d in ctx.apps.list_deployment_for_all_namespaces(label_selector=SUBJECT_LABEL).items:
-        if d.metadata.labels.get(SUBJECT_LABEL) != keep:
-            ctx.kube.delete_deployment(d.metadata.name, d.metadata.namespace)
+    for d in others(ctx.apps.list_deployment_for_all_namespaces(
+            label_selector=SUBJECT_LABEL).items):  # fmt: skip
+        ctx.kube.delete_deployment(d.metadata.name, d.metadata.namespace)
 
 
 def kube_scheduler_image(ctx: Context) -> str:
@@ -272,9 +289,13 @@ class DevicePlugin(Serving):
         self.resource = subject.spec.resource
         self.mig_strategy = subject.expects.mig
         self.device_ids = subject.spec.device_ids
-        self.scheduler_name = subject.spec.scheduler.name if subject.spec.scheduler else None
+        # Named on each pod unless a companion webhook names it (as for a user's pods).
+        sched = subject.spec.scheduler
+        self.scheduler_name = sched.name if sched and not sched.webhook else None
         self.logs = subject.logs
         self.mark: registration.Mark | None = None  # taken by deploy, used by its wait
+        # (kind, name, namespace) of what deploy applied and wait_pods waits for, in order.
+        self.workloads: list[tuple[str, str, str]] = []
 
     def actions(self) -> list[Action]:
         return [
@@ -298,25 +319,31 @@ class DevicePlugin(Serving):
         if s.spec.companions:
             images["KUBE_SCHEDULER_IMAGE"] = kube_scheduler_image(ctx)
         # The companions first: a plugin that asks its scheduler's objects at start finds them.
-        docs = s.companion_docs(images) + s.render(images)
-        for doc in docs:
-            if doc["kind"] in ("DaemonSet", "Deployment"):
+        docs = s.companion_docs(images) + [(d, s.default_namespace) for d in s.render(images)]
+        for doc, _ in docs:
+            if doc["kind"] in OWNED_KINDS:
                 doc["metadata"].setdefault("labels", {})[SUBJECT_LABEL] = s.name
         ctx.kube.apply(plugin_config(ctx))
-        if s.spec.chart is not None:
-            ctx.kube.ensure_namespace(s.default_namespace)  # helm's --create-namespace
-        for doc in docs:
-            ctx.kube.apply(doc, namespace=s.default_namespace)
+        for c in s.charts:
+            ctx.kube.ensure_namespace(c.namespace)  # helm's --create-namespace
+        for doc, ns in docs:
+            ctx.kube.apply(doc, namespace=ns)
+        # Its own manifest's other DaemonSets are not waited for: a chart's may select no
+        # node yet (NVIDIA's MPS control daemon, until a node is labelled for it).
+        plugin = ("DaemonSet", s.daemonset_name, s.namespace)
+        found = [(d["kind"], d["metadata"]["name"], d["metadata"].get("namespace", ns))
+                 for d, ns in docs if d["kind"] in WORKLOADS]  # fmt: skip
+        own = {(d["kind"], d["metadata"]["name"]) for d in s.manifest}
+        self.workloads = [w for w in found if w[0] == "Deployment" or w[:2] not in own] + [plugin]
 
     def wait_pods(self, ctx: Context) -> None:
+        """Every Deployment and DaemonSet deploy applied (the plugin's last) ready."""
         s = self.subject
-        for doc in s.companion_docs({}):
-            ns = doc["metadata"].get("namespace", s.default_namespace)
-            if doc["kind"] == "Deployment":
-                ctx.kube.wait_deployment(doc["metadata"]["name"], ns)
-            elif doc["kind"] == "DaemonSet":
-                ctx.kube.wait_daemonset(doc["metadata"]["name"], ns)
-        ctx.kube.wait_daemonset(s.daemonset_name, s.namespace)
+        for kind, name, ns in self.workloads or [("DaemonSet", s.daemonset_name, s.namespace)]:
+            if kind == "Deployment":
+                ctx.kube.wait_deployment(name, ns)
+            else:
+                ctx.kube.wait_daemonset(name, ns)
 
     def pods(self, ctx: Context, node: str | None = None) -> list[client.V1Pod]:
         return ctx.kube.pods(self.subject.namespace, self.subject.selector, node)

@@ -28,6 +28,9 @@ tests/plugin, shipped subjects only; all: C, K and N):
     process: gpulab-plugin            # N: how the node tier runs it, without its image:
                                       # gpulab-plugin | nvidia-device-plugin
     env: {MIG_STRATEGY: mixed}        # C K: set in every container of its DaemonSet
+    companions: [sched.yaml, {path: webhook/}]  # K: manifest files or charts (as chart:)
+                                      # applied first: a scheduler, a webhook, RBAC
+    scheduler: {name: my-scheduler, webhook: true}  # K: the scheduler its pods need
     expects:                          # what the suites assert for it (Expects, below)
       recovers: true                  # K N: Healthy again after `fakenvml recover`
       lost_gpu: that-device           # K N: GPU_IS_LOST marks that-device | every-device,
@@ -86,7 +89,15 @@ from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Annotated, Any, Literal, get_args, get_origin
 
 import yaml
-from pydantic import AfterValidator, Field, ValidationInfo, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    Discriminator,
+    Field,
+    Tag,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from clusters import built, kube, versions
 from clusters.charts import chart
@@ -652,6 +663,22 @@ class Chart(Strict):
             raise ValueError(f"go_module: expected <module>@<version>, found {self.go_module!r}")
         return self
 
+    def directory(self, base: Path) -> Path:
+        """Its directory: `path` relative to `base` (the subject file's), or inside a Go
+        module in the cache."""
+        if self.path is not None:
+            return (base / self.path).resolve()
+        assert self.go_module is not None and self.dir is not None
+        return chart.module_dir(self.go_module) / self.dir
+
+
+# A companion: a manifest file, or a chart (a mapping, as `chart:`). Tagged, so that a bad
+# chart is explained as a chart, not as "expected a string".
+Companion = Annotated[
+    Annotated[str, Tag("File")] | Annotated[Chart, Tag("Chart")],
+    Discriminator(lambda v: "File" if isinstance(v, str) else "Chart"),
+]
+
 
 class Choice(Strict):
     """Where a plugin's scheduler writes the GPU it chose on a pod: an annotation, and how
@@ -677,6 +704,9 @@ class Scheduler(Strict):
 
     name: str = Field(min_length=1)
     choice: Choice | None = None  # where it writes the GPU it chose, if it does
+    # A companion webhook names it in the schedulerName of pods that ask for the resource
+    # (as HAMi's does): the suites' pods leave schedulerName unset and go through it.
+    webhook: bool = False
 
 
 class SubjectSpec(Strict):
@@ -698,10 +728,11 @@ class SubjectSpec(Strict):
     # and container tiers leave it out and say so in one line, instead of failing each test.
     cluster_only: str | None = Field(None, min_length=1)
     expects: Expects = Field(default_factory=Expects)
-    # Manifests applied with the plugin, before it (relative to the file; placeholders as
-    # in its own, and ${KUBE_SCHEDULER_IMAGE}: the cluster's kube-scheduler): a scheduler or
-    # extender, a webhook, CRDs, RBAC. Their Deployments and DaemonSets are waited for.
-    companions: list[str] = Field(default_factory=list)
+    # Manifest files or Helm charts applied with the plugin, before it (relative to the
+    # file; placeholders as in its own, and ${KUBE_SCHEDULER_IMAGE}: the cluster's
+    # kube-scheduler): a scheduler or extender, a webhook, CRDs, RBAC. Their Deployments
+    # and DaemonSets are waited for.
+    companions: list[Companion] = Field(default_factory=list)
     scheduler: Scheduler | None = None  # the scheduler the suites' pods name
     # Set in (or replacing the value of) every container of the subject's DaemonSet:
     # one manifest serves several configurations (MIG_STRATEGY: single | mixed).
@@ -730,12 +761,29 @@ class Subject:
 
     def chart_dir(self) -> Path:
         """The chart's directory: the subject's own, or inside a Go module in the cache."""
-        c = self.spec.chart
-        assert c is not None
-        if c.path is not None:
-            return self.path(c.path)
-        assert c.go_module is not None and c.dir is not None
-        return chart.module_dir(c.go_module) / c.dir
+        assert self.spec.chart is not None
+        return self.spec.chart.directory(self.source.parent)
+
+    @property
+    def charts(self) -> list[Chart]:
+        """Every chart it is deployed with: its own and its companions'."""
+        own = [self.spec.chart] if self.spec.chart else []
+        return own + [c for c in self.spec.companions if isinstance(c, Chart)]
+
+    def _chart_text(self, c: Chart, key: str, release: str, crds: bool = False) -> str:
+        """`helm template` of one of its charts (`key`: where the file names it)."""
+        where = c.directory(self.source.parent)
+        if not (where / "Chart.yaml").is_file():
+            if c.go_module is not None:
+                raise built.InfraMissing(f"subject {self.name}: {c.go_module} is not in the "
+                                         f"Go module cache ({where}); run `make infra "
+                                         f"SUBJECT={self.source}`")  # fmt: skip
+            raise SubjectError(f"{self.source}: {key}.path: no chart (Chart.yaml) in {where}")
+        try:
+            return chart.template(built.helm(), where, c.release or release, c.namespace,
+                                  c.values, versions.kube_version(), include_crds=crds)  # fmt: skip
+        except chart.ChartError as e:
+            raise SubjectError(f"{self.source}: {key}: {e}") from None
 
     @cached_property
     def manifest_text(self) -> str:
@@ -743,20 +791,8 @@ class Subject:
         or the chart rendered by `helm template` (once per Subject)."""
         if self.spec.daemonset is not None:
             return self.path(self.spec.daemonset).read_text()
-        c = self.spec.chart
-        assert c is not None
-        where = self.chart_dir()
-        if not (where / "Chart.yaml").is_file():
-            if c.go_module is not None:
-                raise built.InfraMissing(f"subject {self.name}: {c.go_module} is not in the "
-                                         f"Go module cache ({where}); run `make infra "
-                                         f"SUBJECT={self.source}`")  # fmt: skip
-            raise SubjectError(f"{self.source}: chart.path: no chart (Chart.yaml) in {where}")
-        try:
-            return chart.template(built.helm(), where, c.release or self.name, c.namespace,
-                                  c.values, versions.kube_version())  # fmt: skip
-        except chart.ChartError as e:
-            raise SubjectError(f"{self.source}: chart: {e}") from None
+        assert self.spec.chart is not None
+        return self._chart_text(self.spec.chart, "chart", self.name)
 
     @cached_property
     def manifest(self) -> list[dict]:
@@ -845,6 +881,11 @@ class Subject:
         return self.spec.device_ids.cdi is not None
 
     @property
+    def scheduler_webhook(self) -> bool:
+        """A companion webhook names its scheduler on pods (a trait)."""
+        return self.spec.scheduler is not None and self.spec.scheduler.webhook
+
+    @property
     def device_ids(self) -> str:
         """How device ids reach a container and name GPUs, as one line (a trait)."""
         return self.spec.device_ids.describe()
@@ -920,10 +961,26 @@ class Subject:
                     c["env"] = env + [{"name": k, "value": v} for k, v in self.spec.env.items()]
         return docs
 
-    def companion_docs(self, images: dict[str, str]) -> list[dict]:
-        """The companions' manifests' documents, placeholders filled as in `render`."""
-        texts = [_fill(self.path(f).read_text(), images) for f in self.spec.companions]
-        return [d for text in texts for d in yaml.safe_load_all(text) if d]
+    @cached_property
+    def _companion_texts(self) -> list[tuple[str, str]]:
+        """Each companion as text and the namespace its objects go to when they name none
+        (a chart's release namespace, as `helm install`; a file's: the subject's).
+        Rendered once per Subject, so a chart's generated certificates stay one pair."""
+        out = []
+        for i, c in enumerate(self.spec.companions):
+            if isinstance(c, str):
+                out.append((self.path(c).read_text(), self.default_namespace))
+            else:
+                release = c.release or f"{self.name}-{c.directory(self.source.parent).name}"
+                text = self._chart_text(c, f"companions[{i}]", release, crds=True)
+                out.append((text, c.namespace))
+        return out
+
+    def companion_docs(self, images: dict[str, str]) -> list[tuple[dict, str]]:
+        """The companions' documents, placeholders filled as in `render`, each with the
+        namespace it goes to if it names none."""
+        return [(d, ns) for text, ns in self._companion_texts
+                for d in yaml.safe_load_all(_fill(text, images)) if d]  # fmt: skip
 
 
 def build_args(images: dict[str, str]) -> dict[str, str]:
@@ -1006,7 +1063,13 @@ def from_file(path: Path) -> list[Subject]:
                 subject.daemonset  # noqa: B018 - validates the manifest has one
             except yaml.YAMLError:
                 raise SubjectError(f"{path}: daemonset: {s.daemonset} is not valid YAML") from None
-        for f in s.companions:
+        for i, f in enumerate(s.companions):
+            if isinstance(f, Chart):
+                where = f.directory(path.parent)
+                if f.path is not None and not (where / "Chart.yaml").is_file():
+                    raise SubjectError(f"{path}: companions[{i}]: no chart (Chart.yaml) in "
+                                       f"{where}")  # fmt: skip
+                continue
             if not subject.path(f).is_file():
                 raise SubjectError(f"{path}: companions: no file {subject.path(f)}")
             try:

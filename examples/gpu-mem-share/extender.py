@@ -46,11 +46,14 @@ def free(node: dict) -> list[tuple[Gpu, int]]:
     return [(g, g.units - used.get(g.index, 0)) for g in gpus if g.healthy]
 
 
-def best(node: dict, units: int) -> tuple[Gpu, int] | None:
-    """The healthy GPU with the fewest free units that still holds `units` (packing), and
-    its free units."""
-    fits = [(left, g.index, g) for g, left in free(node) if left >= units]
-    return (min(fits)[2], min(fits)[0]) if fits else None
+def best(room: list[tuple[Gpu, int]], units: int) -> tuple[Gpu, int] | None:
+    """Of a node's GPUs and their free units (`free`), the one with the fewest free units
+    that still holds `units` (packing), and its free units."""
+    fits = [(left, g.index, g) for g, left in room if left >= units]
+    if not fits:
+        return None
+    left, _, gpu = min(fits)
+    return gpu, left
 
 
 def filter_nodes(args: dict) -> dict:
@@ -58,10 +61,11 @@ def filter_nodes(args: dict) -> dict:
     units = requested(pod)
     keep, failed = [], {}
     for n in nodes:
-        if best(n, units) is not None:
+        room = free(n)
+        if best(room, units) is not None:
             keep.append(n)
         else:
-            most = max((left for _, left in free(n)), default=0)
+            most = max((left for _, left in room), default=0)
             why = f"no healthy GPU with {units} free units (most free on one GPU: {most})"
             failed[n["metadata"]["name"]] = f"gpu-mem-share: {why}"
     return {"Nodes": {"items": keep}, "FailedNodes": failed, "Error": ""}
@@ -72,7 +76,7 @@ def prioritize(args: dict) -> list[dict]:
     units = requested(pod)
     out = []
     for n in nodes:
-        found = best(n, units)
+        found = best(free(n), units)
         score = 0  # 0..10: the fewer units a GPU keeps free after it, the better
         if found is not None and found[0].units:
             gpu, left = found
@@ -84,7 +88,7 @@ def prioritize(args: dict) -> list[dict]:
 def bind(args: dict) -> dict:
     ns, name, node = args["podnamespace"], args["podname"], args["node"]
     pod = kube.pod(ns, name)
-    found = best(kube.node(node), requested(pod))
+    found = best(free(kube.node(node)), requested(pod))
     if found is None:
         return {"Error": f"gpu-mem-share: no GPU on {node} has room for {ns}/{name} any more"}
     g = found[0]

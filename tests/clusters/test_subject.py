@@ -342,6 +342,13 @@ def test_socket_is_a_name_or_a_glob(tmp_path: Path, socket: str, endpoint: str,
             "device_ids: env_id: 'gpu' names no GPU",
         ),
         ({"companions": ["absent.yaml"]}, "companions: no file"),
+        ({"companions": [{"path": "absent"}]}, "companions[0]: no chart (Chart.yaml) in"),
+        (
+            {"companions": [{"go_module": "m@v1"}]},
+            "companions[0]: dir: goes with go_module (the chart's directory in the module)",
+        ),
+        ({"companions": [3]}, "companions[0]: expected a mapping, found 3"),
+        ({"scheduler": {"name": "s", "webhook": "yes"}}, "scheduler.webhook: expected"),
         (
             {"scheduler": {"name": "s", "choice": {"annotation": "a", "id": "{gpu}"}}},
             "scheduler.choice.id: '{gpu}': unknown placeholder {gpu}",
@@ -532,7 +539,10 @@ def test_the_sharing_example_names_its_scheduler_and_reads_the_env_its_own_way()
     its scheduler and extender as companions; the broken variant is the same image."""
     share = subject.examples()[0]
     assert share.name == "gpu-mem-share" and share.expects.shares_memory
-    assert share.spec.companions == ["scheduler.yaml"]
+    files = [c for c in share.spec.companions if isinstance(c, str)]
+    charts = [c for c in share.spec.companions if isinstance(c, subject.Chart)]
+    assert files == ["scheduler.yaml"] and [c.path for c in charts] == ["webhook"]
+    assert share.charts == charts and share.scheduler_webhook
     assert share.spec.scheduler is not None and share.spec.scheduler.choice is not None
     ids = share.spec.device_ids
     assert ids.opaque and ids.env == "NVIDIA_VISIBLE_DEVICES"
@@ -544,9 +554,16 @@ def test_the_sharing_example_names_its_scheduler_and_reads_the_env_its_own_way()
     assert health.unhealthy_of(gpu).search("0:79:Healthy,2:79:Unhealthy")
     assert not health.unhealthy_of(gpu).search("2:79:Healthy,12:79:Unhealthy")
     docs = share.companion_docs({"KUBE_SCHEDULER_IMAGE": "k/s:1", "SUBJECT_IMAGE": "me:1"})
-    images = [c["image"] for d in docs if d["kind"] == "Deployment"
+    images = [c["image"] for d, _ in docs if d["kind"] == "Deployment"
               for c in d["spec"]["template"]["spec"]["containers"]]  # fmt: skip
-    assert images == ["k/s:1", "me:1"]
+    assert images == ["k/s:1", "me:1", "me:1"]  # scheduler, extender; the webhook (its chart)
+    # The chart's objects go to its release namespace; the webhook trusts the CA the chart
+    # made, which signed the certificate its server is given.
+    by_kind = {d["kind"]: (d, ns) for d, ns in docs}
+    hook, _ = by_kind["MutatingWebhookConfiguration"]
+    assert by_kind["Secret"][1] == "kube-system" and hook["webhooks"][0]["clientConfig"]["caBundle"]
+    assert "c.resources.limits)" in hook["webhooks"][0]["matchConditions"][0]["expression"]
+    assert share.companion_docs({}) == share.companion_docs({})  # rendered once: one CA
     broken = subject.load(subject.EXAMPLES_DIR / "gpu-mem-share" / "broken.yaml")
     assert broken.plugin == share.plugin and broken.spec.env == {"GPU_SHARE_IGNORE_SCHEDULER": "1"}
     assert subject.cluster_only([share]) == [f"gpu-mem-share: cluster tier only: "
