@@ -343,10 +343,13 @@ def verdict(record_property: Callable[[str, object], None]) -> Verdict:
 
 
 def bring_up(lab: Lab) -> Lab:
-    """lab.up(), or a one-line failure naming `make infra` when infrastructure is missing
-    (fixtures never build it: no test timeout may wrap a build)."""
+    """lab.up() without its spec's fleet, or a one-line failure naming `make infra` when
+    infrastructure is missing (fixtures never build it: no test timeout may wrap a build).
+    The suites of a lab share it, and some read or delete every node's ResourceSlices
+    (test_dra_width.py): its fleet is the fleet suite's (test_fleet.py), made from the spec
+    there and deleted after it."""
     try:
-        return lab.up()
+        return lab.up(with_fleet=False)
     except InfraMissing as e:
         pytest.fail(str(e), pytrace=False)
 

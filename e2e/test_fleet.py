@@ -29,10 +29,9 @@ from e2e.verdict import Verdict
 from fakenvml import mig
 
 DRA, DRA_MIG, DYNMIG = (spec.load(n) for n in ("dra", "dra-mig", "dra-dynmig"))
-MODELS = [n.name for n in DRA.gpu_nodes]
-COPIES = 3  # of each model
-# The model whose copies are live (a DRA driver each): the eight-GPU A100 node.
-LIVE = next(n.name for n in DRA.gpu_nodes if n.gpu_count == 8)
+MODELS = list(DRA.fleet)  # the fleets are the labs' specs' (`fleet:`), made here
+# The model whose copies are live (a DRA driver each): the eight-GPU A100 node's.
+LIVE = next(n for n, f in DRA.fleet.items() if f.live)
 START_S = 60  # as e2e/test_dra.py's: a pod with a claim runs in about a second when quiet
 
 
@@ -42,29 +41,27 @@ class Fleet:
     copies: dict[str, list[str]]  # model -> its copies
 
 
-def fleet_of(lab: Lab, copies: int, live: str | None = None) -> Iterator[Fleet]:
-    """`copies` copies of each GPU node of the lab, those of `live` live; the fleet deleted
-    afterwards."""
-    made = {n.name: fleet.up(lab.ctx, n.name, copies, live=copies if n.name == live else 0)
-            for n in lab.ctx.lab.gpu_nodes}  # fmt: skip
-    yield Fleet(lab, made)
+def fleet_of(lab: Lab) -> Iterator[Fleet]:
+    """The fleet the lab's spec declares (the suites' labs come up without it:
+    e2e/fixtures.py bring_up), deleted afterwards."""
+    yield Fleet(lab, fleet.up_spec(lab.ctx))
     fleet.down(lab.ctx)
 
 
 @lab_fixture(DRA.name, scope="module")
 def fleet_lab(labs: Callable[..., Lab]) -> Iterator[tuple[Lab, dict[str, list[str]]]]:
-    for f in fleet_of(labs(DRA.name), COPIES, live=LIVE):
+    for f in fleet_of(labs(DRA.name)):
         yield f.lab, f.copies
 
 
 @lab_fixture(DRA_MIG.name, scope="module")
 def mig_fleet(labs: Callable[..., Lab]) -> Iterator[Fleet]:
-    yield from fleet_of(labs(DRA_MIG.name), 2)
+    yield from fleet_of(labs(DRA_MIG.name))
 
 
 @lab_fixture(DYNMIG.name, scope="module")
 def dynmig_fleet(labs: Callable[..., Lab]) -> Iterator[Fleet]:
-    yield from fleet_of(labs(DYNMIG.name), 2)
+    yield from fleet_of(labs(DYNMIG.name))
 
 
 @pytest.fixture
@@ -92,8 +89,8 @@ def test_each_copy_publishes_its_models_resource_slices(
     want = fleet.slices(lab.ctx, model)
     devices = sum(len(s["spec"]["devices"]) for s in want)
     own = "; each GPU's UUID its own (live copies)" if live else ""
-    verdict.expect(f"{COPIES} copies, each {len(want)} slices of {devices} devices, no field "
-                   f"different{own}")  # fmt: skip
+    verdict.expect(f"{DRA.fleet[model].copies} copies, each {len(want)} slices of {devices} "
+                   f"devices, no field different{own}")  # fmt: skip
     found = {c: fleet.slices(lab.ctx, c) for c in made[model]}
     diffs = {c: fleet.differences(want, got) for c, got in found.items()}
     uuids = [str(d["attributes"]["uuid"]["string"]) for got in [want, *found.values()]
@@ -148,7 +145,8 @@ def test_copies_show_their_models_capacity_and_gpu_labels(
     """Each copy: Ready (KWOK), its model's capacity and allocatable, and its model's
     labels of the GPU world (GFD's nvidia.com/, NFD's feature.node.kubernetes.io/)."""
     lab, made = fleet_lab
-    verdict.expect(f"{len(MODELS) * COPIES} copies Ready with their model's capacity and labels")
+    copies = sum(f.copies for f in DRA.fleet.values())
+    verdict.expect(f"{copies} copies Ready with their model's capacity and labels")
 
     def gpu_labels(labels: dict[str, str]) -> dict[str, str]:
         return {k: v for k, v in labels.items()

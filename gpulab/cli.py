@@ -5,7 +5,8 @@
     gpulab lab up LAB [--subject S]        a lab up (a running cluster is reused)
     gpulab lab down LAB                    its cluster and host state deleted
     gpulab lab list                        the shipped labs, and which of them run
-    gpulab lab fleet LAB NODE COUNT        COUNT KWOK copies of a lab's GPU node (0: none);
+    gpulab lab fleet LAB [NODE COUNT]      COUNT KWOK copies of a lab's GPU node (0: none;
+                                           neither: the fleet its spec declares);
                                            --live N: N of them with a DRA driver of their own
     gpulab test [--subject S,...] [--suites subject|all] [PYTEST-ARGS...]   the cluster tier
     gpulab experiment run|validate|report  fault-injection experiments on a lab
@@ -152,19 +153,32 @@ def _lab_fleet(args: argparse.Namespace) -> int:
     from clusters.labs import fleet
     from clusters.labs.lab import Lab
 
-    if args.count < 0:
+    if (args.node is None) != (args.count is None):
+        print("gpulab lab fleet: error: give NODE and COUNT, or neither (the spec's fleet)",
+              file=sys.stderr)  # fmt: skip
+        return 2
+    if args.count is not None and args.count < 0:
         print(f"gpulab lab fleet: error: COUNT is {args.count}: 0 or more", file=sys.stderr)
         return 2
-    if not 0 <= args.live <= args.count:
+    if args.count is not None and not 0 <= args.live <= args.count:
         print(f"gpulab lab fleet: error: --live {args.live}: 0 to COUNT ({args.count})",
               file=sys.stderr)  # fmt: skip
         return 2
 
     def scale(lab: Lab) -> None:
-        made = fleet.up(lab.ctx, args.node, args.count, live=args.live)
-        print(f"{len(made)} copies of {args.node}" + (f": {made[0]} .. {made[-1]}" if made else ""))
-        for name in made[: args.live]:
-            print(f"  {name}: live, its GPUs in {fleet.live_state(lab.ctx, args.node, name).path}")
+        if args.node is None:
+            made = fleet.up_spec(lab.ctx)
+            if not made:
+                print(f"lab {lab.name}'s spec declares no fleet (a GPU node's `fleet:`)")
+            lives = {n: f.live for n, f in lab.lab.fleet.items()}
+        else:
+            made = {args.node: fleet.up(lab.ctx, args.node, args.count, live=args.live)}
+            lives = {args.node: args.live}
+        for model, names in made.items():
+            span = f": {names[0]} .. {names[-1]}" if names else ""
+            print(f"{len(names)} copies of {model}{span}")
+            for name in names[: lives[model]]:
+                print(f"  {name}: live, its GPUs in {fleet.live_state(lab.ctx, model, name).path}")
 
     return _with_lab(args, scale)
 
@@ -208,16 +222,19 @@ def running_clusters() -> tuple[set[str] | None, str]:
 
 
 def lab_lines(labs: list[LabSpec], running: set[str] | None) -> list[str]:
-    """One line a lab: name, nodes, fake GPUs, what serves them, whether a kind cluster of
-    its name runs here (`?`: unknown); then the kind clusters that are no shipped lab."""
+    """One line a lab: name, nodes, fake GPUs, its fleet's KWOK copies, what serves them,
+    whether a kind cluster of its name runs here (`?`: unknown); then the kind clusters
+    that are no shipped lab."""
     from clusters.labs import servers, serving
 
-    rows = [("LAB", "NODES", "GPUS", "SERVES", "CLUSTER")]
+    rows = [("LAB", "NODES", "GPUS", "FLEET", "SERVES", "CLUSTER")]
     for lab in labs:
         serves = servers.choose(lab, lambda lab=lab: serving.for_subject(lab.spec.subject)).words
         state = "?" if running is None else "running" if lab.spec.name in running else "-"
         gpus = sum(n.gpu_count for n in lab.gpu_nodes)
-        rows.append((lab.spec.name, str(len(lab.nodes)), str(gpus), serves, state))
+        copies = sum(f.copies for f in lab.fleet.values())  # its spec's KWOK copies
+        rows.append((lab.spec.name, str(len(lab.nodes)), str(gpus), str(copies or "-"), serves,
+                     state))  # fmt: skip
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
     lines = ["  ".join(c.ljust(w) for c, w in zip(r[:-1], widths, strict=True)) + "  " + r[-1]
              for r in rows]  # fmt: skip
@@ -300,8 +317,10 @@ def _parser() -> argparse.ArgumentParser:
     fl = acts.add_parser("fleet", help="KWOK copies of a running lab's GPU node: its capacity, "
                          "labels and DRA slices (clusters/labs/fleet.py)")  # fmt: skip
     fl.add_argument("lab", help="a lab under clusters/labs/ or a path (up)")
-    fl.add_argument("node", help="one of its GPU nodes, the copies' model")
-    fl.add_argument("count", type=int, help="how many copies (0: none, the others deleted)")
+    fl.add_argument("node", nargs="?", help="one of its GPU nodes, the copies' model "
+                    "(with COUNT; neither: the fleet its spec declares)")  # fmt: skip
+    fl.add_argument("count", type=int, nargs="?",
+                    help="how many copies (0: none, the others deleted)")  # fmt: skip
     fl.add_argument("--live", type=int, default=0, metavar="N",
                     help="the first N copies run a DRA driver of their own on fake GPUs "
                     "of their own (inject with the --state-dir it prints)")  # fmt: skip

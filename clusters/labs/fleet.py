@@ -243,6 +243,12 @@ def up(ctx: Context, model: str, count: int, live: int = 0) -> list[str]:
     return made
 
 
+def up_spec(ctx: Context) -> dict[str, list[str]]:
+    """The fleet the lab's spec declares (its GPU nodes' `fleet:`), each node's copies made
+    as `up` makes them; the copies by model."""
+    return {model: up(ctx, model, f.copies, live=f.live) for model, f in ctx.lab.fleet.items()}
+
+
 def live_copies(ctx: Context) -> set[str]:
     """The fleet nodes a driver of their own serves (pods of the live copies' label)."""
     pods = ctx.kube.core.list_namespaced_pod(dra.NAMESPACE, label_selector=LIVE_LABEL).items

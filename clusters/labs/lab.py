@@ -29,7 +29,7 @@ from kubernetes import client
 from rich.console import Console
 
 from clusters.kube import Kube
-from clusters.labs import actions, registration, servers, serving, spec
+from clusters.labs import actions, fleet, registration, servers, serving, spec
 from clusters.labs import capacity as waits  # Lab.wait_allocatable has a `capacity` parameter
 from clusters.labs.context import Context
 from clusters.labs.host import Host
@@ -156,14 +156,15 @@ class Lab:
                 self.console.print(f"[green]✓[/] {title} [dim]({time.monotonic() - t0:.1f}s)[/]",
                                    highlight=False)  # fmt: skip
 
-    def up(self) -> Lab:
-        """The lab running what serves its GPUs. Reuses the cluster when it is up; a cluster
-        this call created is deleted again if a later action fails (unless retained)."""
+    def up(self, with_fleet: bool = True) -> Lab:
+        """The lab running what serves its GPUs, and its spec's fleet (`with_fleet`). Reuses
+        the cluster when it is up; a cluster this call created is deleted again if a later
+        action fails (unless retained)."""
         t0 = time.monotonic()
         self.ctx.created = False
         self.host.claim()
         try:
-            self.run(self.actions())
+            self.run(self.actions(with_fleet))
         except BaseException:
             if self.created and not self.retain:
                 self.console.print(f"[yellow]![/] deleting the half-made cluster {self.name} "
@@ -174,16 +175,25 @@ class Lab:
                                    f"(KEEP=1): export KUBECONFIG={self.kubeconfig}")  # fmt: skip
             raise
         gpus = sum(n.gpu_count for n in self.lab.gpu_nodes)
+        copies = sum(f.copies for f in self.lab.fleet.values()) if with_fleet else 0
         self.console.print(
             f"[bold green]Lab {self.name} is up[/] in {time.monotonic() - t0:.0f}s: "
-            f"{len(self.lab.nodes)} nodes, {gpus} fake GPUs, {self.serves}\n"
+            f"{len(self.lab.nodes)} nodes"
+            + (f" and {copies} KWOK copies" if copies else "")
+            + f", {gpus} fake GPUs, {self.serves}\n"
             f"  export KUBECONFIG={self.kubeconfig}"
         )
         return self
 
-    def actions(self) -> list[actions.Action]:
-        """Everything `up()` runs: the cluster's actions, then what serves the GPUs'."""
-        return [*actions.UP, serving.clear_faults(self.serving), *self.serving.actions()]
+    def actions(self, with_fleet: bool = True) -> list[actions.Action]:
+        """Everything `up()` runs: the cluster's actions, what serves the GPUs', then the
+        spec's fleet (its copies are of nodes that serve)."""
+        todo = [*actions.UP, serving.clear_faults(self.serving), *self.serving.actions()]
+        if with_fleet and self.lab.fleet:
+            said = ", ".join(f"{f.copies} of {n}" + (f" ({f.live} live)" if f.live else "")
+                             for n, f in self.lab.fleet.items())  # fmt: skip
+            todo.append(actions.Action(f"Make its fleet: KWOK copies, {said}", fleet.up_spec))
+        return todo
 
     def use_subject(self, subject: str | Path | Subject) -> None:
         """Deploy fakenvml and the plugin under test (removing any other subject's

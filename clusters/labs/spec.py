@@ -21,6 +21,9 @@
         extra_resources: {example.com/rdma: 10}       # counted, served by our plugin
         plugin: {start: true}       # false: the plugin DaemonSet skips this node until
                                     # the node is labelled (the seeds' second worker)
+        fleet: {copies: 3, live: 1} # KWOK copies of this GPU node made with the lab
+                                    # (clusters/labs/fleet.py); live: the first copies run
+                                    # a DRA driver of their own (a dra: lab's)
 
 kind names nodes by role and order (<lab>-control-plane, <lab>-worker, <lab>-worker2,
 ...), so a node's name follows from its position; `Node.name` computes it.
@@ -53,6 +56,20 @@ class PluginPlacement(Strict):
     start: bool = True
 
 
+class FleetSpec(Strict):
+    """KWOK copies of a GPU node (clusters/labs/fleet.py): its capacity, labels and DRA
+    slices, for the real scheduler across a fleet."""
+
+    copies: int = Field(ge=1)
+    live: int = Field(0, ge=0)  # the first `live` copies run a DRA driver of their own
+
+    @model_validator(mode="after")
+    def _live_of_copies(self) -> FleetSpec:
+        if self.live > self.copies:
+            raise ValueError(f"live: {self.live}, more than its {self.copies} copies")
+        return self
+
+
 class NodeSpec(Strict):
     role: Literal["control-plane", "worker"] = "worker"
     gpus: list[dict] | None = None
@@ -60,6 +77,7 @@ class NodeSpec(Strict):
     driver_version: str | None = None  # the node's fake driver (default: the profiles')
     extra_resources: dict[str, int] = Field(default_factory=dict)
     plugin: PluginPlacement = PluginPlacement()
+    fleet: FleetSpec | None = None
 
 
 class DraSpec(Strict):
@@ -136,6 +154,19 @@ class LabSpec(Strict):
     def _one_server(self) -> LabSpec:
         if self.dra and self.operator:
             raise ValueError("dra and operator: one of them serves a lab's GPUs")
+        return self
+
+    @model_validator(mode="after")
+    def _fleet_of_gpu_nodes(self) -> LabSpec:
+        for i, n in enumerate(self.nodes):
+            if n.fleet is None:
+                continue
+            if n.gpus is None:
+                raise ValueError(f"nodes[{i}].fleet: copies of a node without gpus: "
+                                 "only a GPU node has a fleet")  # fmt: skip
+            if n.fleet.live and self.dra is None:
+                raise ValueError(f"nodes[{i}].fleet.live: a live copy runs NVIDIA's DRA "
+                                 "driver: a dra: lab's")  # fmt: skip
         return self
 
     @field_validator("nodes")
@@ -216,6 +247,11 @@ class Lab:
     @property
     def gpu_nodes(self) -> list[Node]:
         return [n for n in self.nodes if n.gpu_node]
+
+    @property
+    def fleet(self) -> dict[str, FleetSpec]:
+        """Its GPU nodes' fleets (`fleet:`), by node name: KWOK copies of each."""
+        return {n.name: n.spec.fleet for n in self.nodes if n.spec.fleet}
 
 
 def from_dict(data: object, source: str = "lab spec", path: Path | None = None) -> Lab:

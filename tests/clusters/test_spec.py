@@ -206,12 +206,44 @@ CP = {"role": "control-plane"}
          "node_status_update_frequency: 'soon': expected a duration such as 500ms"),
         ({"name": "x", "node_status_update_frequency": 0, "nodes": [CP]},
          "node_status_update_frequency: expected a number > 0, found 0"),
+        ({"name": "x", "nodes": [CP, {"fleet": {"copies": 2}}]},
+         "nodes[1].fleet: copies of a node without gpus: only a GPU node has a fleet"),
+        ({"name": "x", "nodes": [CP, {"gpus": [{"profile": "T4"}], "fleet": {"copies": 2,
+                                                                              "live": 1}}]},
+         "nodes[1].fleet.live: a live copy runs NVIDIA's DRA driver: a dra: lab's"),
+        ({"name": "x", "dra": {}, "nodes": [CP, {"gpus": [{"profile": "T4"}],
+                                                 "fleet": {"copies": 2, "live": 3}}]},
+         "nodes[1].fleet: live: 3, more than its 2 copies"),
+        ({"name": "x", "nodes": [CP, {"gpus": [{"profile": "T4"}], "fleet": {"copies": 0}}]},
+         "nodes[1].fleet.copies: expected a number >= 1, found 0"),
     ],
 )  # fmt: skip
 def test_bad_specs_are_refused_with_one_line(data: dict, message: str) -> None:
     with pytest.raises(spec.SpecError) as e:
         spec.from_dict(data)
     assert message in str(e.value) and "\n" not in str(e.value)
+
+
+def test_a_fleet_is_read_from_its_spec_by_node_name() -> None:
+    """A GPU node's `fleet:` is that node's copies: the lab's fleet by kind's node name."""
+    lab = spec.from_dict({"name": "f", "dra": {}, "nodes": [
+        CP, {"gpus": [{"profile": "T4"}]}, {"gpus": [{"profile": "T4"}],
+                                            "fleet": {"copies": 5, "live": 2}}]})  # fmt: skip
+    assert {n: (f.copies, f.live) for n, f in lab.fleet.items()} == {"f-worker2": (5, 2)}
+    assert spec.from_dict({"name": "g", "nodes": [CP]}).fleet == {}
+
+
+def test_a_lab_comes_up_with_its_fleet_last_and_the_suites_labs_without(tmp_path: Path) -> None:
+    """`gpulab lab up` makes the fleet its spec declares once its GPUs are served; the
+    suites' labs (e2e/fixtures.py bring_up) leave it to the fleet suite."""
+    path = tmp_path / "fl.yaml"
+    path.write_text("name: fl\ndra: {}\nnodes:\n  - role: control-plane\n"
+                    "  - {gpus: [{profile: T4}], fleet: {copies: 4}}\n"
+                    "  - {gpus: [{profile: T4}], fleet: {copies: 2, live: 1}}\n")  # fmt: skip
+    lab = Lab(path)
+    titles = [a.title for a in lab.actions()]
+    assert titles[-1] == "Make its fleet: KWOK copies, 4 of fl-worker, 2 of fl-worker2 (1 live)"
+    assert [a.title for a in lab.actions(with_fleet=False)] == titles[:-1]
 
 
 def test_unknown_lab_names_the_known_ones() -> None:

@@ -32,15 +32,17 @@ def test_lab_list_gives_each_shipped_lab_a_line_and_says_which_run() -> None:
     shipped = spec.shipped()
     assert {lab.spec.name for lab in shipped} >= {"seed", "hetero", "dra", "mig"}
     lines = cli.lab_lines(shipped, running={"seed", "someone-elses"})
-    assert lines[0].split() == ["LAB", "NODES", "GPUS", "SERVES", "CLUSTER"]
+    assert lines[0].split() == ["LAB", "NODES", "GPUS", "FLEET", "SERVES", "CLUSTER"]
     rows = {line.split()[0]: line for line in lines[1:-1]}
     assert set(rows) == {lab.spec.name for lab in shipped}
     gpus = sum(n.gpu_count for n in SEED.gpu_nodes)
-    assert rows["seed"].split() == ["seed", str(len(SEED.nodes)), str(gpus), "subject", "gpulab",
-                                    "running"]  # fmt: skip
-    assert rows["dra"].split()[3:] == [*f"NVIDIA's DRA driver {dra.version()}".split(), "-"]
+    assert rows["seed"].split() == ["seed", str(len(SEED.nodes)), str(gpus), "-", "subject",
+                                    "gpulab", "running"]  # fmt: skip
+    copies = sum(f.copies for f in spec.load("dra").fleet.values())
+    assert rows["dra"].split()[3:] == [str(copies), *f"NVIDIA's DRA driver {dra.version()}".split(),
+                                       "-"]  # fmt: skip
     serves = f"NVIDIA's GPU Operator {gpuoperator.version()}"
-    assert rows["operator"].split()[3:] == [*serves.split(), "-"]
+    assert rows["operator"].split()[3:] == ["-", *serves.split(), "-"]
     assert lines[-1] == "other kind clusters here: someone-elses"
     unknown = cli.lab_lines(shipped, running=None)
     assert all(line.endswith("  ?") for line in unknown[1:])
@@ -72,6 +74,8 @@ def test_lab_up_of_an_unknown_lab_is_one_line(capsys: pytest.CaptureFixture[str]
     (["seed", SEED.gpu_nodes[0].name, "-1"], 2, "gpulab lab fleet: error: COUNT is -1: 0 or more"),
     (["seed", SEED.gpu_nodes[0].name, "2", "--live", "3"], 2,
      "gpulab lab fleet: error: --live 3: 0 to COUNT (2)"),
+    (["seed", SEED.gpu_nodes[0].name], 2,
+     "gpulab lab fleet: error: give NODE and COUNT, or neither (the spec's fleet)"),
 ])  # fmt: skip
 def test_lab_fleet_refuses_a_node_it_cannot_copy_or_a_count_out_of_range_in_one_line(
     argv: list[str], rc: int, message: str, capsys: pytest.CaptureFixture[str]
