@@ -17,6 +17,7 @@ import os
 import signal
 import ssl
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import urlsplit
 
 from share import requested
 
@@ -44,10 +45,11 @@ def review(request: dict) -> dict:
 
 class Handler(BaseHTTPRequestHandler):
     def do_GET(self) -> None:  # the readiness probe
-        self._reply(200 if self.path == "/healthz" else 404, {})
+        self._reply(200 if urlsplit(self.path).path == "/healthz" else 404, {})
 
     def do_POST(self) -> None:
-        if self.path != "/mutate":
+        # The API server asks /mutate?timeout=5s (the configuration's timeoutSeconds).
+        if urlsplit(self.path).path != "/mutate":
             self._reply(404, {})
             return
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))

@@ -6,7 +6,10 @@ from __future__ import annotations
 import base64
 import json
 import sys
+import threading
+import urllib.request
 from collections.abc import Iterator
+from http.server import ThreadingHTTPServer
 from pathlib import Path
 from types import ModuleType
 
@@ -58,3 +61,22 @@ def test_a_pod_asking_for_units_goes_to_its_scheduler(webhook: ModuleType) -> No
 )
 def test_other_pods_are_left_alone(webhook: ModuleType, obj: dict, why: str) -> None:
     assert patched(webhook, obj) == [], why
+
+
+def test_it_answers_the_path_the_api_server_asks(webhook: ModuleType) -> None:
+    """The API server posts to the configured path with its timeout as a query
+    (/mutate?timeout=5s); the server answers there, as an AdmissionReview."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), webhook.Handler)  # TLS aside
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        review = {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+                  "request": {"uid": "u-2", "object": pod(1)}}  # fmt: skip
+        url = f"http://127.0.0.1:{server.server_port}/mutate?timeout=5s"
+        req = urllib.request.Request(url, json.dumps(review).encode(), method="POST")
+        req.add_header("Content-Type", "application/json")
+        with urllib.request.urlopen(req, timeout=10) as r:
+            answer = json.loads(r.read())
+        assert answer["kind"] == "AdmissionReview" and answer["response"]["uid"] == "u-2"
+        assert answer["response"]["patchType"] == "JSONPatch"
+    finally:
+        server.shutdown()
