@@ -15,7 +15,7 @@ import logging
 import os
 import signal
 import time
-from http.server import BaseHTTPRequestHandler, HTTPServer
+from http.server import HTTPServer
 
 from share import (
     ASSIGNED,
@@ -23,6 +23,7 @@ from share import (
     GPU_INDEX,
     NODE_GPUS,
     Gpu,
+    JsonHandler,
     Kube,
     parse_gpus,
     requested,
@@ -102,7 +103,7 @@ def bind(args: dict) -> dict:
 VERBS = {"/filter": filter_nodes, "/prioritize": prioritize, "/bind": bind}
 
 
-class Handler(BaseHTTPRequestHandler):
+class Handler(JsonHandler):
     def do_POST(self) -> None:
         verb = VERBS.get(self.path)
         if verb is None:
@@ -117,15 +118,7 @@ class Handler(BaseHTTPRequestHandler):
             if self.path == "/prioritize":
                 self.send_error(500, str(e))
                 return
-        data = json.dumps(body).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    def log_message(self, fmt: str, *a: object) -> None:
-        log.debug(fmt, *a)
+        self.reply(200, body)
 
 
 def main() -> None:

@@ -12,11 +12,13 @@ library's weight.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import ssl
 import urllib.parse
 import urllib.request
 from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler
 
 RESOURCE = "example.com/gpu-mem"
 PREFIX = "gpu-mem-share.example.com"
@@ -131,3 +133,19 @@ class Kube:
             "metadata": {"name": name, "namespace": namespace, "uid": uid},
             "target": {"apiVersion": "v1", "kind": "Node", "name": node},
         })  # fmt: skip
+
+
+class JsonHandler(BaseHTTPRequestHandler):
+    """An HTTP handler that answers JSON and logs requests at debug only (the extender's
+    and the webhook's: the scheduler and the API server call them many times a second)."""
+
+    def reply(self, code: int, body: object) -> None:
+        data = json.dumps(body).encode()
+        self.send_response(code)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, fmt: str, *a: object) -> None:
+        logging.getLogger(type(self).__module__).debug(fmt, *a)

@@ -16,10 +16,10 @@ import logging
 import os
 import signal
 import ssl
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from urllib.parse import urlsplit
 
-from share import requested
+from share import JsonHandler, requested
 
 log = logging.getLogger("gpu-mem-share-webhook")
 SCHEDULER = os.environ.get("GPU_SHARE_SCHEDULER", "gpu-mem-share-scheduler")
@@ -43,30 +43,19 @@ def review(request: dict) -> dict:
     return answer
 
 
-class Handler(BaseHTTPRequestHandler):
+class Handler(JsonHandler):
     def do_GET(self) -> None:  # the readiness probe
-        self._reply(200 if urlsplit(self.path).path == "/healthz" else 404, {})
+        self.reply(200 if urlsplit(self.path).path == "/healthz" else 404, {})
 
     def do_POST(self) -> None:
         # The API server asks /mutate?timeout=5s (the configuration's timeoutSeconds).
         if urlsplit(self.path).path != "/mutate":
-            self._reply(404, {})
+            self.reply(404, {})
             return
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
         answer = review(body["request"])
-        self._reply(200, {"apiVersion": body.get("apiVersion", "admission.k8s.io/v1"),
-                          "kind": "AdmissionReview", "response": answer})  # fmt: skip
-
-    def _reply(self, code: int, body: dict) -> None:
-        data = json.dumps(body).encode()
-        self.send_response(code)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    def log_message(self, fmt: str, *a: object) -> None:
-        log.debug(fmt, *a)
+        self.reply(200, {"apiVersion": body.get("apiVersion", "admission.k8s.io/v1"),
+                         "kind": "AdmissionReview", "response": answer})  # fmt: skip
 
 
 def main() -> None:
