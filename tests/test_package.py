@@ -221,7 +221,8 @@ def test_the_gpulab_image_is_made_of_the_installed_files(installed: Installed) -
 def test_the_lab_commands_run_from_the_wheel(installed: Installed) -> None:
     res = installed.run("gpulab", "lab", "list")
     assert res.returncode == 0, res.stderr
-    assert res.stdout.splitlines()[0].split() == ["LAB", "NODES", "GPUS", "SERVES", "CLUSTER"]
+    assert res.stdout.splitlines()[0].split() == ["LAB", "NODES", "GPUS", "FLEET", "SERVES",
+                                                  "CLUSTER"]  # fmt: skip
     assert "which labs run is unknown: kind is not built (run `gpulab infra`)" in res.stderr
     labs = installed.cwd / "labs"  # never this machine's labs
     node = spec.load("seed").gpu_nodes[0].name
