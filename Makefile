@@ -110,7 +110,9 @@ BESIDE_UNIT_LOG := $(BUILD)/asan-fuzz.log
 # mig-manager.yaml), so the lane waits for the older kubelets' images (kubelets-ready).
 # The skew pass and the action follow them in the same lane, still beside the cluster
 # tier: the skew pass takes the seed lab once that tier has deleted it (it waits up to
-# SEED_WAIT_S for it: GPULAB_LAB_WAIT_S) and keeps it for the action. (The action failed
+# SEED_WAIT_S for it, `gpulab lab wait`, before its pytest: inside, the wait counted
+# against its first test's 300 s and failed the pass when the platform suites ended early)
+# and keeps it for the action. (The action failed
 # there once, not reproduced in 14 runs since: CHANGELOG.md, 2026-12-06.)
 PLATFORM_LOG := $(BUILD)/e2e-platform.log
 PLATFORM_AFTER_S := 60
@@ -137,6 +139,7 @@ test:
 	    GPULAB_RESTARTS=$(E2E_RESTARTS) $(TIMED) e2e-platform --junit $(JUNIT)/e2e-platform.xml -- \
 	      $(MAKE) --no-print-directory kubelets-ready e2e-suites \
 	      E2E_JUNIT=$(JUNIT)/e2e-platform.xml E2E_ARGS="-m platform" || s=1; \
+	    $(PY) -m gpulab lab wait seed --timeout $(SEED_WAIT_S) || s=1; \
 	    GPULAB_LAB_WAIT_S=$(SEED_WAIT_S) GPULAB_RESTARTS=$(E2E_SKEW_RESTARTS) $(TIMED) e2e-skew \
 	      --junit $(JUNIT)/e2e-skew.xml -- $(MAKE) --no-print-directory e2e-suites KUBELET=$(CI_KUBELET) \
 	      SUBJECT=$(CI_SKEW_SUBJECTS) E2E_JUNIT=$(JUNIT)/e2e-skew.xml E2E_ARGS="$(E2E_SKEW_ARGS)" KEEP=1 || s=1; \

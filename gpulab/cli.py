@@ -4,6 +4,7 @@
     gpulab infra export DIR | import DIR | key    the same, as a directory a CI cache keeps
     gpulab lab up LAB [--subject S]        a lab up (a running cluster is reused)
     gpulab lab down LAB                    its cluster and host state deleted
+    gpulab lab wait LAB [--timeout S]      until no other process drives it
     gpulab lab list                        the shipped labs, and which of them run
     gpulab lab fleet LAB [NODE COUNT]      COUNT KWOK copies of a lab's GPU node (0: none;
                                            neither: the fleet its spec declares);
@@ -147,6 +148,20 @@ def _lab_up(args: argparse.Namespace) -> int:
 
 def _lab_down(args: argparse.Namespace) -> int:
     return _with_lab(args, lambda lab: lab.down())
+
+
+def _lab_wait(args: argparse.Namespace) -> int:
+    """Until no other process drives the lab: `make test`'s skew pass waits here for the
+    cluster tier to let the seed lab go, outside any test's timeout (pytest's 300 s)."""
+
+    from clusters.labs.lab import Lab
+
+    def wait(lab: Lab) -> None:
+        lab.host.claim(wait_s=args.timeout)
+        lab.host.release()
+        print(f"lab {lab.name} is free")
+
+    return _with_lab(args, wait)
 
 
 def _lab_fleet(args: argparse.Namespace) -> int:
@@ -312,6 +327,11 @@ def _parser() -> argparse.ArgumentParser:
     down = acts.add_parser("down", help="delete the lab's cluster and its state on this machine")
     down.add_argument("lab", help="a lab under clusters/labs/ or a path")
     down.set_defaults(run=_lab_down)
+    wt = acts.add_parser("wait", help="until no other process drives the lab (its claim)")
+    wt.add_argument("lab", help="a lab under clusters/labs/ or a path")
+    wt.add_argument("--timeout", type=float, default=0, metavar="S",
+                    help="give up after S seconds (default 0: at once)")  # fmt: skip
+    wt.set_defaults(run=_lab_wait)
     acts.add_parser("list", help="the shipped labs, and which have a cluster running here"
                     ).set_defaults(run=_lab_list)  # fmt: skip
     fl = acts.add_parser("fleet", help="KWOK copies of a running lab's GPU node: its capacity, "

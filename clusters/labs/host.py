@@ -67,7 +67,7 @@ class Host:
     def kind(self, path: str) -> None:
         self._kind = path
 
-    def claim(self) -> None:
+    def claim(self, wait_s: float | None = None) -> None:
         """This process alone drives the lab, until `release()` or its exit: two processes
         on one machine (two `make e2e`s, a test run beside a lab in use) would switch each
         other's plugins and delete each other's clusters. Refused at once, naming the
@@ -76,7 +76,7 @@ class Host:
         takes the seed lab once that tier has deleted it)."""
         if self.name in _CLAIMS:
             return
-        wait_s = lab_wait_s()
+        wait_s = lab_wait_s() if wait_s is None else wait_s
         path = self.dir.parent / f".{self.name}.lock"  # beside the lab dir, which down() removes
         path.parent.mkdir(parents=True, exist_ok=True)
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)

@@ -4,6 +4,7 @@ keeps them, `test` is pytest over the shipped suites, and bad input is one line.
 
 from __future__ import annotations
 
+import subprocess
 import sys
 from pathlib import Path
 
@@ -146,3 +147,32 @@ def test_gpulab_test_is_pytest_over_the_shipped_suites_or_the_one_named() -> Non
     assert cli.suites_command(subject) == [*pytest_, "e2e", *subject]
     for suite in ("e2e/test_dra_mig.py", "e2e/test_seed.py::test_x", "e2e.test_seed"):
         assert cli.suites_command(["-q", suite]) == [*pytest_, "-q", suite]
+
+
+def test_lab_wait_returns_once_no_other_process_drives_the_lab(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`gpulab lab wait`: refused in one line naming the holder while another process holds
+    the lab's claim past --timeout; free at once after it lets go."""
+    monkeypatch.setattr(labs, "LABS_ROOT", tmp_path / "labs")
+    lock = tmp_path / "labs" / ".seed.lock"
+    lock.parent.mkdir(parents=True)
+    hold = ("import fcntl, os, sys, time\n"
+            f"fd = os.open({str(lock)!r}, os.O_RDWR | os.O_CREAT)\n"
+            "fcntl.flock(fd, fcntl.LOCK_EX)\n"
+            "os.pwrite(fd, b'pid 1: the cluster tier', 0)\n"
+            "print('held', flush=True)\n"
+            "sys.stdin.read()\n")  # fmt: skip
+    holder = subprocess.Popen([sys.executable, "-c", hold], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True)  # fmt: skip
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == "held\n"
+        assert cli.main(["lab", "wait", "seed", "--timeout", "1"]) == 1
+        assert capsys.readouterr().err == (
+            "gpulab lab: error: lab seed is in use by another process (pid 1: the cluster "
+            "tier) after 1s; wait for it, or stop it\n"
+        )
+    finally:
+        holder.communicate("")
+    assert cli.main(["lab", "wait", "seed"]) == 0
+    assert capsys.readouterr().out == "lab seed is free\n"
