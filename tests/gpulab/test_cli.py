@@ -154,8 +154,11 @@ def test_lab_wait_returns_once_no_other_process_drives_the_lab(
 ) -> None:
     """`gpulab lab wait`: refused in one line naming the holder while another process holds
     the lab's claim past --timeout; free at once after it lets go."""
+    # A lab of its own: this worker may hold the seed lab's claim (the unit tier's lab tests).
     monkeypatch.setattr(labs, "LABS_ROOT", tmp_path / "labs")
-    lock = tmp_path / "labs" / ".seed.lock"
+    spec_file = tmp_path / "waited.yaml"
+    spec_file.write_text("name: waited\nnodes: [{role: control-plane}]\n")
+    lock = tmp_path / "labs" / ".waited.lock"
     lock.parent.mkdir(parents=True)
     hold = ("import fcntl, os, sys, time\n"
             f"fd = os.open({str(lock)!r}, os.O_RDWR | os.O_CREAT)\n"
@@ -167,12 +170,12 @@ def test_lab_wait_returns_once_no_other_process_drives_the_lab(
                               stdout=subprocess.PIPE, text=True)  # fmt: skip
     try:
         assert holder.stdout is not None and holder.stdout.readline() == "held\n"
-        assert cli.main(["lab", "wait", "seed", "--timeout", "1"]) == 1
+        assert cli.main(["lab", "wait", str(spec_file), "--timeout", "1"]) == 1
         assert capsys.readouterr().err == (
-            "gpulab lab: error: lab seed is in use by another process (pid 1: the cluster "
+            "gpulab lab: error: lab waited is in use by another process (pid 1: the cluster "
             "tier) after 1s; wait for it, or stop it\n"
         )
     finally:
         holder.communicate("")
-    assert cli.main(["lab", "wait", "seed"]) == 0
-    assert capsys.readouterr().out == "lab seed is free\n"
+    assert cli.main(["lab", "wait", str(spec_file)]) == 0
+    assert capsys.readouterr().out == "lab waited is free\n"
