@@ -217,6 +217,16 @@ class Kube:
         """Delete it and wait until its pods are gone."""
         self._delete_controller("deployment", name, namespace)
 
+    def delete_webhook_configurations(self, label: str, keep: Callable[[Any], bool]) -> None:
+        """The Mutating and ValidatingWebhookConfigurations labelled `label` that `keep`
+        does not keep, deleted (cluster-scoped; no pods to wait for)."""
+        admission = client.AdmissionregistrationV1Api(self.api)
+        for kind in ("mutating", "validating"):
+            found = getattr(admission, f"list_{kind}_webhook_configuration")(label_selector=label)
+            for w in found.items:
+                if not keep(w):
+                    getattr(admission, f"delete_{kind}_webhook_configuration")(w.metadata.name)
+
     def _delete_controller(self, kind: str, name: str, namespace: str) -> None:
         """A DaemonSet or Deployment (`kind` as the apps API spells it) deleted, and its
         pods waited out; nothing where it is not there."""

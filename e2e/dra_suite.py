@@ -330,30 +330,34 @@ def retry_unexplained(rows: list[Row], image: str, work: Path, out: Path, lab: L
                       chart_version: str, files: list[str],
                       console: Console) -> list[Row]:  # fmt: skip
     """Each test that failed for no known cause once more, alone, after a clean; a file
-    whose setup_file failed (none of its tests ran) once more whole. The rows say it."""
-    again = [r for r in rows if not r.explained]
+    whose setup_file failed (none of its tests ran) once more whole. The rows say it, each
+    where its first run's row stood: the docs' table is the suite's order whatever was
+    retried (CI, 2026-12-06: a retried first test moved to its file's end, and the docs'
+    table no longer matched)."""
+    again = [i for i, r in enumerate(rows) if not r.explained]
     if not again:
         return rows
     console.print(f"[yellow]![/] {len(again)} failed for no known cause: once more, alone")
-    out_rows = [r for r in rows if r not in again]
+    instead: dict[int, list[Row]] = {}
     for f in files:
         name = Path(f).name
-        mine = [r for r in again if r.file == name]
+        mine = [i for i in again if rows[i].file == name]
         if not mine:
             continue
         clean(lab)
-        whole = any(r.test == SETUP_FAILED for r in mine)
-        extra = [] if whole else ["--filter", "|".join(f"^{re.escape(r.test)}$" for r in mine)]
+        whole = any(rows[i].test == SETUP_FAILED for i in mine)
+        extra = [] if whole else [
+            "--filter", "|".join(f"^{re.escape(rows[i].test)}$" for i in mine)]  # fmt: skip
         retried = bats(image, work, out / f"junit-retry-{Path(f).stem}", lab, chart_version,
                        [f], extra, console)  # fmt: skip
         if whole:
-            first = next(r for r in mine if r.test == SETUP_FAILED)
-            out_rows += [retry_row(first, r) for r in retried]
+            first = next(i for i in mine if rows[i].test == SETUP_FAILED)
+            instead |= {i: [] for i in mine}
+            instead[first] = [retry_row(rows[first], r) for r in retried]
         else:
             second = {r.test: r for r in retried}
-            out_rows += [retry_row(r, second.get(r.test)) for r in mine]
-    order = {Path(f).name: i for i, f in enumerate(files)}
-    return sorted(out_rows, key=lambda r: order.get(r.file, len(order)))
+            instead |= {i: [retry_row(rows[i], second.get(rows[i].test))] for i in mine}
+    return [r for i, row in enumerate(rows) for r in instead.get(i, [row])]
 
 
 def retry_row(first: Row, second: Row | None) -> Row:

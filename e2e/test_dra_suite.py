@@ -8,6 +8,7 @@ written to build/dra-suite/ (report.md, report.json, bats.log)."""
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 
 import pytest
@@ -73,6 +74,12 @@ def test_the_drivers_own_suite_passes_on_fake_gpus(dra_suite_rows: list[Row], fi
     assert not failed, "\n".join(failed)
     # What ran is what the suite says it skips on a mock NVML, and nothing more.
     assert all(r.why for r in rows if r.result == "skipped")
+    # A retried test is said where CI's output keeps it (build/dra-suite goes with the CI
+    # machine): its first cause is the next thing to mend.
+    for r in rows:
+        if r.retried:
+            warnings.warn(f"{Path(file).stem}: {r.test!r} {r.result} on its retry; first "
+                          f"run: {r.retried}", stacklevel=1)  # fmt: skip
 
 
 @pytest.mark.parametrize("doc", list(dra_suite.TABLES))

@@ -157,8 +157,8 @@ def _lab_wait(args: argparse.Namespace) -> int:
     from clusters.labs.lab import Lab
 
     def wait(lab: Lab) -> None:
-        lab.host.claim(wait_s=args.timeout)
-        lab.host.release()
+        if lab.host.claim(wait_s=args.timeout):
+            lab.host.release()
         print(f"lab {lab.name} is free")
 
     return _with_lab(args, wait)

@@ -67,15 +67,16 @@ class Host:
     def kind(self, path: str) -> None:
         self._kind = path
 
-    def claim(self, wait_s: float | None = None) -> None:
+    def claim(self, wait_s: float | None = None) -> bool:
         """This process alone drives the lab, until `release()` or its exit: two processes
         on one machine (two `make e2e`s, a test run beside a lab in use) would switch each
         other's plugins and delete each other's clusters. Refused at once, naming the
         holder; with $GPULAB_LAB_WAIT_S, after waiting up to that long for it to let go
         (`make test`'s skew pass, which follows the platform lane beside the cluster tier,
-        takes the seed lab once that tier has deleted it)."""
+        takes the seed lab once that tier has deleted it). Whether this call took it (False:
+        this process held it already), so a caller releases only what it took."""
         if self.name in _CLAIMS:
-            return
+            return False
         wait_s = lab_wait_s() if wait_s is None else wait_s
         path = self.dir.parent / f".{self.name}.lock"  # beside the lab dir, which down() removes
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -100,6 +101,7 @@ class Host:
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"pid {os.getpid()}: {_cmdline()}".encode(), 0)
         _CLAIMS[self.name] = fd
+        return True
 
     def release(self) -> None:
         fd = _CLAIMS.pop(self.name, None)

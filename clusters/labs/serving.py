@@ -18,6 +18,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import yaml
 from kubernetes import client
@@ -238,18 +239,15 @@ def delete_subjects(ctx: Context, keep: str | None) -> None:
     """Delete what subjects other than `keep` (None: all of them) deployed (OWNED_KINDS)
     and wait for their pods to go: one plugin under test at a time."""
 
+    def mine(o: Any) -> bool:
+        return o.metadata.labels.get(SUBJECT_LABEL) == keep
+
     def others(items: list) -> list:
-        return [o for o in items if o.metadata.labels.get(SUBJECT_LABEL) != keep]
+        return [o for o in items if not mine(o)]
 
     # Webhooks first: a webhook whose server is gone would refuse (failurePolicy: Fail)
     # every pod it matches.
-    admission = client.AdmissionregistrationV1Api(ctx.kube.api)
-    for w in others(admission.list_mutating_webhook_configuration(
-            label_selector=SUBJECT_LABEL).items):  # fmt: skip
-        admission.delete_mutating_webhook_configuration(w.metadata.name)
-    for w in others(admission.list_validating_webhook_configuration(
-            label_selector=SUBJECT_LABEL).items):  # fmt: skip
-        admission.delete_validating_webhook_configuration(w.metadata.name)
+    ctx.kube.delete_webhook_configurations(SUBJECT_LABEL, keep=mine)
     for ds in others(ctx.apps.list_daemon_set_for_all_namespaces(
             label_selector=SUBJECT_LABEL).items):  # fmt: skip
         ctx.kube.delete_daemonset(ds.metadata.name, ds.metadata.namespace)
@@ -319,22 +317,26 @@ class DevicePlugin(Serving):
         if s.spec.companions:
             images["KUBE_SCHEDULER_IMAGE"] = kube_scheduler_image(ctx)
         # The companions first: a plugin that asks its scheduler's objects at start finds them.
-        docs = s.companion_docs(images) + [(d, s.default_namespace) for d in s.render(images)]
-        for doc, _ in docs:
+        companions = s.companion_docs(images)
+        own = [(d, s.default_namespace) for d in s.render(images)]
+        for doc, _ in companions + own:
             if doc["kind"] in OWNED_KINDS:
                 doc["metadata"].setdefault("labels", {})[SUBJECT_LABEL] = s.name
         ctx.kube.apply(plugin_config(ctx))
         for c in s.charts:
             ctx.kube.ensure_namespace(c.namespace)  # helm's --create-namespace
-        for doc, ns in docs:
+        for doc, ns in companions + own:
             ctx.kube.apply(doc, namespace=ns)
-        # Its own manifest's other DaemonSets are not waited for: a chart's may select no
-        # node yet (NVIDIA's MPS control daemon, until a node is labelled for it).
-        plugin = ("DaemonSet", s.daemonset_name, s.namespace)
-        found = [(d["kind"], d["metadata"]["name"], d["metadata"].get("namespace", ns))
-                 for d, ns in docs if d["kind"] in WORKLOADS]  # fmt: skip
-        own = {(d["kind"], d["metadata"]["name"]) for d in s.manifest}
-        self.workloads = [w for w in found if w[0] == "Deployment" or w[:2] not in own] + [plugin]
+
+        def workload(doc: dict, ns: str) -> tuple[str, str, str]:
+            return doc["kind"], doc["metadata"]["name"], doc["metadata"].get("namespace", ns)
+
+        # Of its own manifest, only Deployments (a HAMi-like chart's scheduler) and the
+        # plugin: a chart's other DaemonSets may select no node yet (NVIDIA's MPS control
+        # daemon, until a node is labelled for it).
+        self.workloads = [workload(d, ns) for d, ns in companions if d["kind"] in WORKLOADS] + [
+            workload(d, ns) for d, ns in own if d["kind"] == "Deployment"] + [
+            ("DaemonSet", s.daemonset_name, s.namespace)]  # fmt: skip
 
     def wait_pods(self, ctx: Context) -> None:
         """Every Deployment and DaemonSet deploy applied (the plugin's last) ready."""

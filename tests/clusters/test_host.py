@@ -37,8 +37,9 @@ def test_a_lab_another_process_drives_is_refused_at_once_naming_it(tmp_path: Pat
     finally:
         holder.kill()
         holder.wait()
-    mine.claim()  # the holder is gone: its flock went with it
-    Host("seed", tmp_path / "seed").claim()  # this process's second object shares the claim
+    assert mine.claim()  # the holder is gone: its flock went with it
+    # This process's second object shares the claim, and says it took nothing.
+    assert not Host("seed", tmp_path / "seed").claim()
     mine.release()
     Host("other", tmp_path / "other").release()
 
