@@ -11,7 +11,7 @@ FUZZ_SECONDS ?= 60
 # docs/index.md list every other target of this Makefile and ci/cluster.mk
 # (tests/test_docs.py checks both ways).
 INTERNAL_TARGETS := lib lib-asan test-unit test-asan lint-workflows e2e-suites kubelets-ready
-.PHONY: $(INTERNAL_TARGETS) action-check install infra test lint docs bench bench-scale bench-faults fuzz e2e \
+.PHONY: $(INTERNAL_TARGETS) action-check install infra test lint docs bench bench-scale bench-faults bench-kueue fuzz e2e \
 	cluster cluster-down clean dra-conformance
 
 # apt packages, the venv, the fake library, the gRPC code: what every tier needs.
@@ -214,6 +214,13 @@ bench-scale: install
 bench-faults: install
 	@$(PY) -m gpulab infra
 	@$(PY) -m bench.fleet_faults --out $(BUILD)/bench-faults.json $(BENCH_FAULTS_ARGS)
+
+# Kueue admitting one-GPU Jobs within a quota per GPU product on a KWOK fleet of the hetero
+# lab's nodes (bench/kueue_bench.py; Kueue built on first use): build/bench-kueue.json.
+# BENCH_KUEUE_ARGS="--copies 20 --jobs 300 --share 0.25".
+bench-kueue: install
+	@$(PY) -m gpulab infra
+	@$(PY) -m bench.kueue_bench --out $(BUILD)/bench-kueue.json $(BENCH_KUEUE_ARGS)
 
 LAB ?= seed
 # The plugins under test: shipped subject names (gpulab, nvidia, nvidia-v0.17.4, the

@@ -93,13 +93,46 @@ class Kube:
         manifest may bring RBAC, ServiceAccounts, ConfigMaps ...): fields gpulab set
         before and no longer sets are removed, fields others own are kept. A namespaced
         object that names no namespace goes to `namespace` (a chart's release namespace)."""
+        resource, ns = self._resource(doc, namespace)
+        self.dynamic.server_side_apply(resource, body=doc, namespace=ns,
+                                       field_manager=FIELD_MANAGER,
+                                       force_conflicts=True)  # fmt: skip
+
+    def apply_all(self, docs: list[dict], namespace: str) -> None:
+        """A chart's documents applied, its CRDs first and served: an object of a kind
+        whose CRD was applied a moment ago is refused until then."""
+        crds = [d for d in docs if d["kind"] == "CustomResourceDefinition"]
+        for doc in crds:
+            self.apply(doc)
+        self.wait_crds_established([d["metadata"]["name"] for d in crds])
+        for doc in docs:
+            if doc["kind"] != "CustomResourceDefinition":
+                self.apply(doc, namespace=namespace)
+
+    def delete(self, doc: dict, namespace: str = "default") -> None:
+        """The object of one manifest document deleted (its dependents in the background);
+        nothing where it, or its kind, is not there."""
+        try:
+            resource, ns = self._resource(doc, namespace)
+            self.dynamic.delete(resource, name=doc["metadata"]["name"], namespace=ns,
+                                body={"propagationPolicy": "Background"})  # fmt: skip
+        except dynamic.exceptions.ResourceNotFoundError:  # its CRD went first
+            return
+        except ApiException as e:
+            if e.status != 404:
+                raise
+
+    @property
+    def dynamic(self) -> dynamic.DynamicClient:
         if self._dynamic is None:
             self._dynamic = dynamic.DynamicClient(self.api)
-        resource = self._dynamic.resources.get(api_version=doc["apiVersion"], kind=doc["kind"])
+        return self._dynamic
+
+    def _resource(self, doc: dict, namespace: str) -> tuple[Any, str | None]:
+        """The API resource of a manifest document, and its namespace (None: cluster-wide)."""
+        resource = self.dynamic.resources.get(api_version=doc["apiVersion"], kind=doc["kind"])
         ns = doc["metadata"].get("namespace", namespace) if resource.namespaced else None
-        self._dynamic.server_side_apply(resource, body=doc, namespace=ns,
-                                        field_manager=FIELD_MANAGER,
-                                        force_conflicts=True)  # fmt: skip
+        return resource, ns
 
     def wait_crds_established(self, names: list[str], deadline_s: float = 60) -> None:
         """Until the API server serves these CustomResourceDefinitions: an object of a CRD

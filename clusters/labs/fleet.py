@@ -95,14 +95,7 @@ def deploy_kwok(ctx: Context) -> None:
     """KWOK's controller running on the control plane (its image loaded there)."""
     image = built.require(["kwok"], ctx.lab.kubernetes).images["kwok"]
     ctx.host.load([image], [ctx.lab.control_plane.name])
-    docs = kwok_docs(image, ctx.lab.kubernetes)
-    crds = [d for d in docs if d["kind"] == "CustomResourceDefinition"]
-    for doc in crds:
-        ctx.kube.apply(doc)
-    ctx.kube.wait_crds_established([d["metadata"]["name"] for d in crds])
-    for doc in docs:
-        if doc["kind"] != "CustomResourceDefinition":
-            ctx.kube.apply(doc, namespace=NAMESPACE)
+    ctx.kube.apply_all(kwok_docs(image, ctx.lab.kubernetes), NAMESPACE)
     ctx.kube.wait_deployment(CONTROLLER, NAMESPACE)
 
 

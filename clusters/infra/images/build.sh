@@ -14,9 +14,11 @@
 #              on the base image
 #   kwok       KWOK's controller ($KWOK_VERSION, built by clusters/infra/nodeimage/build-go.sh)
 #              on the base image
+#   kueue      Kueue's controller manager ($KUEUE_VERSION, likewise), for `make bench-kueue`:
+#              not among the defaults
 # Every image is tagged with a hash of its inputs, so a warm run only checks tags. Tags
 # appear only on finished, checked images (temporary tags first; see lib.sh).
-# usage: clusters/infra/images/build.sh [base|gpulab|workload|nvidia|nfd|dra|bats-base|bats|npd|kwok]...   (default: all)
+# usage: clusters/infra/images/build.sh [base|gpulab|workload|nvidia|nfd|dra|bats-base|bats|npd|kwok|kueue]...   (default: all but kueue)
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/../../.." && pwd)  # the checkout, or site-packages for an installed gpulab
@@ -248,15 +250,18 @@ image_nfd() {
   echo "$tag"
 }
 
-# image_program ROLE FILE PATH VERSION CHECK: the base image with one program that
-# build-go.sh ROLE builds (FILE there) at PATH, its entrypoint, as upstream's image has it
-# (named as upstream names it); CHECK, a shell line, must pass in the image.
+# image_program ROLE FILE PATH VERSION CHECK [NAME [USER]]: the base image with one program
+# that build-go.sh ROLE builds (FILE there) at PATH, its entrypoint, as upstream's image
+# has it (named as upstream names it); CHECK, a shell line, must pass in the image. NAME:
+# the tag's, where the binary's says nothing; USER: the image's, as upstream's.
 image_program() {
   local role=$1 file=$2 path=$3 version=$4 check=$5 base bin tag dockerfile name=${3##*/}
+  local image=${6:-${3##*/}} user=""
+  [[ -z ${7:-} ]] || user="USER $7\n"
   base=$(image_base)
   bin=$("$here/../nodeimage/build-go.sh" "$role") || die "images: building $role failed"
-  dockerfile=$(printf 'FROM %s\nCOPY %s %s/\nENTRYPOINT ["%s"]\n' "$base" "$name" "${path%/*}" "$path")
-  tag=gpulab/$name:$version-$(inputs_hash "$dockerfile" "$bin/$file")
+  dockerfile=$(printf "FROM %s\nCOPY %s %s/\n${user}ENTRYPOINT [\"%s\"]\n" "$base" "$name" "${path%/*}" "$path")
+  tag=gpulab/$image:$version-$(inputs_hash "$dockerfile" "$bin/$file")
   if ! have "$tag"; then
     local ctx
     ctx=$(fresh_tmp "$WORK/$role.ctx")
@@ -277,6 +282,14 @@ image_npd() {
 # As upstream's image (images/kwok/Dockerfile): the controller alone.
 image_kwok() {
   image_program kwok kwok /usr/local/bin/kwok "$KWOK_VERSION" "kwok --version | grep -q '$KWOK_VERSION'"
+}
+
+# As upstream's image (its Dockerfile): the manager alone at /manager, which its chart runs,
+# as user 65532 (its chart's pods must run as non-root). The binary has no version flag:
+# the check is that it starts and prints its usage.
+image_kueue() {
+  image_program kueue kueue /manager "$KUEUE_VERSION" "/manager --help 2>&1 | grep -q -- -config" \
+    kueue 65532:65532
 }
 
 image_mig_manager() {
@@ -434,8 +447,9 @@ for what in "$@"; do
     bats) echo "bats=$(image_bats)" ;;
     npd) echo "npd=$(image_npd)" ;;
     kwok) echo "kwok=$(image_kwok)" ;;
+    kueue) echo "kueue=$(image_kueue)" ;;
     mig-manager) echo "mig-manager=$(image_mig_manager)" ;;
     gpu-operator) image_gpu_operator ;;
-    *) die "images: unknown image $what (base, gpulab, workload, nvidia, nfd, dra, bats-base, bats, npd, kwok, mig-manager, gpu-operator)" ;;
+    *) die "images: unknown image $what (base, gpulab, workload, nvidia, nfd, dra, bats-base, bats, npd, kwok, kueue, mig-manager, gpu-operator)" ;;
   esac
 done

@@ -190,6 +190,18 @@ kwok() {
   finish "kwok-$v"
 }
 
+# Kueue's controller manager (`/manager` in upstream's image), for `make bench-kueue`; not
+# part of `make infra`: its module brings every job framework it integrates (Kubeflow,
+# Ray, JobSet, LWS ...), which the binary links whatever the config enables.
+kueue() {
+  local v=$KUEUE_VERSION
+  one_at_a_time "kueue-$v"
+  log "building Kueue $v (a bench's; cold: minutes)"
+  build kueue "$v" "sigs.k8s.io/kueue@$v" "$v" \
+    "-X sigs.k8s.io/kueue/pkg/version.GitVersion=$v" sigs.k8s.io/kueue/cmd/kueue
+  finish "kueue-$v"
+}
+
 # Kubernetes' own scheduler_perf DRA benchmarks (test/integration/scheduler_perf/dra of
 # k8s.io/kubernetes@$KUBE_VERSION) as a test binary, for `make bench-scale` to run beside
 # gpulab's fleet; not part of `make infra`. It runs from that package's directory in the
@@ -219,8 +231,8 @@ scheduler_perf() {
 }
 
 case ${1:-} in
-  kubernetes | kubelet | crictl | nfd | npd | kwok) "$1" ;;
+  kubernetes | kubelet | crictl | nfd | npd | kwok | kueue) "$1" ;;
   scheduler-perf) scheduler_perf ;;
   etcd | coredns) "$1" "${2:?usage: $0 $1 VERSION}" ;;
-  *) die "usage: $0 kubernetes | kubelet | etcd VERSION | coredns VERSION | crictl | nfd | npd | kwok | scheduler-perf" ;;
+  *) die "usage: $0 kubernetes | kubelet | etcd VERSION | coredns VERSION | crictl | nfd | npd | kwok | kueue | scheduler-perf" ;;
 esac

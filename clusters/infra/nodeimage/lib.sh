@@ -78,6 +78,9 @@ with_ticker() {
   local ticker=$!
   local rc=0
   "$@" || rc=$?
+  # Its `sleep` first: left running, it held every descriptor it inherited for up to a
+  # minute, one_at_a_time's lock among them (a second build of a product waited on it).
+  pkill -P "$ticker" sleep 2>/dev/null || true
   kill "$ticker" 2>/dev/null; wait "$ticker" 2>/dev/null || true
   return "$rc"
 }
