@@ -122,3 +122,65 @@ def test_a_wait_gives_up_as_soon_as_what_it_awaits_can_no_longer_come(
     assert re.match(r"gave up after \d+s on capacity: plugin pod p crash-loops; last saw: "
                     r"ApiException", str(e.value))  # fmt: skip
     assert len(asked) == 2
+
+
+class FakeDynamic:
+    """What Kube.apply, apply_all and delete ask of the dynamic client, recorded."""
+
+    def __init__(self, missing: Exception | None = None) -> None:
+        self.calls: list[tuple[str, str, str | None]] = []
+        self.missing = missing
+
+    @property
+    def resources(self) -> FakeDynamic:
+        return self
+
+    def get(self, api_version: str, kind: str) -> object:
+        if self.missing is not None and kind == "Widget":
+            raise self.missing
+        return type(
+            "Resource", (), {"namespaced": kind not in ("Namespace", "CustomResourceDefinition")}
+        )
+
+    def server_side_apply(self, resource: object, body: dict, namespace: str | None,
+                          **kw: object) -> None:  # fmt: skip
+        self.calls.append(("apply", body["metadata"]["name"], namespace))
+
+    def delete(self, resource: object, name: str, namespace: str | None, body: dict) -> None:
+        assert body == {"propagationPolicy": "Background"}
+        if name == "gone":
+            raise client.ApiException(status=404)
+        if name == "refused":
+            raise client.ApiException(status=403)
+        self.calls.append(("delete", name, namespace))
+
+
+def doc(kind: str, name: str, **meta: str) -> dict:
+    return {"apiVersion": "v1", "kind": kind, "metadata": {"name": name, **meta}}
+
+
+def test_apply_all_serves_a_charts_crds_before_its_other_objects(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    kube = Kube(tmp_path / "kubeconfig")
+    kube._dynamic = fake = FakeDynamic()  # type: ignore[assignment]
+    waited: list[list[str]] = []
+    monkeypatch.setattr(kube, "wait_crds_established", lambda names: waited.append(names))
+    kube.apply_all([doc("Deployment", "d"), doc("CustomResourceDefinition", "c"),
+                    doc("Service", "s", namespace="elsewhere")], "ns")  # fmt: skip
+    assert fake.calls == [("apply", "c", None), ("apply", "d", "ns"), ("apply", "s", "elsewhere")]
+    assert waited == [["c"]]
+
+
+def test_delete_goes_on_past_what_is_not_there_and_raises_anything_else(tmp_path: Path) -> None:
+    from kubernetes.dynamic.exceptions import ResourceNotFoundError
+
+    kube = Kube(tmp_path / "kubeconfig")
+    kube._dynamic = fake = FakeDynamic(missing=ResourceNotFoundError("no Widget"))  # type: ignore[assignment]
+    kube.delete(doc("Deployment", "d"), "ns")
+    kube.delete(doc("Deployment", "gone"), "ns")  # 404: already gone
+    kube.delete(doc("Widget", "w"), "ns")  # its kind (a CRD's) went first
+    kube.delete(doc("Namespace", "n"))  # cluster-wide: no namespace
+    assert fake.calls == [("delete", "d", "ns"), ("delete", "n", None)]
+    with pytest.raises(client.ApiException):
+        kube.delete(doc("Deployment", "refused"), "ns")
