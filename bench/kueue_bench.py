@@ -30,7 +30,6 @@ import json
 import os
 import platform
 import subprocess
-import threading
 import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -38,14 +37,13 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from kubernetes import client
-from kubernetes.watch.watch import iter_resp_lines
 from rich import box
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from bench.rows import pct
-from bench.scale_bench import SETTLE_S, STALL_S, THREADS, delete_namespace
+from bench.scale_bench import SETTLE_S, STALL_S, THREADS, RawWatch, delete_namespace
 from clusters import steps
 from clusters.labs import fleet, kueue
 from clusters.labs.lab import Lab
@@ -94,12 +92,11 @@ class Result:
     wrong_node: int = 0  # pods on a node whose product is not their flavor's
 
 
-class Workloads(threading.Thread):
+class Workloads(RawWatch):
     """Each Workload's admission (time and flavor) and finish, from one raw watch, in the
     API server's order, with each flavor's use (admitted, not finished) at its peak."""
 
     def __init__(self, custom: client.CustomObjectsApi, namespace: str) -> None:
-        super().__init__(daemon=True)
         self.custom, self.namespace = custom, namespace
         self.admitted: dict[str, tuple[float, str]] = {}  # Job -> (when, flavor)
         self.finished: dict[str, float] = {}
@@ -107,37 +104,13 @@ class Workloads(threading.Thread):
         self.peak: dict[str, int] = {}
         self.over: list[str] = []  # "job on flavor: use > quota"
         self.quota: dict[str, int] = {}
-        self.version = self._list()["metadata"]["resourceVersion"]
-        self.stop = threading.Event()
-        self.resp = None
-        self.error = ""
+        super().__init__()
 
-    def _list(self, **kw: object) -> dict:
+    def list(self, **kw: object) -> dict:
         return self.custom.list_namespaced_custom_object(
             kueue.GROUP, kueue.VERSION, self.namespace, "workloads", **kw)  # fmt: skip
 
-    def run(self) -> None:
-        while not self.stop.is_set():
-            try:
-                # A read may wait as long as the server holds the watch open (the client's
-                # 30 s would break it whenever no Workload changed for that long).
-                self.resp = self._list(watch=True, resource_version=self.version,
-                                       timeout_seconds=600, _request_timeout=(10, 660),
-                                       _preload_content=False)  # fmt: skip
-                for line in iter_resp_lines(self.resp):
-                    self.seen(json.loads(line))
-            except Exception as e:  # closed by close(), or the watch broke
-                if not self.stop.is_set():
-                    self.error = f"{type(e).__name__}: {e}"
-                    time.sleep(1)
-
-    def seen(self, event: dict, now: float | None = None) -> None:
-        if event["type"] == "ERROR":  # expired version: on from the newest
-            self.version = self._list()["metadata"]["resourceVersion"]
-            return
-        w = event["object"]
-        self.version = w["metadata"]["resourceVersion"]
-        now = time.monotonic() if now is None else now
+    def object_seen(self, w: dict, now: float) -> None:
         job = owner_job(w)
         flavor = kueue.admitted_flavor(w)
         if flavor and job not in self.admitted:
@@ -155,11 +128,6 @@ class Workloads(threading.Thread):
     def moved(self) -> int:
         """Admissions and finishes seen so far: a run moves while this grows."""
         return len(self.admitted) + len(self.finished)
-
-    def close(self) -> None:
-        self.stop.set()
-        if self.resp is not None:
-            self.resp.close()
 
 
 def owner_job(workload: dict) -> str:

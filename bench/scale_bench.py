@@ -210,25 +210,33 @@ class Sampler(threading.Thread):
 # -- bindings, from one watch
 
 
-class Bindings(threading.Thread):
-    """When each pod of the namespace was first seen bound, and to which node: a raw watch
-    (JSON lines; the client's typed models cost a core at thousands of pods a minute)."""
+class RawWatch(threading.Thread):
+    """One watch of a list, as raw JSON lines (the client's typed models cost a core at
+    thousands of objects a minute), resumed from the last version it saw when it breaks.
+    A subclass says what to list (`list`, which also takes the watch's arguments) and what
+    each object seen means (`object_seen`)."""
 
-    def __init__(self, core: client.CoreV1Api, namespace: str) -> None:
+    def __init__(self) -> None:
         super().__init__(daemon=True)
-        self.core, self.namespace = core, namespace
-        self.bound: dict[str, tuple[float, str]] = {}
-        self.version = core.list_namespaced_pod(namespace).metadata.resource_version
+        self.version = self.list()["metadata"]["resourceVersion"]
         self.stop = threading.Event()
         self.resp = None
         self.error = ""
 
+    def list(self, **kw: object) -> dict:
+        raise NotImplementedError
+
+    def object_seen(self, obj: dict, now: float) -> None:
+        raise NotImplementedError
+
     def run(self) -> None:
         while not self.stop.is_set():
             try:
-                self.resp = self.core.list_namespaced_pod(
-                    self.namespace, watch=True, resource_version=self.version,
-                    timeout_seconds=600, _preload_content=False)  # fmt: skip
+                # A read may wait as long as the server holds the watch open (the client's
+                # 30 s would break it whenever nothing changed for that long).
+                self.resp = self.list(watch=True, resource_version=self.version,
+                                      timeout_seconds=600, _request_timeout=(10, 660),
+                                      _preload_content=False)  # fmt: skip
                 for line in iter_resp_lines(self.resp):
                     self.seen(json.loads(line))
             except Exception as e:  # closed by close(), or the watch broke
@@ -236,20 +244,37 @@ class Bindings(threading.Thread):
                     self.error = f"{type(e).__name__}: {e}"
                     time.sleep(1)
 
-    def seen(self, event: dict) -> None:
-        obj = event["object"]
-        if event["type"] == "ERROR":  # expired version: go on from the newest
-            self.version = self.core.list_namespaced_pod(self.namespace).metadata.resource_version
+    def seen(self, event: dict, now: float | None = None) -> None:
+        if event["type"] == "ERROR":  # expired version: on from the newest
+            self.version = self.list()["metadata"]["resourceVersion"]
             return
-        self.version = obj["metadata"]["resourceVersion"]
-        name, node = obj["metadata"]["name"], obj["spec"].get("nodeName")
-        if node and name not in self.bound:
-            self.bound[name] = (time.monotonic(), node)
+        self.version = event["object"]["metadata"]["resourceVersion"]
+        self.object_seen(event["object"], time.monotonic() if now is None else now)
 
     def close(self) -> None:
         self.stop.set()
         if self.resp is not None:
             self.resp.close()
+
+
+class Bindings(RawWatch):
+    """When each pod of the namespace was first seen bound, and to which node."""
+
+    def __init__(self, core: client.CoreV1Api, namespace: str) -> None:
+        self.core, self.namespace = core, namespace
+        self.bound: dict[str, tuple[float, str]] = {}
+        super().__init__()
+
+    def list(self, **kw: object) -> dict:
+        if kw.get("watch"):
+            return self.core.list_namespaced_pod(self.namespace, **kw)
+        resp = self.core.list_namespaced_pod(self.namespace, _preload_content=False)
+        return json.loads(resp.data)
+
+    def object_seen(self, obj: dict, now: float) -> None:
+        name, node = obj["metadata"]["name"], obj["spec"].get("nodeName")
+        if node and name not in self.bound:
+            self.bound[name] = (now, node)
 
 
 # -- one run

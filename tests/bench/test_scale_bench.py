@@ -204,3 +204,22 @@ def test_scheduler_perf_is_set_beside_the_claim_run_nearest_its_size() -> None:
     said = sb.beside(runs(), {"Average": 20.0, "Perc50": 21, "Perc90": 25})
     assert "20.0 pods/s on average" in said
     assert "claim workload on 500 KWOK nodes: 8.0 pods/s, 0.40x" in said
+
+
+def test_bindings_take_each_pods_first_binding_and_go_on_from_the_newest_version() -> None:
+    class Core:
+        def list_namespaced_pod(self, namespace: str, **kw: Any) -> Any:
+            return type("Resp", (), {"data": b'{"metadata": {"resourceVersion": "9"}}'})
+
+    w = sb.Bindings(Core(), "ns")  # type: ignore[arg-type]
+    assert w.version == "9"
+
+    def pod(name: str, node: str | None, rv: str) -> dict:
+        return {"metadata": {"name": name, "resourceVersion": rv}, "spec": {"nodeName": node}}
+
+    w.seen({"type": "ADDED", "object": pod("p", None, "10")}, now=1.0)
+    w.seen({"type": "MODIFIED", "object": pod("p", "n-1", "11")}, now=2.0)
+    w.seen({"type": "MODIFIED", "object": pod("p", "n-1", "12")}, now=3.0)
+    assert (w.bound, w.version) == ({"p": (2.0, "n-1")}, "12")
+    w.seen({"type": "ERROR", "object": {"kind": "Status", "code": 410}})  # expired
+    assert w.version == "9"
