@@ -20,9 +20,12 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import signal
+import threading
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import wait as wait_futures
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, NamedTuple, Protocol
@@ -225,6 +228,7 @@ def summary_rows(stats: dict[str, list[Any]], names: list[str]) -> dict[str, dic
 
 
 _STARTED = pytest.StashKey[float]()
+_TIMELINE_WRITTEN = pytest.StashKey[Path]()  # the labs' timeline table (LabPool.write)
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
@@ -238,6 +242,12 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     `-`, and under it what each failed cell expected, saw and failed on. The whole of it,
     with the failures' traces and the experiments' timelines, goes to an HTML file."""
     config = terminalreporter.config
+    # The labs' timeline in the output too: a lab that came late is the likeliest cause of
+    # a test that failed waiting, and CI keeps its output, not build/.
+    if (table := config.stash.get(_TIMELINE_WRITTEN, None)) and table.exists():
+        terminalreporter.section("gpulab e2e: the labs' timeline (s from the session's start)")
+        for line in table.read_text().splitlines()[2:]:
+            terminalreporter.write_line(line)
     names = [s.name for s in subjects(config)]
     rows = summary_rows(terminalreporter.stats, names)
     if not rows:  # not an e2e run (the plugin is loaded into every pytest run)
@@ -514,6 +524,30 @@ def by_lab(items: list[pytest.Item], config: pytest.Config) -> list[pytest.Item]
     return sorted(items, key=key)
 
 
+# How long a test waits on the pool for a lab (its bring-up, a delete before it, its job)
+# before it fails: each step inside has its own deadline, so this only ends a wait that
+# would otherwise hang. Generous on purpose: under CI's load the operator lab's bring-up and
+# job together took past 600 s.
+LAB_WAIT_S = float(os.environ.get("GPULAB_LAB_POOL_WAIT_S", "1800"))
+
+
+@contextlib.contextmanager
+def alarm_paused() -> Iterator[None]:
+    """pytest-timeout's timer (its signal method, pyproject.toml: the process's
+    ITIMER_REAL) stopped for the block and set again to what was left: a test's 300 s count
+    its own work, not its wait for a lab the pool brings up. (CI: the platform lane's first
+    three tests failed at setup, each at 300 s, waiting for the operator lab and its job.)"""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    left, interval = signal.setitimer(signal.ITIMER_REAL, 0)
+    try:
+        yield
+    finally:
+        if left:
+            signal.setitimer(signal.ITIMER_REAL, left, interval)
+
+
 class LabPool:
     """The session's labs. They come up in the order the tests first use them, at most
     `live` up or coming up at once, a lab whose first-phase job is over not counted (five
@@ -591,20 +625,31 @@ class LabPool:
             self.done.discard(name)
             going = self.going.pop(name, None)
             if going is not None:  # a kind create beside its own delete fails: after it
-                going.result()
+                self._wait(name, going, "its delete")
             self.coming[name] = self.pool.submit(self._up, name, subject)
-        lab = self.coming[name].result()
+        lab = self._wait(name, self.coming[name], "its bring-up")
         if name in self.running:  # its job first: the lab's tests get it afterwards
-            self.running[name].exception()
+            self._wait(name, self.running[name], "its job", raising=False)
         if subject is not None and lab.subject.name != subject.name:
             lab.use_subject(subject)
         return lab
 
     __call__ = get  # labs(name, subject=None), as the suites call it
 
+    def _wait(self, name: str, f: Future[Any], what: str, raising: bool = True) -> Any:
+        """f's result (or None, not `raising` what it raised), the test's timer paused;
+        past LAB_WAIT_S a one-line error with the lab's timeline so far."""
+        with alarm_paused():
+            wait_futures([f], timeout=LAB_WAIT_S)
+        if not f.done():
+            seen = ", ".join(f"{w} at {t:.0f} s" for t, n, w in self.timeline if n == name)
+            pytest.fail(f"lab {name}: {what} not over after {LAB_WAIT_S:.0f} s ({seen})",
+                        pytrace=False)  # fmt: skip
+        return f.result() if raising else None
+
     def job_result(self, name: str) -> Any:
         """The result of `name`'s job (raising what it raised), once it is done."""
-        self.get(name)
+        self.get(name)  # which waits for the job
         return self.running[name].result()
 
     def finished(self, nodeid: str) -> None:
@@ -711,7 +756,9 @@ def labs(request: pytest.FixtureRequest) -> Iterator[LabPool]:
     # Beside the session's JUnit XML where it writes one (make test's e2e tiers each do,
     # and each would overwrite one shared file), else build/e2e-labs.json.
     xml = request.config.getoption("xmlpath", None)
-    pool.write(Path(xml).with_suffix(".labs.json") if xml else TIMELINE)
+    written = Path(xml).with_suffix(".labs.json") if xml else TIMELINE
+    pool.write(written)
+    request.config.stash[_TIMELINE_WRITTEN] = written.with_suffix(".md")
 
 
 @pytest.hookimpl(hookwrapper=True)

@@ -6,6 +6,7 @@ lab up (no cluster: what is checked is the order of calls)."""
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
 import threading
@@ -289,6 +290,78 @@ def test_a_kept_pool_takes_nothing_down(monkeypatch: pytest.MonkeyPatch) -> None
     pool.finished("t1")
     pool.close()
     assert rec.events == ["up seed"]
+
+
+def test_a_wait_for_a_lab_stops_the_tests_timer_and_gives_back_what_was_left(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The bring-up runs with pytest-timeout's alarm off (this test's own, set by the
+    signal method in pyproject.toml); afterwards the alarm has what it had before."""
+    rec = Recorder()
+    during: list[float] = []
+
+    def slow(lab: object) -> object:
+        time.sleep(0.5)
+        during.append(signal.getitimer(signal.ITIMER_REAL)[0])
+        return rec.bring_up(lab)
+
+    monkeypatch.setattr(fixtures, "Lab", rec.lab)
+    monkeypatch.setattr(fixtures, "bring_up", slow)
+    before = signal.getitimer(signal.ITIMER_REAL)[0]
+    pool = fixtures.LabPool(["seed"], {"seed": "t1"}, keep=True, live=1)
+    pool.get("seed")
+    after = signal.getitimer(signal.ITIMER_REAL)[0]
+    pool.close()
+    assert before > 0  # the test's timer is there to pause
+    assert during == [0.0]
+    assert before - 0.2 < after <= before
+
+
+def test_a_lab_that_never_comes_fails_its_test_with_its_timeline(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    rec = Recorder()
+    release = threading.Event()
+
+    def stuck(lab: object) -> object:
+        release.wait(10)
+        return rec.bring_up(lab)
+
+    monkeypatch.setattr(fixtures, "Lab", rec.lab)
+    monkeypatch.setattr(fixtures, "bring_up", stuck)
+    monkeypatch.setattr(fixtures, "LAB_WAIT_S", 0.3)
+    pool = fixtures.LabPool(["seed"], {"seed": "t1"}, keep=True, live=1)
+    with pytest.raises(pytest.fail.Exception, match=r"^lab seed: its bring-up not over "
+                       r"after 0 s \(up at 0 s\)$"):  # fmt: skip
+        pool.get("seed")
+    release.set()
+    pool.close()
+
+
+TIMELINE_SUITE = """
+from e2e.fixtures import lab_fixture
+
+class Plain:
+    def down(self): pass
+
+@lab_fixture("plain", make=Plain)
+def plain(labs): return labs("plain")
+
+def test_uses_it(plain): pass
+"""
+
+
+def test_the_labs_timeline_is_in_the_sessions_output(pytester: pytest.Pytester) -> None:
+    """CI keeps a run's output, not its build/: a test that failed waiting for a lab has
+    the lab's bring-up beside it."""
+    pytester.makepyfile(test_timeline=TIMELINE_SUITE)
+    xml = pytester.path / "out.xml"
+    result = pytester.runpytest("-p", "no:cacheprovider", f"--junitxml={xml}")
+    result.assert_outcomes(passed=1)
+    result.stdout.re_match_lines([r".*gpulab e2e: the labs' timeline.*",
+                                  r"\| lab \| up at \| to ready \|.*",
+                                  r"\| plain \| 0 \| 0 \| — \| 0 \| 0 \|"])  # fmt: skip
+    assert (pytester.path / "out.labs.md").exists()
 
 
 def test_a_subject_run_leaves_gpulabs_own_suites_out() -> None:
