@@ -96,6 +96,9 @@ CI_SKEW_SUBJECTS := gpulab,nvidia
 # whatever their nice. Begun before `make infra` instead, the build took a third of the
 # cores from it: CHANGELOG.md, 2026-12-06.)
 EARLY_GROUPS := engine kind helm nvidia-plugins node-image lab-images
+# Built beside lint and the unit tier likewise: Kueue, for the platform lane's Kueue suite
+# (its module links every job framework it integrates: 270 CPU-s on a new machine).
+LATE_GROUPS := kubelets kueue
 KUBELETS_LOG := $(BUILD)/infra-kubelets.log
 # The ASan and fuzz tiers run beside the unit tier, their output kept and printed after it:
 # the unit tier kept the cores half busy (49%: its lab tests wait on kind), and these two
@@ -123,7 +126,7 @@ test:
 	$(TIMED) infra -- $(MAKE) --no-print-directory infra INFRA_GROUPS="$(EARLY_GROUPS)" || status=1; \
 	if (( status == 0 )); then \
 	  rm -f $(KUBELETS_LOG).rc; \
-	  ( nice -n 19 $(PY) -m gpulab infra kubelets >$(KUBELETS_LOG) 2>&1; \
+	  ( nice -n 19 $(PY) -m gpulab infra $(LATE_GROUPS) >$(KUBELETS_LOG) 2>&1; \
 	    echo $$? >$(KUBELETS_LOG).rc ) & \
 	  $(TIMED) lint -- $(MAKE) --no-print-directory lint || status=1; \
 	  ( s=0; $(TIMED) asan --junit $(JUNIT)/asan.xml -- \
@@ -155,9 +158,10 @@ test:
 	py=$(PY); [[ -x $$py ]] || py=python3; $$py -m bench.budget report || status=1; \
 	exit $$status
 
-# Waits for `make test`'s background build of the worker images (above); its log on failure.
+# Waits for `make test`'s background build of the worker images and Kueue (above); its log
+# on failure.
 kubelets-ready:
-	@[[ -s $(KUBELETS_LOG).rc ]] || echo "==> waiting for the older kubelets' worker images ($(KUBELETS_LOG))"
+	@[[ -s $(KUBELETS_LOG).rc ]] || echo "==> waiting for the older kubelets' worker images and Kueue ($(KUBELETS_LOG))"
 	@until [[ -s $(KUBELETS_LOG).rc ]]; do sleep 2; done
 	@rc=$$(cat $(KUBELETS_LOG).rc); (( rc == 0 )) || { tail -n 20 $(KUBELETS_LOG); exit 1; }
 
@@ -216,7 +220,7 @@ bench-faults: install
 	@$(PY) -m bench.fleet_faults --out $(BUILD)/bench-faults.json $(BENCH_FAULTS_ARGS)
 
 # Kueue admitting one-GPU Jobs within a quota per GPU product on a KWOK fleet of the hetero
-# lab's nodes (bench/kueue_bench.py; Kueue built on first use): build/bench-kueue.json.
+# lab's nodes (bench/kueue_bench.py; Kueue built by `make infra`): build/bench-kueue.json.
 # BENCH_KUEUE_ARGS="--copies 20 --jobs 300 --share 0.25".
 bench-kueue: install
 	@$(PY) -m gpulab infra

@@ -17,8 +17,7 @@ quota is `--share` of each product's GPUs there, as most Kueue users set up GPUs
 
 Figures: Jobs admitted per second, p50 / p99 from create to admitted and to finished,
 queued when the last Job was created, peak use of each flavor against its quota. A table
-and JSON (`--out`). Kueue is built on first use (`clusters/infra/images/build.sh kueue`,
-cached; not part of `make infra`).
+and JSON (`--out`). Kueue is built by `make infra` (its `kueue` group).
 
     python -m bench.kueue_bench [--copies 50] [--jobs 1000] [--share 0.5]
 """
@@ -29,7 +28,6 @@ import argparse
 import json
 import os
 import platform
-import subprocess
 import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -51,17 +49,6 @@ from clusters.labs.lab import Lab
 LAB = "hetero"  # three GPU products, each labelled by GFD
 NAMESPACE = "bench-kueue"
 QUEUE, CLUSTER_QUEUE = "gpus", "bench-gpus"
-IMAGES = Path(__file__).resolve().parent.parent / "clusters/infra/images/build.sh"
-
-
-def build() -> str:
-    """Kueue's image (built when not yet, Kueue with it; progress on stderr)."""
-    done = subprocess.run(["bash", str(IMAGES), "kueue"], stdout=subprocess.PIPE, text=True,
-                          check=False)  # fmt: skip
-    if done.returncode != 0:
-        raise steps.StepError(f"building Kueue's image failed ({IMAGES.name} kueue exited "
-                              f"{done.returncode})")  # fmt: skip
-    return done.stdout.strip().splitlines()[-1].split("=", 1)[1]
 
 
 @dataclass
@@ -297,9 +284,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.qps is not None and args.qps < 1:
         ap.error(f"--qps {args.qps}: 1 or more")
     console = Console() if Console().is_terminal else Console(width=120)
-    with console.status("Kueue's image (built once, cached)"):
-        image = build()
     lab = Lab(LAB).up()
+    image = kueue.image(lab.ctx)
     try:
         with console.status(f"{args.copies} KWOK copies of each GPU node, then {SETTLE_S:.0f} s"):
             for n in lab.lab.gpu_nodes:

@@ -369,27 +369,35 @@ def test_a_mig_layout_of_the_labs_configmap_through_the_operators_mig_manager(
     """`nvidia.com/mig.config=small-and-large` on the node, a layout of the lab's own MIG
     ConfigMap (given to the operator as migManager.config) that differs by GPU: the MIG
     manager the operator deployed pauses the plugin and GFD, partitions each H100 through
-    NVML as the ConfigMap says, brings them back and says `success`; GFD (the lab's mixed
-    strategy) counts each profile. all-disabled: whole GPUs served again. What the plugin
-    serves in between is reported, not asserted: it needs the driver's
-    /proc/driver/nvidia/capabilities, which its container (the host kernel's procfs)
-    lacks (docs/operator.md)."""
+    NVML as the ConfigMap says, brings them back and says `success`; the plugin (the lab's
+    mixed strategy) serves each profile's slices (it reads their capability files in the
+    driver's /proc/driver, which the lab's runtime shows its container:
+    clusters/labs/toolkit.py), GFD counts them, and the ClusterPolicy stays `ready`.
+    all-disabled: whole GPUs served again."""
     want = mig_layout(LAYOUT)
     total: Counter[str] = sum((c for _, c in want), Counter())
     counts = {f"nvidia.com/mig-{p}.count": str(n) for p, n in sorted(total.items())}
-    verdict.expect(f"{LAYOUT} success: {want} in NVML, GFD {counts}; "
-                   f"all-disabled: {RESOURCE} {GPUS}")  # fmt: skip
+    slices = {f"nvidia.com/mig-{p}": n for p, n in sorted(total.items())}
+    verdict.expect(f"{LAYOUT} success: {want} in NVML, allocatable {slices}, GFD {counts}, "
+                   f"ClusterPolicy ready; all-disabled: {RESOURCE} {GPUS}")  # fmt: skip
+
+    def served() -> dict[str, int]:
+        return {r: operated.capacity(NODE, r)[1] for r in slices}
+
     try:
         t0 = time.monotonic()
         migmanager.reconfigure(operated.ctx, NODE, LAYOUT)
         took = time.monotonic() - t0
         made = mig.instances(operated.fake_gpus(NODE))
         gfd = wait_for(lambda: gfd_output(operated, counts), counts, 60)
-        served = allocatable(operated)
+        got = wait_for(served, slices, 120)
+        # The operator's next pass sees the plugin's new pod Ready.
+        state = wait_for(lambda: gpuoperator.policy_state(operated.ctx), "ready", 120)
     finally:
         migmanager.reconfigure(operated.ctx, NODE, migmanager.DISABLED)
     back = wait_for(lambda: allocatable(operated), (GPUS, GPUS))
-    verdict.saw(f"success in {took:.1f}s: {made}, GFD {gfd} ({RESOURCE} served meanwhile: "
-                f"{served[1]}); all-disabled: {back[1]}")  # fmt: skip
+    verdict.saw(f"success in {took:.1f}s: {made}, allocatable {got}, GFD {gfd}, ClusterPolicy "
+                f"{state}; all-disabled: {back[1]}")  # fmt: skip
     assert made == want
-    assert gfd == counts and back == (GPUS, GPUS)
+    assert got == slices and gfd == counts and state == "ready"
+    assert back == (GPUS, GPUS)

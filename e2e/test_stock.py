@@ -100,9 +100,12 @@ def test_a_pod_gets_its_gpu_through_the_container_toolkit(
 ) -> None:
     """The plugin hands NVIDIA_VISIBLE_DEVICES=<uuid> (its default, envvar); the runtime
     turns it into the CDI device nvidia.com/gpu=<uuid>: that GPU's device node, the
-    driver's library and the fake GPUs' state, nothing of the other GPUs."""
+    driver's library and the fake GPUs' state, nothing of the other GPUs; and the
+    driver's procfs entries a GPU host's kernel shows (the lab's hook:
+    clusters/labs/toolkit.py): /proc/driver/nvidia, the driver's majors in /proc/devices."""
     verdict.expect("the GPU the plugin allocated, and only it, in the container's /dev; "
-                   "libnvidia-ml.so.1 and the fake GPUs' state mounted")  # fmt: skip
+                   "libnvidia-ml.so.1 and the fake GPUs' state mounted; /proc/driver/nvidia "
+                   "and the nvidia majors in /proc")  # fmt: skip
     spods.create(spods.gpu_pod("toolkit", 1, NODE))
     spods.wait_running("toolkit")
     allocated = spods.devices("toolkit")
@@ -111,6 +114,13 @@ def test_a_pod_gets_its_gpu_through_the_container_toolkit(
     files = spods.exec("toolkit", ["ls", "/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1",
                                    "/var/lib/fakenvml/journal.bin"],
                        lambda out: "journal" in out or "No such" in out)  # fmt: skip
-    verdict.saw(f"allocated {allocated}, /dev shows {in_dev}; {' '.join(files.split())}")
+    proc = spods.exec("toolkit", ["sh", "-c", "ls /proc/driver; echo --; cat /proc/devices"],
+                      lambda out: "--" in out)  # fmt: skip
+    listed, _, devices = proc.partition("--")
+    majors = {line.split()[-1] for line in devices.splitlines() if "nvidia" in line}
+    verdict.saw(f"allocated {allocated}, /dev shows {in_dev}; {' '.join(files.split())}; "
+                f"/proc/driver: {' '.join(listed.split())}, majors {sorted(majors)}")  # fmt: skip
     assert len(allocated) == 1 and in_dev == allocated
     assert "No such" not in files
+    assert {"nvidia", "nvidia-caps"} <= set(listed.split())
+    assert {"nvidia", "nvidia-uvm", "nvidia-caps"} <= majors

@@ -216,7 +216,12 @@ def _lab_list(args: argparse.Namespace) -> int:
     from clusters.labs import spec
 
     running, unknown = running_clusters()
-    print("\n".join(lab_lines(spec.shipped(), running)))
+    try:
+        labs = spec.shipped()
+    except spec.SpecError as e:  # a MIG inventory is checked by the library, not built yet
+        print(f"gpulab lab list: error: {e}", file=sys.stderr)
+        return 2
+    print("\n".join(lab_lines(labs, running)))
     if unknown:
         print(f"gpulab lab list: which labs run is unknown: {unknown}", file=sys.stderr)
     return 0

@@ -188,7 +188,8 @@ def test_infra_lists_its_shipped_scripts(installed: Installed) -> None:
                           ("helm", "scripts/helm.sh"),
                           ("nvidia-plugins", "scripts/nvidia-plugin.sh"),
                           ("node-image", "nodeimage/build.sh"),
-                          ("lab-images", "images/build.sh")):  # fmt: skip
+                          ("lab-images", "images/build.sh"),
+                          ("kueue", "images/build.sh")):  # fmt: skip
         assert f"{group:<15} {installed.site / 'clusters/infra' / script}" in lines
     assert lines[-1].startswith(f"cache: {installed.env['GPULAB_CACHE']}")
     res = installed.run("gpulab", "infra", "--help")
@@ -218,7 +219,13 @@ def test_the_gpulab_image_is_made_of_the_installed_files(installed: Installed) -
     assert {r.split("=")[0] for r in reqs} == NODE
 
 
-def test_the_lab_commands_run_from_the_wheel(installed: Installed) -> None:
+def test_the_lab_commands_run_from_the_wheel(installed: Installed, tmp_path: Path) -> None:
+    # Before `fakenvml build` (a cache of its own): the MIG labs' inventories are checked
+    # by the library, so the list says to build it, in one line.
+    res = installed.run("gpulab", "lab", "list", env={"GPULAB_CACHE": str(tmp_path)})
+    assert res.returncode == 2 and res.stderr.count("\n") == 1, res.stderr
+    assert res.stderr.startswith("gpulab lab list: error: ") and "fakenvml build" in res.stderr
+    assert installed.run("fakenvml", "build").returncode == 0  # cached: the earlier test's
     res = installed.run("gpulab", "lab", "list")
     assert res.returncode == 0, res.stderr
     assert res.stdout.splitlines()[0].split() == ["LAB", "NODES", "GPUS", "FLEET", "SERVES",

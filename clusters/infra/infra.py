@@ -60,6 +60,7 @@ STEPS = {  # group -> the scripts its steps run (`--list`)
         "clusters/infra/nodeimage/rootfs.sh",
     ],
     "kubelets": ["clusters/infra/nodeimage/build.sh"],
+    "kueue": ["clusters/infra/images/build.sh"],
     "lab-images": [
         "clusters/infra/images/build.sh",
         "clusters/infra/scripts/dra-driver.sh",
@@ -232,8 +233,19 @@ def _tail(path: Path, n: int) -> list[str]:
 # -- the steps ---------------------------------------------------------------------------
 
 # kubelets: the workers' images with older kubelets (KUBELET_VERSIONS), which only the
-# skew pass needs: `make test` builds them at nice 19 beside its first tiers.
-GROUPS = ("engine", "kind", "helm", "nvidia-plugins", "node-image", "kubelets", "lab-images")
+# skew pass and the platform lane need; kueue: Kueue's image, for the platform lane's
+# Kueue suite and `make bench-kueue`. `make test` builds both at nice 19 beside its first
+# tiers (Makefile: LATE_GROUPS).
+GROUPS = (
+    "engine",
+    "kind",
+    "helm",
+    "nvidia-plugins",
+    "node-image",
+    "kubelets",
+    "lab-images",
+    "kueue",
+)
 
 
 def run(groups: Iterable[str] = GROUPS, console: Console | None = None) -> Products:
@@ -245,7 +257,7 @@ def run(groups: Iterable[str] = GROUPS, console: Console | None = None) -> Produ
         raise ValueError(f"unknown group(s) {', '.join(sorted(unknown))} ({', '.join(GROUPS)})")
     r = Runner(console)
     t0 = time.monotonic()
-    if want & {"engine", "node-image", "kubelets", "lab-images"}:
+    if want & {"engine", "node-image", "kubelets", "lab-images", "kueue"}:
         r.step("Docker engine", lambda: _engine(r))
     # The debootstraps (disk and network bound) run beside the Go builds (CPU bound, at
     # nice 10): on 2 cores they hide behind the first compiles.
@@ -382,6 +394,12 @@ def _programs(r: Runner, want: set[str], lane: Future[dict[str, str]]) -> None:
         r.record(lambda: p.images.update(debootstrapped))
         _lab_images(r, p)
         _subjects(r, p)
+    if "kueue" in want:
+        # The batch queue above the scheduler (e2e/test_kueue.py, make bench-kueue): a
+        # group of its own, so `make test` builds it beside the unit tier with the
+        # kubelets, not in the infra tier before it.
+        kueue = r.step(f"Kueue {versions.get('KUEUE_VERSION')} (Go)", lambda: _image(r, "kueue"))
+        r.record(lambda: p.images.update(kueue))
 
 
 def _subjects(r: Runner, p: Products) -> None:

@@ -39,8 +39,13 @@ def module_dir() -> Path:
     where = chart.module_dir(f"{MODULE}@{versions.get('KUEUE_VERSION')}")
     if not (where / "charts" / "kueue" / "Chart.yaml").is_file():
         raise built.InfraMissing(f"Kueue's module is not in {where}; build its image first "
-                                 "(clusters/infra/images/build.sh kueue)")  # fmt: skip
+                                 "(gpulab infra kueue)")  # fmt: skip
     return where
+
+
+def image(ctx: Context) -> str:
+    """Kueue's image, as `make infra` recorded it (InfraMissing, one line, if it did not)."""
+    return built.require(("kueue",), ctx.lab.kubernetes, ctx.lab.kubelet).images["kueue"]
 
 
 def docs(image: str, kube_version: str, qps: int | None = None) -> list[dict]:
@@ -228,19 +233,21 @@ def local_queue(name: str, namespace: str, cluster_queue: str) -> dict:
             "spec": {"clusterQueue": cluster_queue}}  # fmt: skip
 
 
-def job(name: str, queue: str, image: str, gpus: int = 1) -> dict:
+def job(name: str, queue: str, image: str, gpus: int = 1,
+        command: list[str] | None = None) -> dict:  # fmt: skip
     """A one-pod Job asking `gpus` of `nvidia.com/gpu`, queued in `queue`, created
-    suspended (Kueue unsuspends it when it admits it). Its pod may go to fleet nodes only
-    (KWOK runs it, and completes it as a Job's); the flavor Kueue picks adds the product."""
-    affinity = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
-        "nodeSelectorTerms": [{"matchExpressions": [
-            {"key": fleet.FLEET_LABEL, "operator": "Exists"}]}]}}}  # fmt: skip
-    pod: dict[str, Any] = {
-        "restartPolicy": "Never",
-        "affinity": affinity,
-        "containers": [{"name": "work", "image": image,
-                        "resources": {"limits": {GPU: str(gpus)}}}],
-    }  # fmt: skip
+    suspended (Kueue unsuspends it when it admits it); the flavor Kueue picks adds the
+    product. With no `command` its pod may go to fleet nodes only (KWOK runs it, and
+    completes it as a Job's); with one it runs on a kubelet's node."""
+    container: dict[str, Any] = {"name": "work", "image": image,
+                                 "resources": {"limits": {GPU: str(gpus)}}}  # fmt: skip
+    pod: dict[str, Any] = {"restartPolicy": "Never", "containers": [container]}
+    if command is None:
+        pod["affinity"] = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+            "nodeSelectorTerms": [{"matchExpressions": [
+                {"key": fleet.FLEET_LABEL, "operator": "Exists"}]}]}}}  # fmt: skip
+    else:
+        container["command"] = command
     return {"apiVersion": "batch/v1", "kind": "Job",
             "metadata": {"name": name, "labels": {QUEUE_LABEL: queue}},
             "spec": {"suspend": True, "parallelism": 1, "completions": 1, "backoffLimit": 0,

@@ -19,7 +19,8 @@ documents it, so stock deployments (NVIDIA's chart at its default values) run un
   GPUs are installed and whenever their set changes (a MIG layout: as NVIDIA's
   mig-manager does), plus one edit of gpulab's: the node's fakenvml state dir mounted at
   /var/lib/fakenvml, where the fake library looks when it is loaded from the container's
-  /usr/lib (it is what the device nodes are to a real driver: where the GPUs' state lives).
+  /usr/lib (it is what the device nodes are to a real driver: where the GPUs' state lives),
+  and a hook that shows the container the driver's procfs entries (PROCFS_HOOK).
 
 Only GPU nodes get the toolkit, as on real clusters; the control plane runs plain runc.
 """
@@ -100,6 +101,38 @@ def with_state_mount(spec: dict) -> dict:
     return spec
 
 
+# A GPU host's kernel shows every container the driver's procfs entries: /proc/driver/nvidia
+# (each MIG instance's capability files, which NVIDIA's plugin and DRA driver read at fixed
+# paths; nvidia-caps' mig-minors) and the driver's majors in /proc/devices (the operator's
+# validator makes /dev/char links from them). A fake host's kernel has neither; fakenvml's
+# driver root has both. runc refuses a spec's mount under /proc, but a createContainer hook
+# runs in the container's mount namespace before pivot_root (OCI runtime spec, "POSIX-
+# platform Hooks"), so the hook bind-mounts them into the rootfs the container's bundle
+# names. Its input is the container's state (JSON) on stdin. Only containers the nvidia
+# runtime gives GPUs get it (the spec's edits), where a real host's kernel shows every one.
+PROCFS_HOOK = r"""set -e
+root=$1
+bundle=$(sed -n 's/.*"bundle": *"\([^"]*\)".*/\1/p')
+[ -n "$bundle" ] || { echo "gpulab procfs hook: no bundle in the container's state" >&2; exit 1; }
+rootfs=$(tr -d '\n' <"$bundle/config.json" | sed -n 's/.*"root": *{ *"path": *"\([^"]*\)".*/\1/p')
+case $rootfs in /*) ;; *) rootfs=$bundle/${rootfs:-rootfs} ;; esac
+mount --bind "$root/proc/driver" "$rootfs/proc/driver"
+mount --bind "$root/proc/devices" "$rootfs/proc/devices"
+"""
+PROCFS_HOOK_NAME = "gpulab-driver-procfs"  # $0 of the hook's shell: how the edit finds it again
+
+
+def with_driver_procfs(spec: dict, root: str = kindconfig.DRIVER_ROOT) -> dict:
+    """The spec with PROCFS_HOOK for `root` among its createContainer hooks, once."""
+    edits = spec.setdefault("containerEdits", {})
+    hooks = [h for h in edits.get("hooks", []) if PROCFS_HOOK_NAME not in h.get("args", [])]
+    hooks.append({"hookName": "createContainer", "path": "/bin/sh",
+                  "args": ["sh", "-c", PROCFS_HOOK, PROCFS_HOOK_NAME, root],
+                  "env": ["PATH=/usr/sbin:/usr/bin:/sbin:/bin"]})  # fmt: skip
+    edits["hooks"] = hooks
+    return spec
+
+
 def refresh_node(ctx: Context, node: str) -> dict:
     """The node's CDI spec generated again from its fake GPUs as they are now; the spec.
     Written to a file in the node and read back through the engine's archive API: the
@@ -108,7 +141,7 @@ def refresh_node(ctx: Context, node: str) -> dict:
     ctx.node_exec(node, *generate_args(output=GENERATED))
     out = ctx.host.read(node, GENERATED)
     try:
-        spec = with_state_mount(json.loads(out))
+        spec = with_driver_procfs(with_state_mount(json.loads(out)))
     except ValueError as e:
         raise StepError(f"nvidia-ctk cdi generate on {node}: no JSON ({e}): {out[-300:]}") from e
     text = json.dumps(spec, indent=1)  # JSON is YAML: one parser for the runtime either way

@@ -61,6 +61,13 @@ def test_a_job_is_queued_suspended_asks_its_gpus_and_goes_to_fleet_nodes_only() 
     assert "tolerations" not in pod  # the flavor's, added by Kueue at admission
 
 
+def test_a_job_with_a_command_runs_on_a_kubelets_node() -> None:
+    j = kueue.job("j-1", "gpus", "img", command=["sleep", "3"])
+    pod = j["spec"]["template"]["spec"]
+    assert pod["containers"][0]["command"] == ["sleep", "3"]
+    assert "affinity" not in pod and j["spec"]["suspend"] is True
+
+
 class FakeCustom:
     def list_namespaced_custom_object(self, *args: Any, **kw: Any) -> dict:
         return {"metadata": {"resourceVersion": "7"}, "items": []}
@@ -174,7 +181,7 @@ def test_bad_arguments_are_refused_before_anything_runs(
     args: list[str], says: str, capsys: pytest.CaptureFixture[str],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:  # fmt: skip
-    monkeypatch.setattr(kb, "build", lambda: pytest.fail("built"))
+    monkeypatch.setattr(kb, "Lab", lambda name: pytest.fail(f"lab {name} made"))
     with pytest.raises(SystemExit) as e:
         kb.main(args)
     assert e.value.code == 2

@@ -32,6 +32,66 @@ def test_the_spec_gets_the_state_mount_once_and_keeps_the_drivers() -> None:
     assert "rw" in state[0]["options"] and lib in twice["containerEdits"]["mounts"]
 
 
+def test_the_spec_gets_the_procfs_hook_once_beside_nvidias_hooks() -> None:
+    nvidias = {"hookName": "createContainer", "path": "/usr/local/nvidia/toolkit/nvidia-cdi-hook",
+               "args": ["nvidia-cdi-hook", "update-ldcache"]}  # fmt: skip
+    spec = {"cdiVersion": "0.5.0", "containerEdits": {"hooks": [nvidias]}}
+    twice = toolkit.with_driver_procfs(toolkit.with_driver_procfs(spec))
+    hooks = twice["containerEdits"]["hooks"]
+    assert hooks[0] == nvidias and len(hooks) == 2
+    assert hooks[1]["hookName"] == "createContainer"
+    assert hooks[1]["args"][-2:] == [toolkit.PROCFS_HOOK_NAME, kindconfig.DRIVER_ROOT]
+
+
+def test_the_procfs_hook_shows_the_drivers_entries_in_the_containers_proc(
+    tmp_path: Path,
+) -> None:
+    """The hook as runc runs it (the container's state on stdin, before pivot_root, in the
+    container's mount namespace: here one of its own with a procfs at the bundle's rootfs):
+    the root's proc/driver and proc/devices over the rootfs' own; the host's stay as
+    they are."""
+    state, root = tmp_path / "state", tmp_path / "root"
+    inv = tmp_path / "inv.yaml"
+    inv.write_text("gpus: [{profile: H100-SXM5-80GB, count: 1, mig: all-1g.10gb}]\n")
+    fakenvml = [sys.executable, "-m", "fakenvml"]
+    subprocess.run([*fakenvml, "init", "--state-dir", str(state), str(inv)], check=True,
+                   capture_output=True)  # fmt: skip
+    subprocess.run([*fakenvml, "install-driver", "--state-dir", str(state), str(root)],
+                   check=True, capture_output=True)  # fmt: skip
+    bundle = tmp_path / "bundle"
+    (bundle / "rootfs/proc").mkdir(parents=True)
+    # As containerd writes it: compact JSON, the rootfs relative to the bundle.
+    (bundle / "config.json").write_text(json.dumps({"ociVersion": "1.1.0",
+                                                    "root": {"path": "rootfs"}}))  # fmt: skip
+    hook = toolkit.with_driver_procfs({}, str(root))["containerEdits"]["hooks"][0]
+    rootfs = bundle / "rootfs"
+    host = Path("/proc/devices").read_text(), sorted(p.name for p in Path("/proc/driver").iterdir())
+    proc = rootfs / "proc"
+    container = (f'mount -t proc proc {proc} && "$@" && '
+                 f"cat {proc}/driver/nvidia-caps/mig-minors {proc}/devices")  # fmt: skip
+    out = subprocess.run(
+        ["unshare", "--mount", "--propagation", "private", "sh", "-c", container, "sh",
+         hook["path"], *hook["args"][1:]],
+        input=json.dumps({"ociVersion": "1.1.0", "id": "c", "status": "creating", "pid": 1,
+                          "bundle": str(bundle)}),
+        capture_output=True, text=True, timeout=30, env={"PATH": "/usr/bin:/bin"},
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    assert "gpu0/gi" in out.stdout  # the driver's MIG capability minors
+    assert "nvidia-caps" in out.stdout and "nvidia-uvm" in out.stdout  # the driver's majors
+    # The host's procfs as it was.
+    assert host == (Path("/proc/devices").read_text(),
+                    sorted(p.name for p in Path("/proc/driver").iterdir()))  # fmt: skip
+
+
+def test_the_procfs_hook_fails_in_one_line_without_a_bundle(tmp_path: Path) -> None:
+    hook = toolkit.with_driver_procfs({}, str(tmp_path))["containerEdits"]["hooks"][0]
+    out = subprocess.run([hook["path"], *hook["args"][1:]], input="{}", capture_output=True,
+                         text=True, timeout=10)  # fmt: skip
+    assert out.returncode == 1
+    assert out.stderr == "gpulab procfs hook: no bundle in the container's state\n"
+
+
 def test_the_spec_is_generated_for_fakenvmls_driver_root_with_the_mounted_hook() -> None:
     args = toolkit.generate_args()
     ctk = args.index(f"{kindconfig.TOOLKIT_DIR}/nvidia-ctk")

@@ -14,8 +14,8 @@
 #              on the base image
 #   kwok       KWOK's controller ($KWOK_VERSION, built by clusters/infra/nodeimage/build-go.sh)
 #              on the base image
-#   kueue      Kueue's controller manager ($KUEUE_VERSION, likewise), for `make bench-kueue`:
-#              not among the defaults
+#   kueue      Kueue's controller manager ($KUEUE_VERSION, likewise): not among the defaults,
+#              `gpulab infra kueue` builds it (a group of its own: clusters/infra/infra.py)
 # Every image is tagged with a hash of its inputs, so a warm run only checks tags. Tags
 # appear only on finished, checked images (temporary tags first; see lib.sh).
 # usage: clusters/infra/images/build.sh [base|gpulab|workload|nvidia|nfd|dra|bats-base|bats|npd|kwok|kueue]...   (default: all but kueue)
