@@ -53,11 +53,12 @@ BUDGETS: dict[str, int] = {
     # the cluster tier on the newest Kubernetes: every lab, every subject, and NVIDIA's DRA
     # driver's own suite (about 2 min 10 s); the lane below, beside it, costs it ~45 s
     "e2e": 1110,
-    # The lane beside the e2e tier, one after another: the GPU Operator's and the MIG
-    # manager's suites (-m platform; the operator's first test alone ~250 s, most of it
+    # The lane beside the e2e tier, one after another: the GPU Operator's, Kueue's (on the
+    # operator's lab: ~1.5-3.5 min, most of it its image's load and start) and the MIG
+    # manager's suites (-m platform; the operator's first test alone ~250-300 s, most of it
     # its own reconcile loops), then the skew pass (CI_KUBELET's kubelet on the workers)
     # smoke set, gpulab and nvidia, -m smoke.
-    "e2e-platform": 690,
+    "e2e-platform": 810,
     "e2e-skew": 210,
     # then, in that lane: action.yml run step by step (ci/run-action.py), the tiny
     # plugin's smoke set, on the seed lab the skew pass kept
