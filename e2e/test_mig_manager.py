@@ -19,7 +19,7 @@ from typing import TypeVar
 import pytest
 
 from clusters import built
-from clusters.labs import migmanager, spec, toolkit
+from clusters.labs import capacity, migmanager, spec, toolkit
 from clusters.labs.lab import Lab
 from e2e.fixtures import NAMESPACE, lab_fixture
 from e2e.pods import DEVICE_ENV, Pods, restarts
@@ -129,7 +129,15 @@ def story(lab: Lab) -> str:
             pods.append(f"{p.metadata.name} {p.status.phase} ({', '.join(states)}; "
                         f"{restarts(p)[1]}); its plugin's last lines: "
                         + " | ".join(lab.kube.log_tail(p, 12, "nvidia-device-plugin")))  # fmt: skip
-        return f"node {beat}; plugin pods: {'; '.join(pods) or 'none'}"
+        # Capacity beside allocatable: devices the kubelet holds unhealthy (capacity kept)
+        # or a resource it never heard of again; and its device manager's own lines (CI of
+        # 122ef2b: allocatable 0 for 108 s after the plugin said it registered ts-4).
+        held = {k: f"{v} of {(node.status.capacity or {}).get(k)}"
+                for k, v in (node.status.allocatable or {}).items()
+                if k.startswith("nvidia.com/")}  # fmt: skip
+        kubelet = capacity.kubelet_plugin_lines(lab.ctx, NODE, 8)
+        return (f"node {beat}; allocatable {held}; plugin pods: {'; '.join(pods) or 'none'}; "
+                f"kubelet: {' | '.join(kubelet)}")  # fmt: skip
     except Exception as e:
         return f"node and plugin unreadable ({e.__class__.__name__}: {e})"
 
