@@ -346,18 +346,20 @@ def test_time_slicing_by_the_plugin_config_label(operated: Lab, verdict: Verdict
                    f"default: {GPUS}, GFD replicas 1")  # fmt: skip
     (pod,) = operated.kube.pods(NS, f"app={gpuoperator.PLUGIN}", NODE)
     try:
-        operated.kube.label_node(NODE, {migmanager.CONFIG_LABEL_PLUGIN: TS})
-        sliced = wait_for(lambda: allocatable(operated), (GPUS * replicas,) * 2)
+        sliced, dropped = migmanager.switch_config(operated.ctx, NODE, TS,
+                                                   lambda: allocatable(operated),
+                                                   (GPUS * replicas,) * 2)  # fmt: skip
         gfd = wait_for(lambda: gfd_output(operated, want), want, 30)
         (after,) = operated.kube.pods(NS, f"app={gpuoperator.PLUGIN}", NODE)
         restarted, said = restarts(after)
     finally:
-        operated.kube.label_node(NODE, {migmanager.CONFIG_LABEL_PLUGIN: None})
-    back = wait_for(lambda: allocatable(operated), (GPUS, GPUS))
+        back, dropped_back = migmanager.switch_config(operated.ctx, NODE, None,
+                                                      lambda: allocatable(operated),
+                                                      (GPUS, GPUS))  # fmt: skip
     one = {"nvidia.com/gpu.replicas": "1"}
     gfd_back = wait_for(lambda: gfd_output(operated, one), one, 30)
-    verdict.saw(f"{TS}: {sliced[1]}, {said}, GFD {gfd}; default: {back[1]}, "
-                f"GFD {gfd_back}")  # fmt: skip
+    verdict.saw(f"{TS}: {sliced[1]}, {said}, GFD {gfd}; default: {back[1]}, GFD {gfd_back}"
+                + "".join(f"; {n}" for n in (dropped, dropped_back) if n))  # fmt: skip
     assert sliced == (GPUS * replicas,) * 2 and gfd == want
     assert (after.metadata.uid, restarted) == (pod.metadata.uid, 0), said
     assert back == (GPUS, GPUS) and gfd_back == one

@@ -241,18 +241,21 @@ def test_time_slicing_by_the_plugin_config_label(managed: Lab, verdict: Verdict)
     replicas = migmanager.TIME_SLICED["ts-4"]
     verdict.expect(f"ts-4: nvidia.com/gpu {GPUS * replicas}, same pod; default: {GPUS}")
     (pod,) = managed.kube.pods(migmanager.NAMESPACE, f"app={migmanager.PLUGIN}", NODE)
+    want = {"nvidia.com/gpu": GPUS * replicas}
     try:
-        managed.kube.label_node(NODE, {migmanager.CONFIG_LABEL_PLUGIN: "ts-4"})
-        sliced = wait_for(lambda: served(managed), {"nvidia.com/gpu": GPUS * replicas})
+        sliced, dropped = migmanager.switch_config(managed.ctx, NODE, "ts-4",
+                                                   lambda: served(managed), want)  # fmt: skip
         (after,) = managed.kube.pods(migmanager.NAMESPACE, f"app={migmanager.PLUGIN}", NODE)
         restarted, said = restarts(after)
-        seen = story(managed) if sliced != {"nvidia.com/gpu": GPUS * replicas} else ""
+        seen = story(managed) if sliced != want else ""
     finally:
-        managed.kube.label_node(NODE, {migmanager.CONFIG_LABEL_PLUGIN: None})
-    back = wait_for(lambda: served(managed), {"nvidia.com/gpu": GPUS})
+        back, dropped_back = migmanager.switch_config(managed.ctx, NODE, None,
+                                                      lambda: served(managed),
+                                                      {"nvidia.com/gpu": GPUS})  # fmt: skip
     verdict.saw(f"ts-4: {words(sliced)}, pod {after.metadata.name} (was {pod.metadata.name}), "
-                f"{said}; default: {words(back)}")  # fmt: skip
-    assert sliced == {"nvidia.com/gpu": GPUS * replicas}, seen
+                f"{said}; default: {words(back)}"
+                + "".join(f"; {n}" for n in (dropped, dropped_back) if n))  # fmt: skip
+    assert sliced == want, seen
     assert (after.metadata.uid, restarted) == (pod.metadata.uid, 0), said
     assert back == {"nvidia.com/gpu": GPUS}
 

@@ -18,11 +18,15 @@ and `nvidia.com/mig.config=all-disabled` (the operator's default for MIG-capable
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
+from typing import TypeVar
+
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from clusters import steps
-from clusters.labs import features, kindconfig
+from clusters.labs import capacity, features, kindconfig
 from clusters.labs.context import Context
 from clusters.subjects import subject
 
@@ -86,12 +90,51 @@ CONFIG_MAP = "device-plugin-configs"
 CONFIG_LABEL_PLUGIN = "nvidia.com/device-plugin.config"
 DEFAULT_PLUGIN_CONFIG = "default"
 TIME_SLICED = {"ts-4": 4}
+# The process the config manager signals: its argv[0] (the config manager's
+# PROCESS_TO_SIGNAL; the kernel's comm keeps only 15 characters of it).
+PLUGIN_PROCESS = "nvidia-device-plugin"
 PLUGIN_CONFIGS = {
     DEFAULT_PLUGIN_CONFIG: "version: v1\n",
     **{name: ("version: v1\nsharing:\n  timeSlicing:\n    resources:\n"
               f"      - name: nvidia.com/gpu\n        replicas: {n}\n")
        for name, n in TIME_SLICED.items()},
 }  # fmt: skip
+
+
+T = TypeVar("T")
+
+
+def switch_config(ctx: Context, node: str, config: str | None, read: Callable[[], T],
+                  want: T, deadline_s: float = 120) -> tuple[T, str]:  # fmt: skip
+    """`nvidia.com/device-plugin.config=<config>` on `node` (None: the label off, the
+    default config); then read() until it is `want` or the deadline: its last value, and a
+    note ("" when nothing was done but the label).
+
+    NVIDIA's plugin takes the config manager's SIGHUP by registering its socket again a
+    few ms after stopping it; a kubelet that handles the old stream's end after that
+    Register drops the new registration for good (registration.DROPPED, seen twice in CI
+    on v1.34 under load). Only when the kubelet's own lines show that drop, the plugin gets
+    one SIGHUP more, as from its config manager: with no stream of it left in the kubelet,
+    that Register stands. The note says so, with the kubelet's lines."""
+    since = time.time() - 1  # the node's journal is this host's clock, in whole seconds
+    ctx.kube.label_node(node, {CONFIG_LABEL_PLUGIN: config})
+    got = _until(read, want, deadline_s)
+    if got == want:
+        return got, ""
+    lines = capacity.dropped_registration(ctx, node, "nvidia.com/gpu", since)
+    if not lines:
+        return got, ""
+    ctx.node_exec(node, "pkill", "-HUP", "-f", f"^{PLUGIN_PROCESS}( |$)")
+    got = _until(read, want, deadline_s)
+    return got, ("the kubelet dropped the plugin's registration (kubernetes/kubernetes#121994:"
+                 f" {' | '.join(lines)}); one SIGHUP more to the plugin")  # fmt: skip
+
+
+def _until(read: Callable[[], T], want: T, deadline_s: float) -> T:
+    end = time.monotonic() + deadline_s
+    while (got := read()) != want and time.monotonic() < end:
+        time.sleep(0.5)
+    return got
 
 
 def config_manager_docs() -> list[dict]:
@@ -123,7 +166,7 @@ def with_config_manager(pod: dict, image: str) -> None:
                "NODE_LABEL": CONFIG_LABEL_PLUGIN, "CONFIG_FILE_SRCDIR": "/available-configs",
                "CONFIG_FILE_DST": "/config/config.yaml", "DEFAULT_CONFIG": DEFAULT_PLUGIN_CONFIG,
                "SEND_SIGNAL": str(not oneshot).lower(), "SIGNAL": "" if oneshot else "1",
-               "PROCESS_TO_SIGNAL": "" if oneshot else "nvidia-device-plugin"}  # fmt: skip
+               "PROCESS_TO_SIGNAL": "" if oneshot else PLUGIN_PROCESS}  # fmt: skip
         return {"name": name, "image": image, "imagePullPolicy": "IfNotPresent",
                 "command": ["config-manager"], "securityContext": {"privileged": True},
                 "env": [{"name": "NODE_NAME",

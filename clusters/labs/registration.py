@@ -65,3 +65,24 @@ def mark(core: client.CoreV1Api, pods: list[client.V1Pod], resource: str,
          nodes: list[str]) -> Mark:  # fmt: skip
     return Mark(resource, frozenset(p.metadata.uid for p in pods),
                 {n: _read(core, n, resource) for n in nodes})  # fmt: skip
+
+
+# The kubelet answering a plugin that stops its gRPC server and registers the same socket
+# again a few ms later (NVIDIA's plugin on SIGHUP: 3-6 ms on the labs, 2026-12-07). v1.34's
+# device manager replaces the resource's client on Register; when the old stream's end is
+# handled after that, it looks the client up by resource name and closes the *new* one
+# (kubernetes/kubernetes#121994): the new stream ends "the client connection is closing"
+# and nothing registers again. v1.37 refuses the Register instead ("already connected").
+DROPPED = ("client connection is closing", "already connected")
+
+
+def dropped(journal: list[str], resource: str) -> list[str]:
+    """The kubelet's lines that show it dropped `resource`'s newest registration: the last
+    registration request and what followed it, where one of those says DROPPED; [] when
+    the newest registration stands (or there was none)."""
+    ours = [x for x in journal if f'"{resource}"' in x]
+    asked = [i for i, x in enumerate(ours) if "registration request" in x]
+    if not asked:
+        return []
+    after = ours[asked[-1] :]
+    return after if any(d in x for x in after[1:] for d in DROPPED) else []
