@@ -12,12 +12,14 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 import urllib3
 import yaml
 
 REPO = Path(__file__).resolve().parents[1]
 MANIFESTS = Path(__file__).resolve().parent / "charts" / "manifests"
+T = TypeVar("T")
 
 
 class StepError(Exception):
@@ -48,6 +50,15 @@ def manifest(name: str, images: dict[str, str]) -> list[dict]:
     for placeholder, image in images.items():
         text = text.replace(placeholder, image)
     return [d for d in yaml.safe_load_all(text) if d]
+
+
+def settle(read: Callable[[], T], want: T, deadline_s: float = 120) -> T:
+    """read() every half second until it is `want` or the deadline: the last value read.
+    For waits whose shortfall the caller explains (poll raises instead)."""
+    end = time.monotonic() + deadline_s
+    while (got := read()) != want and time.monotonic() < end:
+        time.sleep(0.5)
+    return got
 
 
 def poll(what: str, check: Callable[[], tuple[bool, str]], deadline_s: float,

@@ -17,11 +17,11 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import TypeVar
 
 import pytest
 import yaml
 
+from clusters import steps
 from clusters.labs import gpuoperator, migmanager, spec
 from clusters.labs.lab import Lab
 from e2e.fixtures import NAMESPACE, lab_fixture, lab_job
@@ -48,7 +48,6 @@ VALUES = LAB.spec.operator.values if LAB.spec.operator else {}
 TS = "ts-4"
 TIME_SLICED = yaml.safe_load(VALUES["devicePlugin"]["config"]["data"][TS])
 LAYOUT = "small-and-large"
-T = TypeVar("T")
 
 
 @lab_fixture(LAB.name, scope="module")
@@ -56,13 +55,6 @@ def operated(labs: Callable[..., Lab]) -> Iterator[Lab]:
     lab = labs(LAB.name)
     yield lab
     lab.heal()
-
-
-def wait_for(what: Callable[[], T], want: T, deadline_s: float = 120) -> T:
-    end = time.monotonic() + deadline_s
-    while (got := what()) != want and time.monotonic() < end:
-        time.sleep(0.5)
-    return got
 
 
 def ready_pods(lab: Lab, app: str, node: str | None = None) -> int:
@@ -157,7 +149,7 @@ def test_gfd_labels_the_node_from_nvml(operated: Lab, verdict: Verdict) -> None:
         found = operated.core.read_node(NODE).metadata.labels or {}
         return {k: found.get(k) for k in want}
 
-    got = wait_for(labels, want)
+    got = steps.settle(labels, want)
     verdict.saw(str(got))
     assert got == want
 
@@ -175,7 +167,7 @@ def test_the_node_status_exporter_reports_the_node(operated: Lab, verdict: Verdi
         m = metrics(operated)
         return {k: m.get(k) for k in want}
 
-    seen = wait_for(got, want, deadline_s=150)  # the exporter re-checks each minute
+    seen = steps.settle(got, want, deadline_s=150)  # the exporter re-checks each minute
     pci = metrics(operated).get("gpu_operator_nvidia_pci_devices_total")
     verdict.saw(f"{seen}; gpu_operator_nvidia_pci_devices_total {pci}")
     assert seen == want
@@ -235,7 +227,7 @@ def lost_gpu(lab: Lab) -> LostGpu:
     def validation(want: float) -> tuple[dict[str, float | None], float]:
         """The metrics once the validation is `want` (two passes of the exporter at most)."""
         t0 = time.monotonic()
-        wait_for(lambda: exported()[EXPORTED[0]], want, 150)
+        steps.settle(lambda: exported()[EXPORTED[0]], want, 150)
         return exported(), time.monotonic() - t0
 
     lab.fake_gpus(NODE).fall_off_bus(0)
@@ -277,11 +269,11 @@ def test_the_device_plugin_off_and_on_by_its_deploy_label(operated: Lab,
     verdict.expect(f"off: no plugin pod, allocatable 0; on: allocatable {GPUS}")
     try:
         operated.set_plugin_on(NODE, False)
-        off = wait_for(lambda: allocatable(operated)[1], 0, deadline_s=90)
+        off = steps.settle(lambda: allocatable(operated)[1], 0, deadline_s=90)
         others = ready_pods(operated, "gpu-feature-discovery", NODE)
     finally:
         operated.set_plugin_on(NODE, True)
-    on = wait_for(lambda: allocatable(operated), (GPUS, GPUS))
+    on = steps.settle(lambda: allocatable(operated), (GPUS, GPUS))
     verdict.saw(f"off: allocatable {off}, GFD pods {others}; on: {on[1]} of {on[0]}")
     assert off == 0 and others == 1 and on == (GPUS, GPUS)
 
@@ -312,9 +304,9 @@ def test_a_plugin_upgrade_through_helm_keeps_running_pods(operated: Lab,
         pods.create(pods.gpu_pod("op-held", 1, NODE))
         pods.wait_running("op-held")
         server.install(operated.ctx, {"devicePlugin": {"version": tag}})
-        image = wait_for(rolled, new_image)
+        image = steps.settle(rolled, new_image)
         operated.kube.wait_daemonset(gpuoperator.PLUGIN, NS)
-        got = wait_for(lambda: allocatable(operated), (GPUS, GPUS))
+        got = steps.settle(lambda: allocatable(operated), (GPUS, GPUS))
         held = pods.get("op-held")
         restarted, said = restarts(held)
         verdict.saw(f"{image}; allocatable {got[1]} of {got[0]}; the pod {held.status.phase}, "
@@ -326,7 +318,7 @@ def test_a_plugin_upgrade_through_helm_keeps_running_pods(operated: Lab,
         server.install(operated.ctx)  # back to the chart's pin
         # The operator reconciles after Helm returns: the DaemonSet is the pin's again
         # before its rollout is waited for, and the operator's work done before the next.
-        wait_for(rolled, old_image)
+        steps.settle(rolled, old_image)
         operated.kube.wait_daemonset(gpuoperator.PLUGIN, NS)
         server.wait_capacity(operated.ctx)
         gpuoperator.wait_ready(operated.ctx)
@@ -349,7 +341,7 @@ def test_time_slicing_by_the_plugin_config_label(operated: Lab, verdict: Verdict
         sliced, dropped = migmanager.switch_config(operated.ctx, NODE, TS,
                                                    lambda: allocatable(operated),
                                                    (GPUS * replicas,) * 2)  # fmt: skip
-        gfd = wait_for(lambda: gfd_output(operated, want), want, 30)
+        gfd = steps.settle(lambda: gfd_output(operated, want), want, 30)
         (after,) = operated.kube.pods(NS, f"app={gpuoperator.PLUGIN}", NODE)
         restarted, said = restarts(after)
     finally:
@@ -357,7 +349,7 @@ def test_time_slicing_by_the_plugin_config_label(operated: Lab, verdict: Verdict
                                                       lambda: allocatable(operated),
                                                       (GPUS, GPUS))  # fmt: skip
     one = {"nvidia.com/gpu.replicas": "1"}
-    gfd_back = wait_for(lambda: gfd_output(operated, one), one, 30)
+    gfd_back = steps.settle(lambda: gfd_output(operated, one), one, 30)
     verdict.saw(f"{TS}: {sliced[1]}, {said}, GFD {gfd}; default: {back[1]}, GFD {gfd_back}"
                 + "".join(f"; {n}" for n in (dropped, dropped_back) if n))  # fmt: skip
     assert sliced == (GPUS * replicas,) * 2 and gfd == want
@@ -391,13 +383,13 @@ def test_a_mig_layout_of_the_labs_configmap_through_the_operators_mig_manager(
         migmanager.reconfigure(operated.ctx, NODE, LAYOUT)
         took = time.monotonic() - t0
         made = mig.instances(operated.fake_gpus(NODE))
-        gfd = wait_for(lambda: gfd_output(operated, counts), counts, 60)
-        got = wait_for(served, slices, 120)
+        gfd = steps.settle(lambda: gfd_output(operated, counts), counts, 60)
+        got = steps.settle(served, slices, 120)
         # The operator's next pass sees the plugin's new pod Ready.
-        state = wait_for(lambda: gpuoperator.policy_state(operated.ctx), "ready", 120)
+        state = steps.settle(lambda: gpuoperator.policy_state(operated.ctx), "ready", 120)
     finally:
         migmanager.reconfigure(operated.ctx, NODE, migmanager.DISABLED)
-    back = wait_for(lambda: allocatable(operated), (GPUS, GPUS))
+    back = steps.settle(lambda: allocatable(operated), (GPUS, GPUS))
     verdict.saw(f"success in {took:.1f}s: {made}, allocatable {got}, GFD {gfd}, ClusterPolicy "
                 f"{state}; all-disabled: {back[1]}")  # fmt: skip
     assert made == want

@@ -14,11 +14,10 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping
 from datetime import UTC, datetime
-from typing import TypeVar
 
 import pytest
 
-from clusters import built
+from clusters import built, steps
 from clusters.labs import capacity, migmanager, spec, toolkit
 from clusters.labs.lab import Lab
 from e2e.fixtures import NAMESPACE, lab_fixture
@@ -40,7 +39,6 @@ LAYOUTS = {
 }
 OFF = [(False, Counter())] * GPUS
 STRATEGY_LABEL = "nvidia.com/mig.strategy"
-T = TypeVar("T")
 
 
 @pytest.fixture(scope="module", params=["mixed", "single"])
@@ -92,15 +90,6 @@ def served(lab: Lab) -> dict[str, int]:
 def labels(lab: Lab, keys: dict[str, str]) -> dict[str, str | None]:
     found = lab.core.read_node(NODE).metadata.labels or {}
     return {k: found.get(k) for k in keys}
-
-
-def wait_for(what: Callable[[], T], want: T, deadline_s: float = 120) -> T:
-    """what() until it is `want` (a restarted plugin registering, GFD's first pass
-    reaching the labels), or the deadline: the last value."""
-    end = time.monotonic() + deadline_s
-    while (got := what()) != want and time.monotonic() < end:
-        time.sleep(0.5)
-    return got
 
 
 def story(lab: Lab) -> str:
@@ -191,8 +180,8 @@ def test_layouts_by_label(managed: Lab, strategy: str, verdict: Verdict) -> None
         assert layout(managed) == [(True, LAYOUTS[config])] * GPUS, config
         after = operand_pods(managed)
         assert all(after[a] != before[a] for a in before), f"{config}: not restarted: {after}"
-        got = wait_for(lambda: served(managed), want)
-        got_labels = wait_for(lambda w=want_labels: labels(managed, w), want_labels)
+        got = steps.settle(lambda: served(managed), want)
+        got_labels = steps.settle(lambda w=want_labels: labels(managed, w), want_labels)
         saw.append(f"{config} success in {took:.1f}s, {words(got)}")
         assert got == want, f"{config}: {story(managed)}"
         assert got_labels == want_labels, config
@@ -206,7 +195,7 @@ def test_a_pod_gets_a_slice_of_the_new_layout(managed: Lab, strategy: str,
     if layout(managed) != [(True, LAYOUTS["all-1g.10gb"])] * GPUS:
         change(managed, "all-1g.10gb")
     want = expected(LAYOUTS["all-1g.10gb"], strategy)[0]
-    wait_for(lambda: served(managed), want)
+    steps.settle(lambda: served(managed), want)
     (resource,) = want
     slices = {d.uuid for d in mig.devices(managed.fake_gpus(NODE))}
     verdict.expect(f"{resource}: 1 of the {len(slices)} MIG UUIDs in {DEVICE_ENV}")
@@ -225,7 +214,7 @@ def test_back_to_mig_off(managed: Lab, strategy: str, verdict: Verdict) -> None:
     verdict.expect(f"MIG off; nvidia.com/gpu {GPUS}")
     change(managed, migmanager.DISABLED)
     assert layout(managed) == OFF
-    got = wait_for(lambda: served(managed), {"nvidia.com/gpu": GPUS})
+    got = steps.settle(lambda: served(managed), {"nvidia.com/gpu": GPUS})
     verdict.saw(words(got))
     assert got == {"nvidia.com/gpu": GPUS}, story(managed)
 
@@ -272,7 +261,7 @@ def test_a_config_the_file_lacks_fails_and_changes_nothing(managed: Lab,
     migmanager.label(managed.ctx, NODE, "no-such-config")
     migmanager.wait_state(managed.ctx, NODE, "failed", 120)
     deploy = labels(managed, {migmanager.OPERANDS[migmanager.PLUGIN]: ""})
-    got = wait_for(lambda: served(managed), serving, 30)
+    got = steps.settle(lambda: served(managed), serving, 30)
     verdict.saw(f"failed; {deploy}; {words(got)}")
     assert layout(managed) == before
     assert set(deploy.values()) == {"true"}
@@ -291,7 +280,7 @@ def test_a_profile_the_gpus_lack_is_reported_as_success(managed: Lab, verdict: V
     # No CDI spec to make: with no GPU and no MIG device, `nvidia-ctk cdi generate` refuses
     # ("empty device edits"), and there is nothing a pod could get.
     migmanager.reconfigure(managed.ctx, NODE, "all-3g.71gb")
-    got = wait_for(lambda: served(managed), {})
+    got = steps.settle(lambda: served(managed), {})
     verdict.saw(f"success; {layout(managed)}; {got or 'nothing allocatable'}")
     assert layout(managed) == [(True, Counter())] * GPUS
     assert got == {}, story(managed)

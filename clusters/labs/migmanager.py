@@ -118,23 +118,16 @@ def switch_config(ctx: Context, node: str, config: str | None, read: Callable[[]
     that Register stands. The note says so, with the kubelet's lines."""
     since = time.time() - 1  # the node's journal is this host's clock, in whole seconds
     ctx.kube.label_node(node, {CONFIG_LABEL_PLUGIN: config})
-    got = _until(read, want, deadline_s)
+    got = steps.settle(read, want, deadline_s)
     if got == want:
         return got, ""
     lines = capacity.dropped_registration(ctx, node, "nvidia.com/gpu", since)
     if not lines:
         return got, ""
     ctx.node_exec(node, "pkill", "-HUP", "-f", f"^{PLUGIN_PROCESS}( |$)")
-    got = _until(read, want, deadline_s)
+    got = steps.settle(read, want, deadline_s)
     return got, ("the kubelet dropped the plugin's registration (kubernetes/kubernetes#121994:"
                  f" {' | '.join(lines)}); one SIGHUP more to the plugin")  # fmt: skip
-
-
-def _until(read: Callable[[], T], want: T, deadline_s: float) -> T:
-    end = time.monotonic() + deadline_s
-    while (got := read()) != want and time.monotonic() < end:
-        time.sleep(0.5)
-    return got
 
 
 def config_manager_docs() -> list[dict]:
