@@ -4,10 +4,14 @@ timestamps, the claims check, the workloads' pods, the CLI's refusals, the table
 from __future__ import annotations
 
 import json
+import socket
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
+import urllib3
 from kubernetes import client
 from rich.console import Console
 
@@ -223,3 +227,37 @@ def test_bindings_take_each_pods_first_binding_and_go_on_from_the_newest_version
     assert (w.bound, w.version) == ({"p": (2.0, "n-1")}, "12")
     w.seen({"type": "ERROR", "object": {"kind": "Status", "code": 410}})  # expired
     assert w.version == "9"
+
+
+def test_closing_a_quiet_watch_ends_its_blocked_read_at_once() -> None:
+    """A watch the server keeps open with nothing to say (every pod bound): close() returns
+    in well under a second, its thread ended, not when the server ends the watch."""
+    server = socket.create_server(("127.0.0.1", 0))
+    held: list[socket.socket] = []
+
+    def serve() -> None:
+        conn, _ = server.accept()
+        held.append(conn)
+        conn.recv(4096)
+        conn.sendall(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n")  # then silence
+
+    threading.Thread(target=serve, daemon=True).start()
+    url = f"http://127.0.0.1:{server.getsockname()[1]}/"
+
+    class Quiet(sb.RawWatch):
+        def list(self, **kw: object) -> Any:
+            if not kw.get("watch"):
+                return {"metadata": {"resourceVersion": "1"}}
+            return urllib3.request("GET", url, preload_content=False)
+
+    w = Quiet()
+    w.start()
+    while w.resp is None:
+        time.sleep(0.01)
+    time.sleep(0.2)  # the thread is in its read
+    t0 = time.monotonic()
+    w.close()
+    assert time.monotonic() - t0 < 1 and not w.is_alive()
+    server.close()
+    for c in held:
+        c.close()
