@@ -51,7 +51,7 @@ from rich.table import Table
 from bench import scheduler_perf
 from bench.rows import pct
 from clusters import steps
-from clusters.labs import dra, fleet
+from clusters.labs import dra, fleet, spec
 from clusters.labs.lab import Lab
 
 SIZES = (100, 500, 1000)
@@ -418,6 +418,16 @@ def measure(lab: Lab, model: str, nodes: int, work: Workload, pods: int, console
     return run
 
 
+def lab_spec(name: str, node_lease_s: int | None) -> spec.Lab:
+    """The lab's spec, its fleet nodes' Lease `node_lease_s` long where given (a changed
+    lease is a changed kind config: a running lab of the other is made again)."""
+    lab = spec.load(name)
+    if node_lease_s is None:
+        return lab
+    return spec.Lab(lab.spec.model_copy(update={"fleet_node_lease": float(node_lease_s)}),
+                    lab.source)  # fmt: skip
+
+
 def model_node(lab: Lab) -> str:
     """The lab's GPU node with the most GPUs (the first of them)."""
     if not lab.lab.gpu_nodes:
@@ -513,6 +523,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                     help="share of the fleet's devices the pods ask for (default 1)")  # fmt: skip
     ap.add_argument("--no-scheduler-perf", action="store_true",
                     help="leave out Kubernetes' own scheduler_perf DRA workload")  # fmt: skip
+    ap.add_argument("--node-lease", type=int, default=None, metavar="SECONDS",
+                    help="the labs' fleet_node_lease for this run (their spec's by default: "
+                    "40, a kubelet's); longer for fleets of thousands on few cores")  # fmt: skip
     ap.add_argument("--out", type=Path, default=Path("build/bench-scale.json"))
     args = ap.parse_args(argv)
     try:
@@ -523,6 +536,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         ap.error(f"--nodes {args.nodes!r}: 1 or more")
     if not 0 < args.fill <= 1:
         ap.error(f"--fill {args.fill}: more than 0, at most 1")
+    if args.node_lease is not None and args.node_lease < 4:
+        ap.error(f"--node-lease {args.node_lease}: 4 seconds or more")
     if unknown := [w for w in args.workloads.split(",") if w not in WORKLOADS]:
         ap.error(f"--workloads: no workload {', '.join(unknown)} (of {', '.join(WORKLOADS)})")
     works = [WORKLOADS[w] for w in args.workloads.split(",")]
@@ -534,11 +549,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     runs: list[Run] = []
     for name in dict.fromkeys(w.lab for w in works):  # one lab at a time, in workload order
         mine = [w for w in works if w.lab == name]
-        runs += on_lab(Lab(name).up(), mine, sizes, args.fill, console)
+        runs += on_lab(Lab(lab_spec(name, args.node_lease)).up(), mine, sizes, args.fill, console)
     console.print(table(runs))
     args.out.parent.mkdir(parents=True, exist_ok=True)
     meta = {"host": platform.node(), "cpus": os.cpu_count(), "time": time.time(),
-            "threads": THREADS, "fill": args.fill,
+            "threads": THREADS, "fill": args.fill, "node_lease_s": args.node_lease,
             "workloads": {w.name: f"{w.lab} lab: {w.says}" for w in works}}  # fmt: skip
     doc: dict = {"meta": meta, "runs": [asdict(r) for r in runs], "scheduler_perf": None}
     args.out.write_text(json.dumps(doc, indent=2))  # the runs kept whatever follows

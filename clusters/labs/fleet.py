@@ -34,6 +34,7 @@ from clusters import built, steps, versions
 from clusters.charts import chart
 from clusters.labs import dra, kindconfig
 from clusters.labs.context import Context
+from clusters.labs.spec import NODE_LEASE_S
 from fakenvml import inventory
 from fakenvml.node import NodeDir
 
@@ -41,6 +42,7 @@ MODULE = "sigs.k8s.io/kwok"
 NAMESPACE = "kube-system"  # where KWOK's docs install its controller
 CONTROLLER = "kwok-controller"
 MANAGED = ("kwok.x-k8s.io/node", "fake")  # the annotation its config manages nodes by
+LEASE_ANNOTATION = f"{kindconfig.LABEL_PREFIX}/node-lease-s"  # on KWOK's pod template
 TAINT = {"key": MANAGED[0], "value": MANAGED[1], "effect": "NoSchedule"}
 TOLERATION = {"key": MANAGED[0], "operator": "Equal", "value": MANAGED[1],
               "effect": "NoSchedule"}  # fmt: skip
@@ -73,9 +75,10 @@ def kwok_dir() -> Any:
     return where
 
 
-def kwok_docs(image: str, kube_version: str) -> list[dict]:
+def kwok_docs(image: str, kube_version: str, lease_s: int = NODE_LEASE_S) -> list[dict]:
     """KWOK as its docs install it, from its module: its CRDs, the kwok chart (with the
-    local image) and the stage-fast chart."""
+    local image) and the stage-fast chart; its nodes' Leases last `lease_s` (the chart's
+    config file says 40: its ConfigMap is the one place KWOK reads it from, at start)."""
     where = kwok_dir()
     docs = [yaml.safe_load(p.read_text())
             for p in sorted((where / "kustomize" / "crd" / "bases").glob("*.yaml"))]  # fmt: skip
@@ -88,6 +91,15 @@ def kwok_docs(image: str, kube_version: str) -> list[dict]:
         text = chart.template(built.helm(), where / "charts" / name, "kwok", NAMESPACE,
                               values, kube_version)  # fmt: skip
         docs += [d for d in yaml.safe_load_all(text) if d]
+    for d in docs:
+        if d.get("kind") == "ConfigMap" and d["metadata"]["name"] == CONTROLLER:
+            conf = yaml.safe_load(d["data"]["kwok.yaml"])
+            conf["options"]["nodeLeaseDurationSeconds"] = lease_s
+            d["data"]["kwok.yaml"] = yaml.safe_dump(conf, sort_keys=False)
+        elif d.get("kind") == "Deployment" and d["metadata"]["name"] == CONTROLLER:
+            # A changed config restarts the controller (it reads the file once).
+            meta = d["spec"]["template"].setdefault("metadata", {})
+            meta.setdefault("annotations", {})[LEASE_ANNOTATION] = str(lease_s)
     return docs
 
 
@@ -95,7 +107,8 @@ def deploy_kwok(ctx: Context) -> None:
     """KWOK's controller running on the control plane (its image loaded there)."""
     image = built.require(["kwok"], ctx.lab.kubernetes).images["kwok"]
     ctx.host.load([image], [ctx.lab.control_plane.name])
-    ctx.kube.apply_all(kwok_docs(image, ctx.lab.kubernetes), NAMESPACE)
+    lease = int(ctx.lab.spec.fleet_node_lease)
+    ctx.kube.apply_all(kwok_docs(image, ctx.lab.kubernetes, lease), NAMESPACE)
     ctx.kube.wait_deployment(CONTROLLER, NAMESPACE)
 
 
@@ -259,8 +272,10 @@ def wait_live(ctx: Context, nodes: list[str], per_node: int, timeout_s: float = 
     steps.poll("the live copies' drivers publishing", published, timeout_s, interval_s=1)
 
 
-def is_ready(node: client.V1Node) -> bool:
-    return any(c.type == "Ready" and c.status == "True" for c in node.status.conditions or [])
+def is_ready(node: dict) -> bool:
+    """Whether a Node, as the API server's JSON, is Ready."""
+    conditions = (node.get("status") or {}).get("conditions") or []
+    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
 
 
 def wait_ready(ctx: Context, nodes: list[str], stall_s: float = 120) -> None:
@@ -271,8 +286,12 @@ def wait_ready(ctx: Context, nodes: list[str], stall_s: float = 120) -> None:
 
     def ready() -> tuple[bool, str]:
         nonlocal best, since
-        found = ctx.kube.core.list_node(label_selector=FLEET_LABEL).items
-        ok = sum(1 for n in found if n.metadata.name in want and is_ready(n))
+        # Raw JSON from the API server's watch cache (resourceVersion 0): the client's
+        # models took seconds of a core per list at a few thousand nodes.
+        resp = ctx.kube.core.list_node(label_selector=FLEET_LABEL, resource_version="0",
+                                       _preload_content=False)  # fmt: skip
+        found = json.loads(resp.data)["items"]
+        ok = sum(1 for n in found if n["metadata"]["name"] in want and is_ready(n))
         if ok > best:
             best, since = ok, time.monotonic()
         elif time.monotonic() - since > stall_s:
@@ -281,8 +300,9 @@ def wait_ready(ctx: Context, nodes: list[str], stall_s: float = 120) -> None:
         return ok == len(nodes), f"{ok}/{len(nodes)} Ready"
 
     # The deadline only bounds a fleet that keeps becoming Ready: a second a node and more.
+    # Listed every 2 s, and less often for thousands (each list is every node, ~5 KB each).
     steps.poll(f"KWOK nodes {nodes[0]}..{nodes[-1]} Ready", ready,
-               stall_s + len(nodes), interval_s=2)  # fmt: skip
+               stall_s + len(nodes), interval_s=max(2.0, len(nodes) / 250))  # fmt: skip
 
 
 def members(ctx: Context, model: str | None = None) -> list[str]:

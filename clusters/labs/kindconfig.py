@@ -32,6 +32,8 @@
   pass (KubeletConfiguration's reference).
 - The controller manager and the scheduler run without leader election: a lab has one of
   each, and each renewed its Lease every 2 s (one write a second per lab, for nothing).
+- A lab whose fleet nodes' Leases last longer than a kubelet's (`fleet_node_lease`) gets a
+  node-monitor-grace-period as much longer, so a copy renewing on time stays Ready.
 - On a cgroup v1 host, kubelets from 1.35 on get `failCgroupV1: false` (they refuse to
   start otherwise); cgroup v1 is in maintenance upstream, and GitHub's runners are v2.
 - Labels: gpulab.dev/fake-gpus=true on GPU nodes (the fakenvml and GFD DaemonSets'
@@ -48,7 +50,7 @@ from pathlib import Path
 import yaml
 
 from clusters import versions
-from clusters.labs.spec import Lab, Node
+from clusters.labs.spec import NODE_GRACE_MARGIN_S, NODE_LEASE_S, Lab, Node
 from fakenvml.yamlmodel import duration_text
 
 NODE_STATE_DIR = "/var/lib/fakenvml"  # inside the node, and in the plugin pods
@@ -86,8 +88,12 @@ def control_plane(lab: Lab) -> str:
     mine = lab.spec.control_plane_args
     by = {"controllerManager": mine.controller_manager, "scheduler": mine.scheduler,
           "apiServer": mine.api_server}  # fmt: skip
+    ours = {k: dict(v) for k, v in CONTROL_PLANE_ARGS.items()}
+    if (lease := int(lab.spec.fleet_node_lease)) != NODE_LEASE_S:
+        grace = lease + NODE_GRACE_MARGIN_S
+        ours["controllerManager"]["node-monitor-grace-period"] = f"{grace}s"
     doc: dict = {"kind": "ClusterConfiguration"}
-    for part, args in CONTROL_PLANE_ARGS.items():
+    for part, args in ours.items():
         if merged := {**args, **by[part]}:
             doc[part] = {"extraArgs": [{"name": k, "value": v} for k, v in merged.items()]}
     return yaml.safe_dump(doc, sort_keys=False)

@@ -11,6 +11,7 @@
       scheduler: {kube-api-qps: "1000"}   # extraArgs): scheduler, controller_manager,
                                     # api_server
     node_status_update_frequency: 1s
+    fleet_node_lease: 40s           # a fleet node's Lease (KWOK renews it every quarter)
     container_toolkit: true         # NVIDIA Container Toolkit in GPU nodes' containerd
     nodes:
       - role: control-plane
@@ -97,6 +98,10 @@ class OperatorSpec(Strict):
 
 
 _FLAG = re.compile(r"[a-z0-9][a-z0-9-]*")
+# A kubelet's node Lease (and KWOK's default for its nodes): 40 s, renewed every 10 s; the
+# controller manager's node-monitor-grace-period, 50 s by default, is that and 10 s more.
+NODE_LEASE_S = 40
+NODE_GRACE_MARGIN_S = 10
 
 
 class ControlPlaneArgs(Strict):
@@ -126,6 +131,11 @@ class LabSpec(Strict):
     dra: DraSpec | None = None  # set: NVIDIA's DRA driver, no device plugin (`subject`)
     operator: OperatorSpec | None = None  # set: NVIDIA's GPU Operator deploys the plugin
     node_status_update_frequency: Duration = Field(1.0, gt=0)
+    # How long a fleet node's Lease lasts (KWOK's nodeLeaseDurationSeconds; it renews each a
+    # quarter of that apart, as a kubelet does). Longer than a kubelet's only where a fleet
+    # outgrows the cores: at 40 s, 5,000 copies are 500 Lease writes a second. The controller
+    # manager's node-monitor-grace-period follows it (clusters/labs/kindconfig.py).
+    fleet_node_lease: Duration = Field(float(NODE_LEASE_S), ge=4)
     # The NVIDIA Container Toolkit in GPU nodes' containerd (clusters/labs/toolkit.py), the
     # nvidia runtime their default, as on GPU nodes; false: plain runc.
     container_toolkit: bool = True
@@ -148,6 +158,13 @@ class LabSpec(Strict):
     def _version(cls, v: str | None) -> str | None:
         if v is not None and not re.fullmatch(r"v1\.(3[3-9])\.\d+", v):
             raise ValueError(f"{v!r}: expected a Kubernetes version v1.33.x or newer")
+        return v
+
+    @field_validator("fleet_node_lease")
+    @classmethod
+    def _whole_seconds(cls, v: float) -> float:
+        if v != int(v):
+            raise ValueError(f"{v}s: whole seconds (KWOK's nodeLeaseDurationSeconds)")
         return v
 
     @model_validator(mode="after")

@@ -18,7 +18,7 @@ from rich.console import Console
 from bench import scale_bench as sb
 from bench import scheduler_perf
 from clusters import steps
-from clusters.labs import dra, fleet
+from clusters.labs import dra, fleet, spec
 
 STAT = "4242 (kube apiserver) S 1 4242 4242 0 -1 4194560 1 0 0 0 {utime} {stime} 0 0 20 0 9"
 
@@ -158,6 +158,7 @@ def test_the_claims_select_the_models_product_and_memory_or_a_mig_profile() -> N
     (["--nodes", "0"], "--nodes '0': 1 or more"),
     (["--workloads", "claim,nope"], "no workload nope"),
     (["--fill", "1.5"], "--fill 1.5: more than 0, at most 1"),
+    (["--node-lease", "2"], "--node-lease 2: 4 seconds or more"),
 ])  # fmt: skip
 def test_bad_arguments_are_one_line_and_touch_no_lab(
     argv: list[str], says: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
@@ -168,6 +169,13 @@ def test_bad_arguments_are_one_line_and_touch_no_lab(
     assert e.value.code == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert says in err[-1]
+
+
+def test_a_node_lease_given_is_the_labs_for_the_run_and_none_leaves_its_spec() -> None:
+    assert sb.lab_spec("dra", None).spec == spec.load("dra").spec
+    longer = sb.lab_spec("dra", 240)
+    assert longer.spec.fleet_node_lease == 240 and longer.name == "dra"
+    assert longer.spec.nodes == spec.load("dra").spec.nodes
 
 
 def runs() -> list[sb.Run]:

@@ -7,6 +7,7 @@ import copy
 from collections.abc import Callable
 
 import pytest
+import yaml
 from kubernetes import client
 
 from clusters import steps
@@ -140,3 +141,16 @@ def test_a_live_copys_driver_is_the_daemonsets_pod_serving_the_copy_from_its_mod
                      "cdi": "/var/lib/gpulab-fleet/dra-worker-kwok-0/cdi",
                      "driver-root": "/run/fakenvml/driver"}  # fmt: skip
     assert template == driver_template()  # the template itself is left as it was
+
+
+@pytest.mark.parametrize("lease", [40, 240])
+def test_kwoks_config_carries_the_labs_node_lease_and_a_change_restarts_it(lease: int) -> None:
+    docs = fleet.kwok_docs("gpulab/kwok:t", "v1.37.0", lease)
+    mine = {d["kind"]: d for d in docs if d["metadata"]["name"] == fleet.CONTROLLER}
+    conf = yaml.safe_load(mine["ConfigMap"]["data"]["kwok.yaml"])
+    assert conf["options"]["nodeLeaseDurationSeconds"] == lease
+    # The rest of KWOK's own config as its chart has it.
+    assert conf["options"]["manageNodesWithAnnotationSelector"] == "=".join(fleet.MANAGED)
+    template = mine["Deployment"]["spec"]["template"]
+    assert template["metadata"]["annotations"][fleet.LEASE_ANNOTATION] == str(lease)
+    assert template["spec"]["containers"][0]["image"] == "gpulab/kwok:t"

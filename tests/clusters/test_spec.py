@@ -371,3 +371,26 @@ def test_bad_control_plane_args_are_one_line(args: dict) -> None:
     with pytest.raises(spec.SpecError) as e:
         spec.from_dict({"name": "x", "nodes": [CP], "control_plane_args": args})
     assert "control_plane_args" in str(e.value) and "\n" not in str(e.value)
+
+
+def test_a_longer_fleet_lease_lengthens_the_controller_managers_grace_alone() -> None:
+    def manager(data: dict) -> dict[str, str]:
+        lab = spec.from_dict({"name": "x", "nodes": [CP], **data})
+        patch = yaml.safe_load(kindconfig.render(lab, "i", Path("/l"))["kubeadmConfigPatches"][1])
+        return {a["name"]: a["value"] for a in patch["controllerManager"]["extraArgs"]}
+
+    # A kubelet's 40 s: kubeadm's default grace (50 s) stands, the config as before.
+    assert "node-monitor-grace-period" not in manager({})
+    assert "node-monitor-grace-period" not in manager({"fleet_node_lease": "40s"})
+    assert manager({"fleet_node_lease": "4m"})["node-monitor-grace-period"] == "250s"
+    # A lab's own flag wins, as with every other.
+    mine = {"controller_manager": {"node-monitor-grace-period": "1h"}}
+    assert manager({"fleet_node_lease": 240, "control_plane_args": mine})[
+        "node-monitor-grace-period"] == "1h"  # fmt: skip
+
+
+@pytest.mark.parametrize("lease", ["2s", "40.5s", "soon"])
+def test_a_bad_fleet_lease_is_one_line(lease: str) -> None:
+    with pytest.raises(spec.SpecError) as e:
+        spec.from_dict({"name": "x", "nodes": [CP], "fleet_node_lease": lease})
+    assert "fleet_node_lease" in str(e.value) and "\n" not in str(e.value)
