@@ -308,7 +308,8 @@ def wait_ready(ctx: Context, nodes: list[str], stall_s: float = 120) -> None:
 def members(ctx: Context, model: str | None = None) -> list[str]:
     """The lab's fleet nodes (copies of `model` only, if given)."""
     selector = f"{FLEET_LABEL}={model}" if model else FLEET_LABEL
-    return sorted(n.metadata.name for n in ctx.kube.core.list_node(label_selector=selector).items)
+    resp = ctx.kube.core.list_node(label_selector=selector, _preload_content=False)
+    return sorted(n["metadata"]["name"] for n in json.loads(resp.data)["items"])
 
 
 def down(ctx: Context) -> None:

@@ -154,3 +154,13 @@ def test_kwoks_config_carries_the_labs_node_lease_and_a_change_restarts_it(lease
     template = mine["Deployment"]["spec"]["template"]
     assert template["metadata"]["annotations"][fleet.LEASE_ANNOTATION] == str(lease)
     assert template["spec"]["containers"][0]["image"] == "gpulab/kwok:t"
+
+
+def test_a_node_is_ready_by_its_ready_condition_alone() -> None:
+    def node(*conditions: tuple[str, str]) -> dict:
+        return {"status": {"conditions": [{"type": t, "status": s} for t, s in conditions]}}
+
+    assert fleet.is_ready(node(("MemoryPressure", "False"), ("Ready", "True")))
+    assert not fleet.is_ready(node(("Ready", "Unknown")))
+    assert not fleet.is_ready(node(("NetworkUnavailable", "True")))
+    assert not fleet.is_ready({"metadata": {"name": "new"}})  # no status yet
