@@ -32,6 +32,7 @@ DRA, DRA_MIG, DYNMIG = (spec.load(n) for n in ("dra", "dra-mig", "dra-dynmig"))
 MODELS = list(DRA.fleet)  # the fleets are the labs' specs' (`fleet:`), made here
 # The model whose copies are live (a DRA driver each): the eight-GPU A100 node's.
 LIVE = next(n for n, f in DRA.fleet.items() if f.live)
+PODNET = "gpulab-podnet"  # the node image's pod network (clusters/infra/nodeimage/files)
 START_S = 60  # as e2e/test_dra.py's: a pod with a claim runs in about a second when quiet
 
 
@@ -167,6 +168,34 @@ def test_copies_show_their_models_capacity_and_gpu_labels(
     verdict.saw(f"{wrong or 'all alike'}; {MODELS[0]}'s GPU labels: {len(labelled)}")
     assert wrong == []
     assert labelled  # the lab's NFD labelled the model: something was compared
+
+
+def test_the_labs_pod_network_leaves_the_fleet_out(
+    fleet_lab: tuple[Lab, dict[str, list[str]]], verdict: Verdict
+) -> None:
+    """gpulab-podnet on every kind node routes to the other kind nodes' podCIDRs alone, and
+    never exited while the copies were there. A copy's address is KWOK's pod's, on no
+    node's network: routing to it failed, the script exited, and systemd started it again
+    every few seconds, each start a list of every node (1,000 copies: 3 workers listing
+    5 MB of Nodes every ~3 s)."""
+    lab, made = fleet_lab
+    kind_nodes = [n.name for n in lab.ctx.lab.nodes]
+    cidrs = {n: lab.core.read_node(n).spec.pod_cidr for n in kind_nodes}
+    verdict.expect(f"on {len(kind_nodes)} nodes: routes to the others' podCIDRs, no exit, "
+                   f"with {sum(map(len, made.values()))} copies up")  # fmt: skip
+    wrong = []
+    for node in kind_nodes:
+        journal = lab.node_exec(node, "journalctl", "-u", PODNET, "--no-pager", "-o", "cat")
+        routes = lab.node_exec(node, "ip", "-4", "route", "show")
+        routed = {line.split()[0] for line in routes.splitlines() if " via " in line
+                  and not line.startswith("default")}  # fmt: skip
+        want = {c for n, c in cidrs.items() if n != node}
+        exits = journal.count("Main process exited")
+        if routed != want or exits:
+            wrong.append(f"{node}: routes to {sorted(routed)}, want {sorted(want)}; "
+                         f"{exits} exits")  # fmt: skip
+    verdict.saw("; ".join(wrong) or "as expected on every node")
+    assert wrong == []
 
 
 def test_the_labs_control_plane_args_are_its_components_flags(

@@ -72,6 +72,12 @@ TOOLKIT_FILES = {
 }
 
 
+# The pod network's range, of which the controller manager gives each node a /24 (its
+# podCIDR). kind's default, 10.244.0.0/16, holds 256 nodes: past that a fleet's copies got
+# none, and the controller manager retried each one about every 40 s (a CIDRNotAvailable
+# event each time: 750 copies of 1,000 did so for as long as they lived). /11 holds 8,192,
+# as a cluster of thousands of nodes is given, and keeps clear of kind's Services (10.96.0.0/16).
+POD_SUBNET = "10.224.0.0/11"
 NODE_STATUS_REPORT = "1m"  # a Node's status when nothing changed (kubelet's default: 5m)
 # kubeadm v1beta4 (kind's for these Kubernetes versions) lists extraArgs; a patch replaces
 # the list, so kind's own controller-manager argument is repeated. A lab's
@@ -186,6 +192,7 @@ def render(lab: Lab, image: str, labs_root: Path, toolkit: str = "",
         "kind": "Cluster",
         "apiVersion": "kind.x-k8s.io/v1alpha4",
         "name": lab.spec.name,
+        "networking": {"podSubnet": POD_SUBNET},
         "kubeadmConfigPatches": [kubelet, control_plane(lab)],
         "nodes": nodes,
     }

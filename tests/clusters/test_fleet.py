@@ -4,14 +4,15 @@ and the comparison that must find any field a copy does not share with its model
 from __future__ import annotations
 
 import copy
+import re
 from collections.abc import Callable
 
 import pytest
 import yaml
 from kubernetes import client
 
-from clusters import steps
-from clusters.labs import fleet
+from clusters import built, steps
+from clusters.labs import fleet, kindconfig
 
 MODEL = "dra-worker"
 
@@ -164,3 +165,11 @@ def test_a_node_is_ready_by_its_ready_condition_alone() -> None:
     assert not fleet.is_ready(node(("Ready", "Unknown")))
     assert not fleet.is_ready(node(("NetworkUnavailable", "True")))
     assert not fleet.is_ready({"metadata": {"name": "new"}})  # no status yet
+
+
+def test_the_node_images_pod_network_leaves_out_the_fleets_label() -> None:
+    """gpulab-podnet (a shell script in the node image) spells the fleet's label itself."""
+    script = built.ROOT / "clusters/infra/nodeimage/files/usr/local/bin/gpulab-podnet"
+    said = re.search(r"^FLEET_LABEL=(\S+)$", script.read_text(), re.M)
+    assert said and said[1] == kindconfig.FLEET_LABEL
+    assert '-l "!$FLEET_LABEL"' in script.read_text()

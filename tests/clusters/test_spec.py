@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 from pathlib import Path
 
 import pytest
@@ -394,3 +395,12 @@ def test_a_bad_fleet_lease_is_one_line(lease: str) -> None:
     with pytest.raises(spec.SpecError) as e:
         spec.from_dict({"name": "x", "nodes": [CP], "fleet_node_lease": lease})
     assert "fleet_node_lease" in str(e.value) and "\n" not in str(e.value)
+
+
+def test_the_pod_network_gives_a_fleet_of_thousands_a_pod_cidr_each() -> None:
+    lab = spec.from_dict({"name": "x", "nodes": [CP]})
+    subnet = ipaddress.ip_network(
+        kindconfig.render(lab, "i", Path("/l"))["networking"]["podSubnet"]
+    )
+    assert subnet.num_addresses // 256 >= 5000 + 16  # a /24 a node (kubeadm's IPv4 default)
+    assert not subnet.overlaps(ipaddress.ip_network("10.96.0.0/16"))  # kind's Services
