@@ -383,13 +383,16 @@ def test_a_mig_layout_of_the_labs_configmap_through_the_operators_mig_manager(
         migmanager.reconfigure(operated.ctx, NODE, LAYOUT)
         took = time.monotonic() - t0
         made = mig.instances(operated.fake_gpus(NODE))
+        gpuoperator.wait_clients_back(operated.ctx, NODE)
+        # GFD writes its file as it starts; the plugin registers as it starts.
         gfd = steps.settle(lambda: gfd_output(operated, counts), counts, 60)
-        got = steps.settle(served, slices, 120)
+        got = steps.settle(served, slices, 60)
         # The operator's next pass sees the plugin's new pod Ready.
         state = steps.settle(lambda: gpuoperator.policy_state(operated.ctx), "ready", 120)
     finally:
         migmanager.reconfigure(operated.ctx, NODE, migmanager.DISABLED)
-    back = steps.settle(lambda: allocatable(operated), (GPUS, GPUS))
+    gpuoperator.wait_clients_back(operated.ctx, NODE)
+    back = steps.settle(lambda: allocatable(operated), (GPUS, GPUS), 60)
     verdict.saw(f"success in {took:.1f}s: {made}, allocatable {got}, GFD {gfd}, ClusterPolicy "
                 f"{state}; all-disabled: {back[1]}")  # fmt: skip
     assert made == want

@@ -37,6 +37,7 @@ POLICY = ("nvidia.com", "v1", "clusterpolicies")
 POLICY_NAME = "cluster-policy"  # the chart's ClusterPolicy
 PLUGIN = "nvidia-device-plugin-daemonset"  # the operator's DaemonSet and pod label
 PLUGIN_PODS = f"app={PLUGIN}"
+GFD = "gpu-feature-discovery"  # likewise
 DEPLOY = "nvidia.com/gpu.deploy"  # + .<operand>: the operator's per-node switches
 
 
@@ -138,6 +139,18 @@ def wait_ready(ctx: Context, deadline_s: float = 300) -> None:
         return not why, why
 
     steps.poll("the GPU Operator's operands to settle", done, deadline_s)
+
+
+def wait_clients_back(ctx: Context, node: str, deadline_s: float = 300) -> None:
+    """After its MIG manager's `success`: until the plugin and GFD it paused each have a
+    Ready pod on `node` again. Not at once: the manager also restarts the validator, whose
+    preStop deletes its `*-ready` files, and both operands' init containers wait for a new
+    toolkit-ready — the old validator's 30 s grace (its `sleep infinity` ignores SIGTERM),
+    the new one's init containers, their 5 s polls: 38 s on an idle lab here, past a minute
+    under `make test`'s load (the manager logs "Restarting validator pod to re-run all
+    validations")."""
+    for app in (PLUGIN, GFD):
+        wait_pod_on(ctx, app, NAMESPACE, f"app={app}", node, True, deadline_s)
 
 
 class GpuOperator(Serving):
