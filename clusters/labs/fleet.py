@@ -278,6 +278,15 @@ def is_ready(node: dict) -> bool:
     return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
 
 
+def listed(ctx: Context, selector: str = FLEET_LABEL, cached: bool = False) -> list[dict]:
+    """The fleet's Nodes as the API server's JSON: the client's models took seconds of a
+    core per list at a few thousand nodes. `cached`: from its watch cache (resourceVersion
+    0), for polls that need no read of etcd."""
+    resp = ctx.kube.core.list_node(label_selector=selector, _preload_content=False,
+                                   **({"resource_version": "0"} if cached else {}))  # fmt: skip
+    return json.loads(resp.data)["items"]
+
+
 def wait_ready(ctx: Context, nodes: list[str], stall_s: float = 120) -> None:
     """Until KWOK has made every one of `nodes` Ready; StepError once none more has
     become Ready for `stall_s` (KWOK readies a big fleet at its own pace: 881 of 1,000
@@ -286,11 +295,7 @@ def wait_ready(ctx: Context, nodes: list[str], stall_s: float = 120) -> None:
 
     def ready() -> tuple[bool, str]:
         nonlocal best, since
-        # Raw JSON from the API server's watch cache (resourceVersion 0): the client's
-        # models took seconds of a core per list at a few thousand nodes.
-        resp = ctx.kube.core.list_node(label_selector=FLEET_LABEL, resource_version="0",
-                                       _preload_content=False)  # fmt: skip
-        found = json.loads(resp.data)["items"]
+        found = listed(ctx, cached=True)
         ok = sum(1 for n in found if n["metadata"]["name"] in want and is_ready(n))
         if ok > best:
             best, since = ok, time.monotonic()
@@ -307,9 +312,8 @@ def wait_ready(ctx: Context, nodes: list[str], stall_s: float = 120) -> None:
 
 def members(ctx: Context, model: str | None = None) -> list[str]:
     """The lab's fleet nodes (copies of `model` only, if given)."""
-    selector = f"{FLEET_LABEL}={model}" if model else FLEET_LABEL
-    resp = ctx.kube.core.list_node(label_selector=selector, _preload_content=False)
-    return sorted(n["metadata"]["name"] for n in json.loads(resp.data)["items"])
+    found = listed(ctx, f"{FLEET_LABEL}={model}" if model else FLEET_LABEL)
+    return sorted(n["metadata"]["name"] for n in found)
 
 
 def down(ctx: Context) -> None:

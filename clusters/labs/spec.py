@@ -279,10 +279,15 @@ def from_dict(data: object, source: str = "lab spec", path: Path | None = None) 
         raise SpecError(f"{source}: GPU inventory: {e}") from None
 
 
-def load(name_or_path: str | Path) -> Lab:
-    """A lab by name (clusters/<name>.yaml) or by path."""
+def load(name_or_path: str | Path, over: dict[str, object] | None = None) -> Lab:
+    """A lab by name (clusters/<name>.yaml) or by path; `over`'s top-level keys replace
+    its file's before validation (a run's settings: each checked as the file's are)."""
     path = yamlmodel.resolve(name_or_path, [LABS_DIR], what="lab", error=SpecError)
-    return from_dict(yamlmodel.read(path, what="lab", error=SpecError), str(path), path)
+    data = yamlmodel.read(path, what="lab", error=SpecError)
+    if over and isinstance(data, dict):
+        data = {**data, **over}
+    said = ", ".join(f"{k}={v}" for k, v in (over or {}).items())
+    return from_dict(data, f"lab {path.stem} with {said}" if over else str(path), path)
 
 
 def shipped() -> list[Lab]:

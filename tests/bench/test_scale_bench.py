@@ -158,7 +158,8 @@ def test_the_claims_select_the_models_product_and_memory_or_a_mig_profile() -> N
     (["--nodes", "0"], "--nodes '0': 1 or more"),
     (["--workloads", "claim,nope"], "no workload nope"),
     (["--fill", "1.5"], "--fill 1.5: more than 0, at most 1"),
-    (["--node-lease", "2"], "--node-lease 2: 4 seconds or more"),
+    (["--node-lease", "2"], "--node-lease 2: lab dra with fleet_node_lease=2: fleet_node_lease: "
+                             "expected a number >= 4"),
 ])  # fmt: skip
 def test_bad_arguments_are_one_line_and_touch_no_lab(
     argv: list[str], says: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
