@@ -432,14 +432,20 @@ def model_node(lab: Lab) -> str:
 
 
 def on_lab(lab: Lab, works: Sequence[Workload], sizes: Sequence[int], fill: float,
-           console: Console) -> list[Run]:  # fmt: skip
+           console: Console) -> tuple[list[Run], str]:  # fmt: skip
     """Each workload at each fleet size, on copies of the lab's biggest GPU node; the fleet
-    deleted afterwards (the lab stays up)."""
-    model, runs = model_node(lab), []
+    deleted afterwards (the lab stays up). A fleet that does not get Ready ends the lab's
+    curve there (a bigger one would not either): the runs so far, and why it stopped."""
+    model, runs, stopped = model_node(lab), [], ""
     try:
         for n in sizes:
             with console.status(f"{n} KWOK copies of {model}, then {SETTLE_S:.0f} s to settle"):
-                fleet.up(lab.ctx, model, n)
+                try:
+                    fleet.up(lab.ctx, model, n)
+                except steps.StepError as e:
+                    stopped = f"{lab.name} at {n} copies: {e}"
+                    console.print(f"[red]{stopped}")
+                    break
                 time.sleep(SETTLE_S)
             for w in works:
                 pods = max(1, round(n * w.per_node(lab, model) * fill))
@@ -453,7 +459,7 @@ def on_lab(lab: Lab, works: Sequence[Workload], sizes: Sequence[int], fill: floa
         with console.status("the fleet and its pods deleted"):
             delete_namespace(lab.core, NAMESPACE)
             fleet.down(lab.ctx)
-    return runs
+    return runs, stopped
 
 
 def table(runs: Sequence[Run]) -> Table:
@@ -545,21 +551,27 @@ def main(argv: Sequence[str] | None = None) -> int:
         with console.status("Kubernetes' scheduler_perf DRA benchmarks (built once, cached)"):
             scheduler_perf.build()
     runs: list[Run] = []
+    stopped: list[str] = []
     for name, lab in specs.items():  # one lab at a time, in workload order
         mine = [w for w in works if w.lab == name]
-        runs += on_lab(Lab(lab).up(), mine, sizes, args.fill, console)
+        got, why = on_lab(Lab(lab).up(), mine, sizes, args.fill, console)
+        runs += got
+        stopped += [why] if why else []
     console.print(table(runs))
     args.out.parent.mkdir(parents=True, exist_ok=True)
     meta = {"host": platform.node(), "cpus": os.cpu_count(), "time": time.time(),
             "threads": THREADS, "fill": args.fill, "node_lease_s": args.node_lease,
             "workloads": {w.name: f"{w.lab} lab: {w.says}" for w in works}}  # fmt: skip
-    doc: dict = {"meta": meta, "runs": [asdict(r) for r in runs], "scheduler_perf": None}
+    doc: dict = {"meta": meta, "runs": [asdict(r) for r in runs], "stopped": stopped,
+                 "scheduler_perf": None}  # fmt: skip
     args.out.write_text(json.dumps(doc, indent=2))  # the runs kept whatever follows
     png = args.out.with_suffix(".png")
     plot(runs, png)
     console.print(f"wrote {args.out} and {png}")
+    for why in stopped:  # said again last, where a reader of the log looks
+        console.print(f"[red]stopped: {why}")
     if args.no_scheduler_perf:
-        return 0
+        return 1 if stopped else 0
     try:
         with console.status(f"Kubernetes' scheduler_perf {scheduler_perf.WORKLOAD}"):
             perf = scheduler_perf.run(args.out.parent / "scheduler-perf")
@@ -571,7 +583,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     console.print(beside(runs, perf))
     doc["scheduler_perf"] = {"workload": scheduler_perf.WORKLOAD, **perf}
     args.out.write_text(json.dumps(doc, indent=2))
-    return 0
+    return 1 if stopped else 0
 
 
 if __name__ == "__main__":

@@ -3,6 +3,7 @@ timestamps, the claims check, the workloads' pods, the CLI's refusals, the table
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import socket
 import threading
@@ -199,6 +200,45 @@ def test_the_table_has_a_row_per_run_and_the_plot_is_written(tmp_path: Path) -> 
     sb.plot(runs(), tmp_path / "scale.png")
     assert (tmp_path / "scale.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     json.dumps([sb.asdict(r) for r in runs()])  # the JSON the bench writes
+
+
+def test_a_fleet_that_never_gets_ready_ends_its_labs_curve_and_keeps_the_runs_before(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """5,000 copies on 2 cores never all got Ready (2026-12-07): the 1,000 row stays, the
+    JSON says where it stopped, the run exits 1 with one line, the fleet is deleted."""
+    grown, deleted = [], []
+
+    def up(ctx: object, model: str, n: int) -> list[str]:
+        grown.append(n)
+        if n == 5000:
+            raise steps.StepError("KWOK nodes x-0..x-4999: 1127/5000 Ready, none more for 120s")
+        return []
+
+    class FakeLab:
+        name, ctx, core = "dra", None, None
+
+        def up(self) -> FakeLab:
+            return self
+
+    monkeypatch.setattr(sb, "Lab", lambda spec: FakeLab())
+    monkeypatch.setattr(sb, "model_node", lambda lab: "dra-worker3")
+    monkeypatch.setattr(sb, "SETTLE_S", 0)
+    monkeypatch.setattr(fleet, "up", up)
+    monkeypatch.setattr(fleet, "down", lambda ctx: deleted.append("fleet"))
+    monkeypatch.setattr(sb, "delete_namespace", lambda core, ns: None)
+    claim = dataclasses.replace(sb.WORKLOADS["claim"], per_node=lambda lab, model: 8)
+    monkeypatch.setitem(sb.WORKLOADS, "claim", claim)
+    monkeypatch.setattr(sb, "measure", lambda lab, model, n, w, pods, console: sb.Run(
+        w.name, n, pods, bound=pods, pods_per_s=10.0, wall_s=1.0))  # fmt: skip
+    out = tmp_path / "scale.json"
+    code = sb.main(["--nodes", "1000,5000,6000", "--workloads", "claim", "--fill", "0.05",
+                    "--no-scheduler-perf", "--out", str(out)])  # fmt: skip
+    doc = json.loads(out.read_text())
+    assert code == 1 and grown == [1000, 5000] and deleted == ["fleet"]
+    assert [(r["workload"], r["nodes"]) for r in doc["runs"]] == [("claim", 1000)]
+    assert doc["stopped"] == ["dra at 5000 copies: KWOK nodes x-0..x-4999: 1127/5000 Ready, "
+                              "none more for 120s"]  # fmt: skip
 
 
 def test_scheduler_perfs_throughput_is_read_from_its_data_items() -> None:
