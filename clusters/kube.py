@@ -38,6 +38,16 @@ def ready(pods: list[client.V1Pod]) -> list[client.V1Pod]:
             and all(c.ready for c in p.status.container_statuses or [])]  # fmt: skip
 
 
+def absent_ok(delete: Callable[..., object], *args: object, **kwargs: object) -> None:
+    """delete(*args, **kwargs), where the object already gone (404: a controller or the
+    garbage collector was first) is what was wanted."""
+    try:
+        delete(*args, **kwargs)
+    except ApiException as e:
+        if e.status != 404:
+            raise
+
+
 class TimedApiClient(client.ApiClient):
     """An API client whose calls without a deadline of their own get `timeout` (connect,
     read): the client's default is none, and in CI one call blocked in a TLS read until

@@ -32,6 +32,7 @@ from kubernetes import client
 
 from clusters import built, steps, versions
 from clusters.charts import chart
+from clusters.kube import absent_ok
 from clusters.labs import dra, kindconfig
 from clusters.labs.context import Context
 from clusters.labs.spec import NODE_LEASE_S
@@ -326,17 +327,19 @@ def delete(ctx: Context, nodes: list[str]) -> None:
     there to let them go). The slices are deleted outright rather than left to the garbage
     collector (their owner is the node): the next fleet may reuse the names at once."""
 
+    core = ctx.kube.core
+
     def remove(name: str) -> None:
-        # A live copy's driver first: it would publish its slices again.
-        for pod in ctx.kube.core.list_namespaced_pod(
+        # A live copy's driver first: it would publish its slices again. A pod may go
+        # between the list and its delete (its DaemonSet's controller, the collector).
+        for pod in core.list_namespaced_pod(
                 dra.NAMESPACE, label_selector=f"{LIVE_LABEL}={name}").items:  # fmt: skip
-            ctx.kube.core.delete_namespaced_pod(pod.metadata.name, dra.NAMESPACE,
-                                                grace_period_seconds=0)  # fmt: skip
-        for pod in ctx.kube.core.list_pod_for_all_namespaces(
-                field_selector=f"spec.nodeName={name}").items:  # fmt: skip
-            ctx.kube.core.delete_namespaced_pod(pod.metadata.name, pod.metadata.namespace,
-                                                grace_period_seconds=0)  # fmt: skip
-        ctx.kube.core.delete_node(name)
+            absent_ok(core.delete_namespaced_pod, pod.metadata.name, dra.NAMESPACE,
+                      grace_period_seconds=0)  # fmt: skip
+        for pod in core.list_pod_for_all_namespaces(field_selector=f"spec.nodeName={name}").items:
+            absent_ok(core.delete_namespaced_pod, pod.metadata.name, pod.metadata.namespace,
+                      grace_period_seconds=0)  # fmt: skip
+        absent_ok(core.delete_node, name)
         dra.api(ctx).delete_collection_resource_slice(field_selector=f"spec.nodeName={name}")
 
     with ThreadPoolExecutor(WRITERS) as pool:

@@ -15,7 +15,7 @@ import urllib3
 import yaml
 from kubernetes import client
 
-from clusters.kube import Kube, TimedApiClient
+from clusters.kube import Kube, TimedApiClient, absent_ok
 
 
 @pytest.fixture
@@ -184,3 +184,11 @@ def test_delete_goes_on_past_what_is_not_there_and_raises_anything_else(tmp_path
     assert fake.calls == [("delete", "d", "ns"), ("delete", "n", None)]
     with pytest.raises(client.ApiException):
         kube.delete(doc("Deployment", "refused"), "ns")
+
+
+def test_a_delete_other_than_not_found_is_raised() -> None:
+    def refuse() -> None:
+        raise client.ApiException(status=403, reason="Forbidden")
+
+    with pytest.raises(client.ApiException):
+        absent_ok(refuse)
