@@ -41,7 +41,6 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from kubernetes import client
-from kubernetes.client.exceptions import ApiException
 from kubernetes.watch.watch import iter_resp_lines
 from rich import box
 from rich.console import Console
@@ -51,6 +50,7 @@ from rich.table import Table
 from bench import scheduler_perf
 from bench.rows import pct
 from clusters import steps
+from clusters.kube import absent_ok, or_none
 from clusters.labs import dra, fleet, spec
 from clusters.labs.lab import Lab
 
@@ -343,20 +343,12 @@ def claims(lab: Lab) -> list[dict]:
 def delete_namespace(core: client.CoreV1Api, name: str, deadline_s: float = 600) -> None:
     """`name` deleted with everything in it (pods force-deleted: no kubelet on a KWOK node
     lets them go)."""
-    try:
-        core.delete_collection_namespaced_pod(name, grace_period_seconds=0)
-        core.delete_namespace(name)
-    except ApiException as e:
-        if e.status != 404:
-            raise
+    if absent_ok(core.delete_collection_namespaced_pod, name, grace_period_seconds=0):
+        absent_ok(core.delete_namespace, name)
 
     def gone() -> tuple[bool, str]:
-        try:
-            core.read_namespace(name)
-        except ApiException as e:
-            if e.status == 404:
-                return True, "gone"
-            raise
+        if or_none(core.read_namespace, name) is None:
+            return True, "gone"
         return False, f"namespace {name} still terminating"
 
     steps.poll(f"namespace {name} gone", gone, deadline_s)
@@ -543,8 +535,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     works = [WORKLOADS[w] for w in args.workloads.split(",")]
     try:  # every lab's spec for the run, checked before anything is built or brought up
         specs = {w.lab: lab_spec(w.lab, args.node_lease) for w in works}
-    except spec.SpecError as e:
-        ap.error(f"--node-lease {args.node_lease}: {e}")
+    except spec.SpecError as e:  # only --node-lease overrides a spec: name it where given
+        ap.error(str(e) if args.node_lease is None else f"--node-lease {args.node_lease}: {e}")
     # Its table is 12 columns: a log (no terminal, 80 columns by default) gets them whole.
     console = Console() if Console().is_terminal else Console(width=120)
     if not args.no_scheduler_perf:  # built first: a build would load the runs

@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Collection
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import urllib3
 from kubernetes import client, config, dynamic, watch
@@ -20,6 +20,7 @@ from kubernetes.client.exceptions import ApiException
 from clusters.steps import StepError
 
 FIELD_MANAGER = "gpulab"
+T = TypeVar("T")
 # (done, what was seen) from the objects a watch currently knows, by name.
 Check = Callable[[dict[str, Any]], tuple[bool, str]]
 # () -> why the awaited state can no longer come, or None: asked between watches.
@@ -38,14 +39,26 @@ def ready(pods: list[client.V1Pod]) -> list[client.V1Pod]:
             and all(c.ready for c in p.status.container_statuses or [])]  # fmt: skip
 
 
-def absent_ok(delete: Callable[..., object], *args: object, **kwargs: object) -> None:
-    """delete(*args, **kwargs), where the object already gone (404: a controller or the
-    garbage collector was first) is what was wanted."""
+def absent_ok(call: Callable[..., object], *args: object, **kwargs: object) -> bool:
+    """call(*args, **kwargs) on an object that may be gone (404: a controller or the garbage
+    collector was first), which is what a delete wanted: False then, True where it ran."""
     try:
-        delete(*args, **kwargs)
+        call(*args, **kwargs)
     except ApiException as e:
         if e.status != 404:
             raise
+        return False
+    return True
+
+
+def or_none(read: Callable[..., T], *args: object, **kwargs: object) -> T | None:
+    """read(*args, **kwargs), or None where its object (or its kind) is not there (404)."""
+    try:
+        return read(*args, **kwargs)
+    except ApiException as e:
+        if e.status != 404:
+            raise
+        return None
 
 
 class TimedApiClient(client.ApiClient):
@@ -124,13 +137,10 @@ class Kube:
         nothing where it, or its kind, is not there."""
         try:
             resource, ns = self._resource(doc, namespace)
-            self.dynamic.delete(resource, name=doc["metadata"]["name"], namespace=ns,
-                                body={"propagationPolicy": "Background"})  # fmt: skip
         except dynamic.exceptions.ResourceNotFoundError:  # its CRD went first
             return
-        except ApiException as e:
-            if e.status != 404:
-                raise
+        absent_ok(self.dynamic.delete, resource, name=doc["metadata"]["name"], namespace=ns,
+                  body={"propagationPolicy": "Background"})  # fmt: skip
 
     @property
     def dynamic(self) -> dynamic.DynamicClient:
@@ -273,15 +283,12 @@ class Kube:
     def _delete_controller(self, kind: str, name: str, namespace: str) -> None:
         """A DaemonSet or Deployment (`kind` as the apps API spells it) deleted, and its
         pods waited out; nothing where it is not there."""
-        try:
-            found = getattr(self.apps, f"read_namespaced_{kind}")(name, namespace)
-            labels = selector(found.spec.selector.match_labels or {})
-            getattr(self.apps, f"delete_namespaced_{kind}")(name, namespace)
-        except ApiException as e:
-            if e.status != 404:
-                raise
+        found = or_none(getattr(self.apps, f"read_namespaced_{kind}"), name, namespace)
+        if found is None:
             return
-        self.wait_pods_gone(namespace, labels, name)
+        labels = selector(found.spec.selector.match_labels or {})
+        if absent_ok(getattr(self.apps, f"delete_namespaced_{kind}"), name, namespace):
+            self.wait_pods_gone(namespace, labels, name)
 
     def wait_pods_gone(self, namespace: str, labels: str, what: str,
                        deadline_s: float = 120) -> None:  # fmt: skip

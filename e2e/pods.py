@@ -18,6 +18,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from kubernetes.stream import stream
 
+from clusters.kube import absent_ok, or_none
 from clusters.labs import capacity
 from clusters.subjects.subject import DeviceIds
 from e2e import checkpoint
@@ -178,13 +179,8 @@ class Pods:
 
     def _ask_delete(self, name: str) -> bool:
         """False where the pod is already gone."""
-        try:
-            self.core.delete_namespaced_pod(name, self.ns, grace_period_seconds=self.grace_s)
-        except ApiException as e:
-            if e.status == 404:
-                return False
-            raise
-        return True
+        return absent_ok(self.core.delete_namespaced_pod, name, self.ns,
+                         grace_period_seconds=self.grace_s)  # fmt: skip
 
     def _wait_gone(self, name: str, wait_s: float) -> None:
         self._wait(f"pod {name} deleted", lambda: (self.find(name) is None, "still there"), wait_s)
@@ -193,12 +189,7 @@ class Pods:
 
     def find(self, name: str) -> client.V1Pod | None:
         """The pod, or None where it does not exist."""
-        try:
-            return self.core.read_namespaced_pod(name, self.ns)
-        except ApiException as e:
-            if e.status == 404:
-                return None
-            raise
+        return or_none(self.core.read_namespaced_pod, name, self.ns)
 
     def get(self, name: str) -> client.V1Pod:
         pod = self.find(name)

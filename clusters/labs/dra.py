@@ -39,7 +39,7 @@ from kubernetes import client
 
 from clusters import built, versions
 from clusters.charts import chart
-from clusters.kube import Kube
+from clusters.kube import Kube, absent_ok
 from clusters.labs import actions, kindconfig, spec
 from clusters.labs.actions import Action
 from clusters.labs.context import Context
@@ -165,11 +165,7 @@ def create_template(lab: Cluster, namespace: str, name: str, selector: str | Non
     body = {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate",
             "metadata": {"name": name},
             "spec": {"spec": request(selector, count, device_class, same)}}  # fmt: skip
-    try:
-        api(lab).delete_namespaced_resource_claim_template(name, namespace)
-    except client.ApiException as e:
-        if e.status != 404:
-            raise
+    absent_ok(api(lab).delete_namespaced_resource_claim_template, name, namespace)
     api(lab).create_namespaced_resource_claim_template(namespace, body)
 
 

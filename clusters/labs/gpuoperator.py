@@ -21,10 +21,10 @@ from typing import Any
 
 import yaml
 from kubernetes import client
-from kubernetes.client.exceptions import ApiException
 
 from clusters import built, steps, versions
 from clusters.charts import chart
+from clusters.kube import or_none
 from clusters.labs import actions, capacity, features, spec
 from clusters.labs.actions import Action
 from clusters.labs.context import Context
@@ -92,13 +92,8 @@ def values(refs: dict[str, str], over: dict[str, Any]) -> dict[str, Any]:
 
 
 def policy(ctx: Context) -> dict[str, Any] | None:
-    try:
-        return client.CustomObjectsApi(ctx.kube.api).get_cluster_custom_object(
-            *POLICY, POLICY_NAME)  # fmt: skip
-    except ApiException as e:
-        if e.status == 404:
-            return None
-        raise
+    return or_none(client.CustomObjectsApi(ctx.kube.api).get_cluster_custom_object,
+                   *POLICY, POLICY_NAME)  # fmt: skip
 
 
 def policy_state(ctx: Context) -> str:

@@ -22,6 +22,7 @@ from kubernetes import client
 
 from clusters import built, steps, versions
 from clusters.charts import chart
+from clusters.kube import absent_ok, or_none
 from clusters.labs import fleet
 from clusters.labs.context import Context
 
@@ -113,43 +114,29 @@ def purge(ctx: Context, crds: list[dict], deadline_s: float = 120) -> None:
     def left() -> list[tuple[str, str, str, dict]]:
         found = []
         for g, v, plural in kinds:
-            try:
-                items = api.list_cluster_custom_object(g, v, plural)["items"]
-            except client.ApiException as e:
-                if e.status != 404:
-                    raise
-                continue
-            found += [(g, v, plural, o) for o in items]
+            listed = or_none(api.list_cluster_custom_object, g, v, plural)
+            found += [(g, v, plural, o) for o in (listed or {}).get("items", [])]
         return found
 
     def each(what: str, objs: list[tuple[str, str, str, dict]]) -> None:
         for g, v, plural, o in objs:
             name, ns = o["metadata"]["name"], o["metadata"].get("namespace")
-            try:
-                if what == "delete" and ns:
-                    api.delete_namespaced_custom_object(g, v, ns, plural, name)
-                elif what == "delete":
-                    api.delete_cluster_custom_object(g, v, plural, name)
-                elif ns:
-                    api.patch_namespaced_custom_object(g, v, ns, plural, name, UNFINALIZE)
-                else:
-                    api.patch_cluster_custom_object(g, v, plural, name, UNFINALIZE)
-            except client.ApiException as e:
-                if e.status != 404:
-                    raise
+            if what == "delete" and ns:
+                absent_ok(api.delete_namespaced_custom_object, g, v, ns, plural, name)
+            elif what == "delete":
+                absent_ok(api.delete_cluster_custom_object, g, v, plural, name)
+            elif ns:
+                absent_ok(api.patch_namespaced_custom_object, g, v, ns, plural, name, UNFINALIZE)
+            else:
+                absent_ok(api.patch_cluster_custom_object, g, v, plural, name, UNFINALIZE)
 
     def none() -> tuple[bool, str]:
         objs = left()
         return not objs, f"{len(objs)} left"
 
     each("delete", left())
-    try:
-        running = bool(ctx.kube.apps.read_namespaced_deployment(
-            CONTROLLER, NAMESPACE).status.available_replicas)  # fmt: skip
-    except client.ApiException as e:
-        if e.status != 404:
-            raise
-        running = False
+    controller = or_none(ctx.kube.apps.read_namespaced_deployment, CONTROLLER, NAMESPACE)
+    running = bool(controller and controller.status.available_replicas)
     try:
         steps.poll("Kueue's objects gone", none, deadline_s if running else 0)
     except steps.StepError:

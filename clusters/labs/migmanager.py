@@ -23,9 +23,9 @@ from collections.abc import Callable
 from typing import TypeVar
 
 from kubernetes import client
-from kubernetes.client.exceptions import ApiException
 
 from clusters import steps
+from clusters.kube import absent_ok
 from clusters.labs import capacity, features, kindconfig
 from clusters.labs.context import Context
 from clusters.subjects import subject
@@ -239,11 +239,8 @@ def remove(ctx: Context, node: str) -> None:
     group, version, plural = NODE_FEATURES
     custom = client.CustomObjectsApi(kube.api)
     for f in custom.list_namespaced_custom_object(group, version, NAMESPACE, plural)["items"]:
-        try:
-            custom.delete_namespaced_custom_object(group, version, NAMESPACE, plural,
-                                                   f["metadata"]["name"])  # fmt: skip
-        except ApiException as e:
-            if e.status != 404:  # gone with its pod (GFD makes the pod its owner)
-                raise
+        # Gone with its pod, maybe: GFD makes the pod its owner.
+        absent_ok(custom.delete_namespaced_custom_object, group, version, NAMESPACE, plural,
+                  f["metadata"]["name"])  # fmt: skip
     kube.label_node(node, {**dict.fromkeys((*PAUSED_LABELS, MANAGER_LABEL)), CONFIG_LABEL: None,
                            STATE_LABEL: None, CONFIG_LABEL_PLUGIN: None})  # fmt: skip

@@ -15,7 +15,7 @@ import urllib3
 import yaml
 from kubernetes import client
 
-from clusters.kube import Kube, TimedApiClient, absent_ok
+from clusters.kube import Kube, TimedApiClient, absent_ok, or_none
 
 
 @pytest.fixture
@@ -192,3 +192,21 @@ def test_a_delete_other_than_not_found_is_raised() -> None:
 
     with pytest.raises(client.ApiException):
         absent_ok(refuse)
+
+
+def test_absent_ok_says_whether_it_ran_and_or_none_reads_a_missing_object_as_none() -> None:
+    def gone(*_: object) -> None:
+        raise client.ApiException(status=404, reason="Not Found")
+
+    calls: list[tuple[object, ...]] = []
+    assert absent_ok(lambda *a, **kw: calls.append((*a, *kw.values())), "p", "ns", grace=0)
+    assert calls == [("p", "ns", 0)]
+    assert absent_ok(gone, "p") is False
+    assert or_none(lambda name: {"name": name}, "p") == {"name": "p"}
+    assert or_none(gone, "p") is None
+
+    def refuse(*_: object) -> None:
+        raise client.ApiException(status=500, reason="Internal")
+
+    with pytest.raises(client.ApiException):
+        or_none(refuse, "p")
