@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import pytest
 
 from clusters import steps
-from clusters.labs import dra, fleet, spec
+from clusters.labs import dra, features, fleet, spec
 from clusters.labs.lab import Lab
 from e2e.fixtures import NAMESPACE, lab_fixture, namespaced_pods
 from e2e.pods import Pods
@@ -195,6 +195,28 @@ def test_the_labs_pod_network_leaves_the_fleet_out(
             wrong.append(f"{node}: routes to {sorted(routed)}, want {sorted(want)}; "
                          f"{exits} exits")  # fmt: skip
     verdict.saw("; ".join(wrong) or "as expected on every node")
+    assert wrong == []
+
+
+def test_the_labs_tolerate_all_daemonsets_stay_off_the_fleet(
+    fleet_lab: tuple[Lab, dict[str, list[str]]], verdict: Verdict
+) -> None:
+    """kube-proxy and NFD's worker tolerate every taint: each kind node runs one of each,
+    and no copy does (else KWOK runs two pods for each copy: 10,020 at 5,000 copies)."""
+    lab, made = fleet_lab
+    kind_nodes = sorted(n.name for n in lab.ctx.lab.nodes)
+    copies = {c for cs in made.values() for c in cs}
+    verdict.expect(f"one pod of each on the {len(kind_nodes)} kind nodes, none on the "
+                   f"{len(copies)} copies")  # fmt: skip
+    wrong = []
+    for what, ns, labels in (("kube-proxy", "kube-system", "k8s-app=kube-proxy"),
+                             ("nfd-worker", features.NAMESPACE, features.WORKER)):  # fmt: skip
+        on = sorted(p.spec.node_name or "" for p in lab.ctx.kube.pods(ns, labels))
+        if on != kind_nodes:
+            wrong.append(f"{what} on {len(on)} nodes ({len(copies & set(on))} copies), "
+                         f"want {kind_nodes}")  # fmt: skip
+    verdict.saw("; ".join(wrong) or "as expected")
+    assert copies  # there was a fleet to stay off
     assert wrong == []
 
 

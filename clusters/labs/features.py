@@ -13,6 +13,7 @@ from kubernetes import client
 
 from clusters import built, kube, steps, versions
 from clusters.charts import chart
+from clusters.labs import kindconfig
 from clusters.labs.context import Context
 
 NAMESPACE = "node-feature-discovery"
@@ -43,6 +44,7 @@ def nfd_docs(image: str, kube_version: str) -> list[dict]:
         # chart's default affinity needs on a GPU node.
         "worker": {
             "tolerations": [{"operator": "Exists"}],
+            "affinity": kindconfig.OFF_FLEET,
             "config": {
                 "sources": {
                     "pci": {"deviceClassWhitelist": ["02", "03"], "deviceLabelFields": ["vendor"]}

@@ -13,7 +13,9 @@ KWOK (sigs.k8s.io/kwok, built by `make infra`) is installed as its docs say: its
 chart and its stage-fast chart (nodes Ready at once, pods Running as soon as they are
 bound), all read from its module. Fleet nodes carry KWOK's annotation and taint
 (`kwok.x-k8s.io/node=fake:NoSchedule`), so only pods that tolerate it land on them, as
-KWOK's docs do; DaemonSets that tolerate every taint get a pod there that KWOK runs.
+KWOK's docs do. DaemonSets that tolerate every taint get a pod there that KWOK runs, as
+on a real fleet a node's agents run on each; the lab's own (kube-proxy, NFD's worker) are
+kept on the kind nodes (`kindconfig.OFF_FLEET`): they are the lab's, not the fleet's.
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ from fakenvml.node import NodeDir
 MODULE = "sigs.k8s.io/kwok"
 NAMESPACE = "kube-system"  # where KWOK's docs install its controller
 CONTROLLER = "kwok-controller"
+KUBE_PROXY = ("kube-proxy", "kube-system")  # kind's (kubeadm's) DaemonSet: tolerates all
 MANAGED = ("kwok.x-k8s.io/node", "fake")  # the annotation its config manages nodes by
 LEASE_ANNOTATION = f"{kindconfig.LABEL_PREFIX}/node-lease-s"  # on KWOK's pod template
 TAINT = {"key": MANAGED[0], "value": MANAGED[1], "effect": "NoSchedule"}
@@ -111,6 +114,12 @@ def deploy_kwok(ctx: Context) -> None:
     lease = int(ctx.lab.spec.fleet_node_lease)
     ctx.kube.apply_all(kwok_docs(image, ctx.lab.kubernetes, lease), NAMESPACE)
     ctx.kube.wait_deployment(CONTROLLER, NAMESPACE)
+    proxy = ctx.apps.read_namespaced_daemon_set(*KUBE_PROXY)
+    if proxy.spec.template.spec.affinity is None:  # once: a patch rolls its pods
+        ctx.apps.patch_namespaced_daemon_set(
+            *KUBE_PROXY, {"spec": {"template": {"spec": {"affinity": kindconfig.OFF_FLEET}}}}
+        )
+        ctx.kube.wait_daemonset(*KUBE_PROXY)
 
 
 def on_fleet(doc: dict, model: str) -> dict:

@@ -63,6 +63,12 @@ PCI_DEVICES = "sys/bus/pci/devices"  # in the driver root (fakenvml/driver.py), 
 LABEL_PREFIX = "gpulab.dev"
 # A fleet node's label (clusters/labs/fleet.py), its model's name: what is not a kind node.
 FLEET_LABEL = f"{LABEL_PREFIX}/fleet"
+# The labs' own DaemonSets that tolerate every taint (kube-proxy, NFD's worker) get this
+# affinity: else each fleet copy gets their pods, and KWOK runs them all. At 5,000 copies
+# that was 10,020 pods more, and the fleet never got Ready (docs/fleet.md).
+OFF_FLEET = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+    "nodeSelectorTerms": [{"matchExpressions": [{"key": FLEET_LABEL, "operator": "DoesNotExist"}]}]
+}}}  # fmt: skip
 TOOLKIT_DIR = "/usr/local/nvidia/toolkit"  # where NVIDIA's GPU Operator installs it on nodes
 # What clusters/labs/toolkit.py writes in a lab's toolkit dir -> where GPU nodes get it.
 TOOLKIT_FILES = {
