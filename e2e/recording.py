@@ -537,9 +537,19 @@ def _evaluate(rec: Recording, e: ex.Expectation) -> Outcome:
     if isinstance(e, ex.MigDevices):
         return _equals(rec, e, lambda s: _mig_count(s, e))
     if isinstance(e, ex.Changes):
-        n = len(rec.series(e.node, e.of)) - 1
-        vals = " → ".join(str(v) for _, v in rec.series(e.node, e.of))
-        return Outcome(e.holds(n), e.describe(), f"{max(n, 0)} ({vals})")
+        series = rec.series(e.node, e.of)
+        n = len(series) - 1
+        vals = " → ".join(
+            f"{v}" if i == 0 else f"{v} at {t:.2f}s" for i, (t, v) in enumerate(series)
+        )
+        obs = f"{max(n, 0)} ({vals})"
+        if not e.holds(n):  # what a count taken from samples can miss: their gaps, the faults'
+            gaps = ((b.t - a.t, a.t) for a, b in itertools.pairwise(rec.samples))
+            gap, at = max(gaps, default=(0.0, 0.0))
+            faults = ", ".join(f"{f.label()} on GPU {f.gpu} at {f.t:.2f}s"
+                               for f in rec.faults if f.node == e.node)  # fmt: skip
+            obs += f"; longest sample gap {gap:.2f}s from {at:.2f}s; faults: {faults or 'none'}"
+        return Outcome(e.holds(n), e.describe(), obs)
     if isinstance(e, ex.PluginLog):
         if not rec.stated(e.event):
             return Outcome(False, e.describe(), "not stated: its subject file has no such "

@@ -442,7 +442,19 @@ def test_every_expectation_of_the_sample_passes() -> None:
     outcomes = evaluate(sample_recording())
     assert [o.text for o in outcomes if not o.passed] == []
     changes = next(o for o in outcomes if "changes" in o.text)
-    assert changes.observed == "2 (4 → 3 → 4)"
+    assert changes.observed == "2 (4 → 3 at 2.60s → 4 at 6.30s)"
+
+
+def test_a_failed_change_count_gives_its_times_the_longest_sample_gap_and_the_faults() -> None:
+    rec = sample_recording()
+    del rec.samples[30:40]  # 3.0-3.9 s unsampled: a gap a change could fall in
+    [changes] = evaluate(rec, [ex.Changes(check="changes", node="lab-a", equals=3)])
+    assert not changes.passed
+    assert changes.observed == (
+        "2 (4 → 3 at 2.60s → 4 at 6.30s); longest sample gap 1.10s from 2.90s; "
+        "faults: Xid 79 on GPU 1 at 2.00s, Xid 79 on GPU 1 at 2.01s, Xid 79 on GPU 1 at 2.02s, "
+        "recover on GPU 1 at 6.00s"
+    )
 
 
 def test_a_settle_waits_for_the_end_state_read_from_samples_only() -> None:
@@ -820,8 +832,10 @@ def test_mig_device_checks_count_the_sampled_state_and_a_wrong_one_fails() -> No
     failed = [(o.text, o.observed) for o in evaluate(rec) if not o.passed]
     assert failed == [
         ("MIG devices on dra-dynmig-control-plane = 1 during [1s, 5s]", "0, 1 (first 0 at 3.00s)"),
-        ("MIG devices of dra-dynmig-control-plane changes = 3 times", "5 (0 → 1 → 0 → 1 → 0 → 1)"),
-    ]
+        ("MIG devices of dra-dynmig-control-plane changes = 3 times",
+         "5 (0 → 1 at 0.60s → 0 at 3.00s → 1 at 3.10s → 0 at 5.40s → 1 at 6.20s); "
+         "longest sample gap 0.10s from 7.80s; faults: none"),
+    ]  # fmt: skip
 
 
 def test_a_mig_report_has_a_row_per_claimed_device(tmp_path: Path) -> None:
