@@ -254,12 +254,16 @@ class RawWatch(threading.Thread):
     def close(self) -> None:
         """Ends the watch now. close() alone waited for the reader thread's blocked read
         (a bench at 1,000 nodes hung in it until the server ended the quiet watch, up to
-        its 600 s): shutdown() ends that read first (urllib3's way to unblock it)."""
+        its 600 s): shutdown() ends that read first (urllib3's way to unblock it). The
+        response is closed once the reader has ended: closed while the reader's failed read
+        was closing it too, close() raised "I/O operation on closed file" (CI, once)."""
         self.stop.set()
-        if self.resp is not None:
-            self.resp.shutdown()
-            self.resp.close()
+        resp = self.resp
+        if resp is not None:
+            resp.shutdown()
         self.join(timeout=10)
+        if resp is not None:
+            resp.close()
 
 
 class Bindings(RawWatch):
