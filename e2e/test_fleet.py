@@ -208,6 +208,7 @@ def test_the_labs_tolerate_all_daemonsets_stay_off_the_fleet(
     copies = {c for cs in made.values() for c in cs}
     verdict.expect(f"one pod of each on the {len(kind_nodes)} kind nodes, none on the "
                    f"{len(copies)} copies")  # fmt: skip
+    lab.ctx.kube.wait_daemonset(*fleet.KUBE_PROXY)  # the fleet's patch rolls it, unwaited
     wrong = []
     for what, ns, labels in (("kube-proxy", "kube-system", "k8s-app=kube-proxy"),
                              ("nfd-worker", features.NAMESPACE, features.WORKER)):  # fmt: skip
