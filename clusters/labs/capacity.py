@@ -193,10 +193,12 @@ def kubelet_plugin_lines(ctx: Context, node: str, lines: int = 8,
     return [x[:300] for x in journal if "device plugin" in x.lower()][-lines:]
 
 
-def dropped_registration(ctx: Context, node: str, resource: str, since: float) -> list[str]:
-    """`node`'s kubelet lines since the epoch time `since` showing it dropped `resource`'s
-    newest registration (registration.dropped); [] when it stands or the log is unreadable."""
-    return registration.dropped(kubelet_plugin_lines(ctx, node, 400, since), resource)
+def registrations_since(ctx: Context, node: str, resource: str,
+                        since: float) -> tuple[int, list[str]]:  # fmt: skip
+    """`node`'s kubelet since the epoch time `since`: how often `resource` asked to register,
+    and the lines showing it dropped the newest registration (registration.newest; [] when
+    it stands or the log is unreadable)."""
+    return registration.newest(kubelet_plugin_lines(ctx, node, 400, since), resource)
 
 
 def _registration_diagnosis(ctx: Context, since: registration.Mark, pods: Pods,

@@ -69,20 +69,28 @@ def mark(core: client.CoreV1Api, pods: list[client.V1Pod], resource: str,
 
 # The kubelet answering a plugin that stops its gRPC server and registers the same socket
 # again a few ms later (NVIDIA's plugin on SIGHUP: 3-6 ms on the labs, 2026-12-07). v1.34's
-# device manager replaces the resource's client on Register; when the old stream's end is
-# handled after that, it looks the client up by resource name and closes the *new* one
-# (kubernetes/kubernetes#121994): the new stream ends "the client connection is closing"
-# and nothing registers again. v1.37 refuses the Register instead ("already connected").
-DROPPED = ("client connection is closing", "already connected")
+# device manager replaces the resource's client on Register; when an older stream's end is
+# handled after that, `runClient` looks the client up by resource name and disconnects the
+# *new* one (kubernetes/kubernetes#121994, pkg/kubelet/cm/devicemanager/plugin/v1beta1/
+# handler.go). Where the new client was connected, its stream ends "the client connection
+# is closing" and nothing registers again; where it was still connecting, the kubelet
+# forgets it and serves its devices, and its own end later changes nothing: allocatable
+# stays as it was when the plugin stops serving (a CI run, 2026-12-07: `nvidia.com/gpu`
+# 2 of 2 on MIG GPUs the plugin served nothing of). Either way a stream's end follows the
+# newest Register while its plugin still serves. v1.37 refuses the Register instead
+# ("already connected").
+DROPPED = ("ListAndWatch ended", "already connected")
 
 
-def dropped(journal: list[str], resource: str) -> list[str]:
-    """The kubelet's lines that show it dropped `resource`'s newest registration: the last
-    registration request and what followed it, where one of those says DROPPED; [] when
-    the newest registration stands (or there was none)."""
+def newest(journal: list[str], resource: str) -> tuple[int, list[str]]:
+    """How many registration requests of `resource` the kubelet's lines hold, and the lines
+    that show it dropped the newest: that request and what followed it, where one of those
+    is a stream's end or a refusal ([] when it stands, or there was none). Read while the
+    plugin serves: its newest stream has not ended, so a stream's end after its Register
+    is an older one's."""
     ours = [x for x in journal if f'"{resource}"' in x]
     asked = [i for i, x in enumerate(ours) if "registration request" in x]
     if not asked:
-        return []
+        return 0, []
     after = ours[asked[-1] :]
-    return after if any(d in x for x in after[1:] for d in DROPPED) else []
+    return len(asked), after if any(d in x for x in after[1:] for d in DROPPED) else []
