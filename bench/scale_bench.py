@@ -550,7 +550,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     stopped: list[str] = []
     for name, lab in specs.items():  # one lab at a time, in workload order
         mine = [w for w in works if w.lab == name]
-        got, why = on_lab(Lab(lab).up(), mine, sizes, args.fill, console)
+        got, why = on_lab(Lab(lab, console=console).up(), mine, sizes, args.fill, console)
         runs += got
         stopped += [why] if why else []
     console.print(table(runs))

@@ -21,10 +21,12 @@ kept on the kind nodes (`kindconfig.OFF_FLEET`): they are the lab's, not the fle
 from __future__ import annotations
 
 import copy
+import hashlib
 import json
+import threading
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -46,7 +48,13 @@ NAMESPACE = "kube-system"  # where KWOK's docs install its controller
 CONTROLLER = "kwok-controller"
 KUBE_PROXY = ("kube-proxy", "kube-system")  # kind's (kubeadm's) DaemonSet: tolerates all
 MANAGED = ("kwok.x-k8s.io/node", "fake")  # the annotation its config manages nodes by
-LEASE_ANNOTATION = f"{kindconfig.LABEL_PREFIX}/node-lease-s"  # on KWOK's pod template
+CONFIG_ANNOTATION = f"{kindconfig.LABEL_PREFIX}/kwok-config"  # on KWOK's pod template
+# KWOK renews its nodes' Leases with this many workers, each one blocking update at a time
+# (its default: 4). A Lease is renewed every quarter of its duration, so 5,000 copies with
+# a kubelet's 40 s Lease need 500 updates a second; 4 workers on this 2-core machine
+# kept 1,950-2,350 of them Ready and no more (2026-12-07, KWOK at 0.2 cores, the API
+# server's answers slow under the load): the workers' round trips were the limit.
+LEASE_WORKERS = 32
 TAINT = {"key": MANAGED[0], "value": MANAGED[1], "effect": "NoSchedule"}
 TOLERATION = {"key": MANAGED[0], "operator": "Equal", "value": MANAGED[1],
               "effect": "NoSchedule"}  # fmt: skip
@@ -82,7 +90,8 @@ def kwok_dir() -> Any:
 def kwok_docs(image: str, kube_version: str, lease_s: int = NODE_LEASE_S) -> list[dict]:
     """KWOK as its docs install it, from its module: its CRDs, the kwok chart (with the
     local image) and the stage-fast chart; its nodes' Leases last `lease_s` (the chart's
-    config file says 40: its ConfigMap is the one place KWOK reads it from, at start)."""
+    config file says 40: its ConfigMap is the one place KWOK reads it from, at start),
+    renewed by LEASE_WORKERS."""
     where = kwok_dir()
     docs = [yaml.safe_load(p.read_text())
             for p in sorted((where / "kustomize" / "crd" / "bases").glob("*.yaml"))]  # fmt: skip
@@ -99,11 +108,14 @@ def kwok_docs(image: str, kube_version: str, lease_s: int = NODE_LEASE_S) -> lis
         if d.get("kind") == "ConfigMap" and d["metadata"]["name"] == CONTROLLER:
             conf = yaml.safe_load(d["data"]["kwok.yaml"])
             conf["options"]["nodeLeaseDurationSeconds"] = lease_s
+            conf["options"]["nodeLeaseParallelism"] = LEASE_WORKERS
             d["data"]["kwok.yaml"] = yaml.safe_dump(conf, sort_keys=False)
-        elif d.get("kind") == "Deployment" and d["metadata"]["name"] == CONTROLLER:
+            config = hashlib.sha256(d["data"]["kwok.yaml"].encode()).hexdigest()[:12]
+    for d in docs:
+        if d.get("kind") == "Deployment" and d["metadata"]["name"] == CONTROLLER:
             # A changed config restarts the controller (it reads the file once).
             meta = d["spec"]["template"].setdefault("metadata", {})
-            meta.setdefault("annotations", {})[LEASE_ANNOTATION] = str(lease_s)
+            meta.setdefault("annotations", {})[CONFIG_ANNOTATION] = config
     return docs
 
 
@@ -211,6 +223,31 @@ def live_pod(template: dict, model: str, name: str) -> dict:
     return {"apiVersion": "v1", "kind": "Pod", **pod}
 
 
+# A fleet step still going after this long says how far it is, one line at a time: a CI
+# log or a file has no spinner, and 5,000 copies took ten minutes without a word.
+PROGRESS_S = 30.0
+
+
+def progress(ctx: Context, what: str, every_s: float = PROGRESS_S) -> Callable[[str], None]:
+    """A reporter for a long step: say(seen) prints "<lab>: <what>: <seen> (<s>)" on the
+    lab's console when `every_s` has passed since the step began or its last line; safe
+    from the step's threads."""
+    t0 = time.monotonic()
+    last = [t0]
+    lock = threading.Lock()
+
+    def say(seen: str) -> None:
+        now = time.monotonic()
+        with lock:
+            if now - last[0] < every_s:
+                return
+            last[0] = now
+        ctx.console.print(f"[dim]…[/] {ctx.name}: {what}: {seen} [dim]({now - t0:.0f}s)[/]",
+                          highlight=False)  # fmt: skip
+
+    return say
+
+
 def up(ctx: Context, model: str, count: int, live: int = 0) -> list[str]:
     """Exactly `count` KWOK copies of the lab node `model` (made, or the extra ones
     deleted), Ready, their slices published; their names. KWOK is deployed first. The
@@ -253,8 +290,10 @@ def up(ctx: Context, model: str, count: int, live: int = 0) -> list[str]:
 
     # A few at a time: each is three round trips or more, and the API server has cores
     # to spare for them (one at a time, 500 copies took over 4 minutes on 2 cores).
+    say = progress(ctx, f"KWOK copies of {model}")
     with ThreadPoolExecutor(WRITERS) as pool:
-        list(pool.map(make, made))
+        for i, _ in enumerate(pool.map(make, made), 1):
+            say(f"{i}/{len(made)} made")
     wait_ready(ctx, made)
     if lives:
         wait_live(ctx, sorted(lives), len(published))
@@ -304,11 +343,13 @@ def wait_ready(ctx: Context, nodes: list[str], stall_s: float = 120) -> None:
     become Ready for `stall_s` (KWOK readies a big fleet at its own pace: 881 of 1,000
     new copies in their first 120 s on 2 cores, the API server busy)."""
     want, best, since = set(nodes), -1, time.monotonic()
+    say = progress(ctx, f"KWOK copies {nodes[0]}..{nodes[-1]}")
 
     def ready() -> tuple[bool, str]:
         nonlocal best, since
         found = listed(ctx, cached=True)
         ok = sum(1 for n in found if n["metadata"]["name"] in want and is_ready(n))
+        say(f"{ok}/{len(nodes)} Ready")
         if ok > best:
             best, since = ok, time.monotonic()
         elif time.monotonic() - since > stall_s:
@@ -353,8 +394,10 @@ def delete(ctx: Context, nodes: list[str]) -> None:
         absent_ok(core.delete_node, name)
         dra.api(ctx).delete_collection_resource_slice(field_selector=f"spec.nodeName={name}")
 
+    say = progress(ctx, "fleet nodes deleted")
     with ThreadPoolExecutor(WRITERS) as pool:
-        list(pool.map(remove, nodes))
+        for i, _ in enumerate(pool.map(remove, nodes), 1):
+            say(f"{i}/{len(nodes)}")
     gone = set(nodes)
 
     def cleared() -> tuple[bool, str]:

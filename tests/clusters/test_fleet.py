@@ -6,10 +6,13 @@ from __future__ import annotations
 import copy
 import re
 from collections.abc import Callable
+from io import StringIO
+from types import SimpleNamespace
 
 import pytest
 import yaml
 from kubernetes import client
+from rich.console import Console
 
 from clusters import built, steps
 from clusters.labs import fleet, kindconfig
@@ -144,17 +147,30 @@ def test_a_live_copys_driver_is_the_daemonsets_pod_serving_the_copy_from_its_mod
     assert template == driver_template()  # the template itself is left as it was
 
 
-@pytest.mark.parametrize("lease", [40, 240])
-def test_kwoks_config_carries_the_labs_node_lease_and_a_change_restarts_it(lease: int) -> None:
+def kwok(lease: int) -> tuple[dict, dict]:
+    """KWOK's config and its controller's pod template, as kwok_docs makes them."""
     docs = fleet.kwok_docs("gpulab/kwok:t", "v1.37.0", lease)
     mine = {d["kind"]: d for d in docs if d["metadata"]["name"] == fleet.CONTROLLER}
     conf = yaml.safe_load(mine["ConfigMap"]["data"]["kwok.yaml"])
+    return conf, mine["Deployment"]["spec"]["template"]
+
+
+@pytest.mark.parametrize("lease", [40, 240])
+def test_kwoks_config_carries_the_labs_node_lease_and_its_renewal_workers(lease: int) -> None:
+    conf, template = kwok(lease)
     assert conf["options"]["nodeLeaseDurationSeconds"] == lease
+    assert conf["options"]["nodeLeaseParallelism"] == fleet.LEASE_WORKERS
     # The rest of KWOK's own config as its chart has it.
     assert conf["options"]["manageNodesWithAnnotationSelector"] == "=".join(fleet.MANAGED)
-    template = mine["Deployment"]["spec"]["template"]
-    assert template["metadata"]["annotations"][fleet.LEASE_ANNOTATION] == str(lease)
     assert template["spec"]["containers"][0]["image"] == "gpulab/kwok:t"
+
+
+def test_a_change_of_kwoks_config_restarts_its_controller() -> None:
+    """KWOK reads its file once: the pod template carries the config's digest."""
+    (_, a), (_, again), (_, b) = kwok(40), kwok(40), kwok(240)
+    key = fleet.CONFIG_ANNOTATION
+    assert a["metadata"]["annotations"][key] == again["metadata"]["annotations"][key]
+    assert a["metadata"]["annotations"][key] != b["metadata"]["annotations"][key]
 
 
 def test_a_node_is_ready_by_its_ready_condition_alone() -> None:
@@ -208,3 +224,16 @@ def test_deleting_copies_goes_on_past_a_pod_or_node_already_gone(
     monkeypatch.setattr(fleet, "slices", lambda ctx: [])
     fleet.delete(ctx, ["c-0", "c-1"])
     assert sorted(deleted) == ["c-0", "c-1", "spec.nodeName=c-0", "spec.nodeName=c-1"]
+
+
+def test_a_long_fleet_step_says_how_far_it_is_at_most_once_a_period() -> None:
+    """A CI log has no spinner: a fleet step prints a line when its period has passed."""
+    out = StringIO()
+    ctx = SimpleNamespace(name="dra", console=Console(file=out, width=200))
+    quiet = fleet.progress(ctx, "KWOK copies of dra-worker")  # type: ignore[arg-type]
+    quiet("1/5000 made")
+    assert out.getvalue() == ""
+    each = fleet.progress(ctx, "KWOK copies of dra-worker", every_s=0)  # type: ignore[arg-type]
+    each("2350/5010 Ready")
+    assert re.fullmatch(r"… dra: KWOK copies of dra-worker: 2350/5010 Ready \(\d+s\)\n",
+                        out.getvalue())  # fmt: skip
