@@ -370,6 +370,8 @@ LAB_FIXTURES: dict[str, str] = {}
 # Clusters that are no lab spec (the chart's plain cluster): name -> what makes one. The
 # pool brings them up and down like labs, beside the suites before them.
 CLUSTER_MAKERS: dict[str, Callable[[], Pooled]] = {}
+# Lab fixtures of module scope: each holds its lab until its module's run of tests is over.
+MODULE_HELD: set[str] = set()
 
 
 class Job(NamedTuple):
@@ -436,6 +438,8 @@ def lab_fixture(
 
     def declare(fn: Callable[..., Any]) -> Any:
         _declare(fn.__name__, lab)
+        if scope == "module":
+            MODULE_HELD.add(fn.__name__)
         if make is not None:
             CLUSTER_MAKERS[lab] = make
         return pytest.fixture(scope=scope)(fn)
@@ -484,10 +488,33 @@ def gpu_node(lab: spec.Lab, profile: str) -> spec.Node:
     return found[0]
 
 
+def _lab_uses(item: pytest.Item, config: pytest.Config) -> list[tuple[str, str]]:
+    """The fixtures of one test that stand for a lab, and their labs (LAB_FIXTURES, `lab`)."""
+    names = {**LAB_FIXTURES, "lab": config.getoption("--lab")}
+    return [(f, names[f]) for f in getattr(item, "fixturenames", ()) if f in names]
+
+
 def labs_of(item: pytest.Item, config: pytest.Config) -> list[str]:
     """The labs one test uses (through LAB_FIXTURES or `lab`)."""
-    names = {**LAB_FIXTURES, "lab": config.getoption("--lab")}
-    return [names[f] for f in getattr(item, "fixturenames", ()) if f in names]
+    return [lab for _, lab in _lab_uses(item, config)]
+
+
+def last_tests(items: list[pytest.Item], config: pytest.Config) -> dict[str, str]:
+    """Each lab's last test: the one after whose teardown nothing holds the lab. A
+    module-scoped lab fixture holds it until its module's run of tests is over (pytest
+    tears the fixture down when the next test is another module's): run alone,
+    e2e/test_fleet.py had the `dra` lab deleted after its last test there, before its
+    fleet fixture's teardown took the fleet off it."""
+    module = [item.nodeid.split("::", 1)[0] for item in items]
+    end = list(range(len(items)))  # the last index of each item's module run
+    for i in range(len(items) - 2, -1, -1):
+        if module[i + 1] == module[i]:
+            end[i] = end[i + 1]
+    last: dict[str, int] = {}
+    for i, item in enumerate(items):
+        for fixture, lab in _lab_uses(item, config):
+            last[lab] = max(last.get(lab, i), end[i] if fixture in MODULE_HELD else i)
+    return {lab: items[i].nodeid for lab, i in last.items()}
 
 
 def labs_wanted(items: list[pytest.Item], config: pytest.Config) -> list[str]:
@@ -739,7 +766,7 @@ def labs(request: pytest.FixtureRequest) -> Iterator[LabPool]:
     """labs(name, subject=None) -> that lab, up (re-used when it already runs) and running
     `subject`; the labs come and go as LabPool says."""
     items = request.session.items
-    last = {n: item.nodeid for item in items for n in labs_of(item, request.config)}
+    last = last_tests(items, request.config)
     used = {f for item in items for f in getattr(item, "fixturenames", ())}
     by_lab: dict[str, list[tuple[str, Job]]] = {}
     for name, (lab, job) in LAB_JOBS.items():

@@ -147,12 +147,40 @@ def test_tests_of_one_lab_run_together(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(test_labs=LABS_SUITE)
     result = pytester.runpytest("--collect-only", "-q", "-p", "no:cacheprovider")
     names = [line.split("::")[1] for line in result.outlines if "::" in line]
-    # mig's tests together; seed and hetero (one phase: their suites alternate) together;
-    # a test with no lab keeps its place relative to the others.
     # mig's tests together first; seed and hetero (one phase: their suites alternate)
     # together; a test with no lab keeps its place.
     assert names == ["test_a_mig", "test_e_mig", "test_b_seed", "test_d_hetero",
                      "test_f_seed_again", "test_c_free"]  # fmt: skip
+
+
+class Item:
+    """A collected test as last_tests reads it: its node id and fixtures."""
+
+    def __init__(self, nodeid: str, *fixturenames: str) -> None:
+        self.nodeid, self.fixturenames = nodeid, fixturenames
+
+
+class Config:
+    def getoption(self, name: str) -> str:
+        return {"--lab": "seed"}[name]
+
+
+def test_a_lab_held_by_a_module_fixture_is_released_after_that_modules_last_test(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(fixtures, "LAB_FIXTURES", {"fleet": "dra", "dra_lab": "dra"})
+    monkeypatch.setattr(fixtures, "MODULE_HELD", {"fleet"})
+    items = [Item("a.py::one", "fleet"), Item("a.py::two", "lab"), Item("a.py::three"),
+             Item("b.py::four", "dra_lab"), Item("b.py::five"),
+             Item("c.py::six", "fleet"), Item("c.py::seven", "lab")]  # fmt: skip
+    last = fixtures.last_tests(items, Config())  # type: ignore[arg-type]
+    # dra: held by c.py's module fixture to its module's end; seed: its last user.
+    assert last == {"dra": "c.py::seven", "seed": "c.py::seven"}
+    last = fixtures.last_tests(items[:5], Config())  # type: ignore[arg-type]
+    # A function-scoped use after the module's run ends the hold at that test.
+    assert last == {"dra": "b.py::four", "seed": "a.py::two"}
+    last = fixtures.last_tests(items[:3], Config())  # type: ignore[arg-type]
+    assert last == {"dra": "a.py::three", "seed": "a.py::two"}
 
 
 JOB_SUITE = """
