@@ -21,6 +21,7 @@ import contextlib
 import json
 import os
 import signal
+import subprocess
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -71,6 +72,16 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    # Subprocesses by fork, not vfork. pytest sets and unsets PYTEST_CURRENT_TEST in the
+    # process environment at every test phase, in the main thread, while the lab pool's
+    # threads start kind, helm and docker. A vfork child execs with the parent's live
+    # `environ`, which glibc reallocates under it (CPython 3.11.5+ lets other threads run
+    # during the vfork): a CI run's `kind create` failed "[Errno 14] Bad address" and took
+    # the dra lab's 30 tests with it; 3 threads spawning beside a loop of such flips: 344
+    # EFAULTs in 3,307 spawns by vfork, none in 1,819 by fork. A fork child has its own
+    # copy. `_USE_VFORK` is CPython's off switch for this (python/cpython#91401); every
+    # pytest run that loads this plugin (the unit tier too) gets it.
+    subprocess._USE_VFORK = False  # type: ignore[attr-defined]
     config.addinivalue_line(
         "markers",
         "needs(*expectations): run only for subjects whose `expects` has them, e.g. "

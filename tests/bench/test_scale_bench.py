@@ -205,7 +205,7 @@ def test_the_table_has_a_row_per_run_and_the_plot_is_written(tmp_path: Path) -> 
 def test_a_fleet_that_never_gets_ready_ends_its_labs_curve_and_keeps_the_runs_before(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """5,000 copies on 2 cores never all got Ready (2026-12-07): the 1,000 row stays, the
+    """5,000 copies on 2 cores once never all got Ready (2026-12-07): the 1,000 row stays, the
     JSON says where it stopped, the run exits 1 with one line, the fleet is deleted."""
     grown, deleted = [], []
 
@@ -221,7 +221,7 @@ def test_a_fleet_that_never_gets_ready_ends_its_labs_curve_and_keeps_the_runs_be
         def up(self) -> FakeLab:
             return self
 
-    monkeypatch.setattr(sb, "Lab", lambda spec: FakeLab())
+    monkeypatch.setattr(sb, "Lab", lambda spec, console: FakeLab())
     monkeypatch.setattr(sb, "model_node", lambda lab: "dra-worker3")
     monkeypatch.setattr(sb, "SETTLE_S", 0)
     monkeypatch.setattr(fleet, "up", up)
