@@ -72,16 +72,6 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    # Subprocesses by fork, not vfork. pytest sets and unsets PYTEST_CURRENT_TEST in the
-    # process environment at every test phase, in the main thread, while the lab pool's
-    # threads start kind, helm and docker. A vfork child execs with the parent's live
-    # `environ`, which glibc reallocates under it (CPython 3.11.5+ lets other threads run
-    # during the vfork): a CI run's `kind create` failed "[Errno 14] Bad address" and took
-    # the dra lab's 30 tests with it; 3 threads spawning beside a loop of such flips: 344
-    # EFAULTs in 3,307 spawns by vfork, none in 1,819 by fork. A fork child has its own
-    # copy. `_USE_VFORK` is CPython's off switch for this (python/cpython#91401); every
-    # pytest run that loads this plugin (the unit tier too) gets it.
-    subprocess._USE_VFORK = False  # type: ignore[attr-defined]
     config.addinivalue_line(
         "markers",
         "needs(*expectations): run only for subjects whose `expects` has them, e.g. "
@@ -788,9 +778,24 @@ def labs(request: pytest.FixtureRequest) -> Iterator[LabPool]:
                    keep=request.config.getoption("--keep-lab"), live=LIVE_LABS,
                    jobs=jobs)  # fmt: skip
     request.config.stash[_POOL] = pool
-    yield pool
-    del request.config.stash[_POOL]
-    pool.close()
+    # Subprocesses by fork, not vfork, while the pool's threads run. pytest sets and unsets
+    # PYTEST_CURRENT_TEST in the process environment at every test phase, in the main
+    # thread, while those threads start kind, helm and docker. A vfork child execs with the
+    # parent's live `environ`, which glibc reallocates under it (CPython 3.11.5+ lets other
+    # threads run during the vfork): a CI run's `kind create` failed "[Errno 14] Bad
+    # address" and took the dra lab's 30 tests with it; 3 threads spawning beside a loop
+    # of such flips: 344 EFAULTs in 3,307 spawns by vfork, none in 1,819 by fork.
+    # `_USE_VFORK` is CPython's off switch for it (python/cpython#91401). Not for a whole
+    # pytest run: where gRPC is loaded (the unit tier's plugin and kubelet stand-ins), its
+    # fork handlers break its servers in the parent.
+    vfork = subprocess._USE_VFORK  # type: ignore[attr-defined]
+    subprocess._USE_VFORK = False  # type: ignore[attr-defined]
+    try:
+        yield pool
+        del request.config.stash[_POOL]
+        pool.close()  # its deletes run kind too
+    finally:
+        subprocess._USE_VFORK = vfork  # type: ignore[attr-defined]
     # Beside the session's JUnit XML where it writes one (make test's e2e tiers each do,
     # and each would overwrite one shared file), else build/e2e-labs.json.
     xml = request.config.getoption("xmlpath", None)
