@@ -87,7 +87,13 @@ def newest(journal: list[str], resource: str) -> tuple[int, list[str]]:
     that show it dropped the newest: that request and what followed it, where one of those
     is a stream's end or a refusal ([] when it stands, or there was none). Read while the
     plugin serves: its newest stream has not ended, so a stream's end after its Register
-    is an older one's."""
+    is an older one's.
+
+    The count is the one `registrations` reads (the kubelet's `Register` logs its request
+    and increments `kubelet_device_plugin_registration_total` together, server.go at
+    v1.34 and v1.37), taken from the same lines as the drop so that no Register falls
+    between two reads; Mark keeps the counter, which needs no journal and tells a
+    restarted kubelet by its start time."""
     ours = [x for x in journal if f'"{resource}"' in x]
     asked = [i for i, x in enumerate(ours) if "registration request" in x]
     if not asked:

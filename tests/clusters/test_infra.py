@@ -265,6 +265,17 @@ def test_a_second_build_of_a_kubelet_waits_for_the_first_and_takes_its_result(
     assert "building the kubelet" not in err
 
 
+def test_a_long_commands_ticker_ends_without_a_word_and_keeps_its_exit_code() -> None:
+    """lib.sh's with_ticker kills its ticker's `sleep` when the command ends; bash used to
+    print "Terminated" for it into every build log (`make bench-scale`'s scheduler_perf
+    build among them), which reads as a failure."""
+    lib = REPO / "clusters/infra/nodeimage/lib.sh"
+    for command, rc in (("true", 0), ("false", 1)):
+        done = subprocess.run(["bash", "-c", f'source "$0"; with_ticker thing {command}', lib],
+                              capture_output=True, text=True, timeout=30)  # fmt: skip
+        assert (done.returncode, done.stdout, done.stderr) == (rc, "", "")
+
+
 def _waiting(pid: int) -> bool:
     """Whether a child of `pid` is flock(1) blocked on its lock."""
     children = subprocess.run(["pgrep", "-P", str(pid), "-x", "flock"], capture_output=True)

@@ -73,8 +73,11 @@ gobuild() { nice -n 10 go build -trimpath "$@"; }
 with_ticker() {
   local what=$1; shift
   local start=$SECONDS
-  # stdout to stderr: a lingering `sleep` must not hold the caller's stdout pipe open.
-  ( while sleep 60; do log "  ... $what: $(( (SECONDS - start) / 60 )) min"; done ) >&2 &
+  # stdout to stderr: a lingering `sleep` must not hold the caller's stdout pipe open. The
+  # subshell's own stderr is dropped (its lines go to fd 3): killing its `sleep` below made
+  # it print "Terminated" in every build log, which reads as a failure.
+  ( exec 3>&2 2>/dev/null
+    while sleep 60; do log "  ... $what: $(( (SECONDS - start) / 60 )) min" 2>&3; done ) >&2 &
   local ticker=$!
   local rc=0
   "$@" || rc=$?
