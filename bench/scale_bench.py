@@ -485,14 +485,16 @@ def beside(runs: Sequence[Run], perf: dict[str, float]) -> str:
             f"average (p50 {p50:.0f}, p90 {p90:.0f})")  # fmt: skip
     near = [r for r in runs if r.workload == "claim" and r.pods_per_s]
     if near:
-        r = min(near, key=lambda r: abs(r.nodes - 500))
+        r = min(near, key=lambda r: abs(r.nodes - scheduler_perf.NODES))
         said += (f"; gpulab's claim workload on {r.nodes} KWOK nodes: "
                  f"{r.pods_per_s:.1f} pods/s, {r.pods_per_s / perf['Average']:.2f}x")  # fmt: skip
     return said
 
 
-def plot(runs: Sequence[Run], out: Path) -> None:
-    """Pods bound per second and p99 create-to-bound by fleet size, a line per workload."""
+def plot(runs: Sequence[Run], out: Path, perf: dict[str, float] | None = None) -> None:
+    """Pods bound per second and p99 create-to-bound by fleet size, a line per workload;
+    scheduler_perf's average throughput a point at its size (its percentiles are of
+    throughput, not of a pod's wait: no point on the right)."""
     import matplotlib
 
     matplotlib.use("Agg")  # no display on CI runners
@@ -503,6 +505,9 @@ def plot(runs: Sequence[Run], out: Path) -> None:
         mine = sorted((r for r in runs if r.workload == w), key=lambda r: r.nodes)
         rate.plot([r.nodes for r in mine], [r.pods_per_s for r in mine], marker="o", label=w)
         tail.plot([r.nodes for r in mine], [r.p99_s for r in mine], marker="o", label=w)
+    if perf:
+        rate.plot([scheduler_perf.NODES], [perf["Average"]], marker="*", markersize=12,
+                  linestyle="none", color="black", label="scheduler_perf")  # fmt: skip
     rate.set(xlabel="KWOK nodes", ylabel="pods bound per second", ylim=(0, None))
     tail.set(xlabel="KWOK nodes", ylabel="p99 create to bound (s)", ylim=(0, None))
     rate.legend()
@@ -579,6 +584,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     console.print(beside(runs, perf))
     doc["scheduler_perf"] = {"workload": scheduler_perf.WORKLOAD, **perf}
     args.out.write_text(json.dumps(doc, indent=2))
+    plot(runs, png, perf)
     return 1 if stopped else 0
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import socket
+import textwrap
 import threading
 import time
 from pathlib import Path
@@ -199,6 +200,8 @@ def test_the_table_has_a_row_per_run_and_the_plot_is_written(tmp_path: Path) -> 
     assert "1.20" in text  # the API server's 12 CPU s over a 10 s run
     sb.plot(runs(), tmp_path / "scale.png")
     assert (tmp_path / "scale.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    sb.plot(runs(), tmp_path / "beside.png", {"Average": 42.0})  # scheduler_perf's point
+    assert (tmp_path / "beside.png").read_bytes() != (tmp_path / "scale.png").read_bytes()
     json.dumps([sb.asdict(r) for r in runs()])  # the JSON the bench writes
 
 
@@ -251,6 +254,42 @@ def test_scheduler_perfs_throughput_is_read_from_its_data_items() -> None:
     assert scheduler_perf.throughput(items) == {"Average": 71.5, "Perc50": 72.0, "Perc90": 80.0}
     with pytest.raises(steps.StepError, match="no SchedulingThroughput"):
         scheduler_perf.throughput({"dataItems": items["dataItems"][:1]})
+
+
+def test_scheduler_perf_runs_its_one_benchmark_and_writes_where_it_was_asked_from_its_dir(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The test binary runs in its package's directory: a relative --out (make bench-scale's
+    `build/`) reached it as is, and it wrote into the module cache ("no data items"); an
+    unanchored -bench also ran BenchmarkPerfSchedulingExperimental."""
+    where = tmp_path / "bin"
+    (where / "dra").mkdir(parents=True)
+    test = where / "dra.test"
+    # Go's -bench: each level a regexp *searched* in its name; the stand-in writes its data
+    # items to -data-items-dir and says which benchmarks its pattern selects.
+    test.write_text(
+        textwrap.dedent("""\
+        #!/usr/bin/env python3
+        import json, os, re, sys
+        args = dict(a.lstrip("-").split("=", 1) for a in sys.argv[1:])
+        levels = args["test.bench"].split("/")
+        for name in ("BenchmarkPerfScheduling", "BenchmarkPerfSchedulingExperimental"):
+            full = [name, "SchedulingWithResourceClaimTemplate", "5000pods_500nodes"]
+            if all(re.search(p, n) for p, n in zip(levels, full)):
+                print("ran", name)
+        assert os.path.isabs(args["data-items-dir"]) and os.path.isabs(os.environ["ARTIFACTS"])
+        item = {"data": {"Average": 30.5}, "labels": {"Metric": "SchedulingThroughput",
+                "Name": "SchedulingWithResourceClaimTemplate/5000pods_500nodes/x"}}
+        with open(os.path.join(args["data-items-dir"], "BenchmarkPerfScheduling_x.json"), "w") as f:
+            json.dump({"dataItems": [item]}, f)
+        """)
+    )
+    test.chmod(0o755)
+    monkeypatch.setattr(scheduler_perf, "build", lambda: where)
+    monkeypatch.chdir(tmp_path)
+    assert scheduler_perf.run(Path("build/scheduler-perf")) == {"Average": 30.5}
+    log = (tmp_path / "build/scheduler-perf/scheduler_perf.log").read_text()
+    assert log.splitlines() == ["ran BenchmarkPerfScheduling"]
 
 
 def test_scheduler_perf_is_set_beside_the_claim_run_nearest_its_size() -> None:
